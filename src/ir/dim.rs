@@ -1,0 +1,289 @@
+//! Tensor dimensions: known integers or symbolic expressions over named dims (`N`, `seq`).
+//!
+//! A symbolic dim is kept as a polynomial with integer coefficients in normal form (sorted
+//! monomials, no zero terms), so `N*3*4` and `12*N` are equal and a batch dim `N` stays `N`
+//! through reshapes that multiply and divide it. Operations that leave the polynomial ring
+//! (division that is not exact, min/max) produce an opaque symbol whose name spells the
+//! expression, so equal expressions still compare equal.
+
+use serde::{Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A product of symbols, e.g. `N*S`, kept sorted. The empty product is the constant term.
+type Monomial = Vec<String>;
+
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dim {
+    terms: BTreeMap<Monomial, i64>,
+}
+
+impl Dim {
+    pub fn known(v: i64) -> Dim {
+        let mut terms = BTreeMap::new();
+        if v != 0 {
+            terms.insert(Vec::new(), v);
+        }
+        Dim { terms }
+    }
+
+    pub fn sym(name: impl Into<String>) -> Dim {
+        let mut terms = BTreeMap::new();
+        terms.insert(vec![name.into()], 1);
+        Dim { terms }
+    }
+
+    /// The value when the dim has no symbols.
+    pub fn as_known(&self) -> Option<i64> {
+        match self.terms.len() {
+            0 => Some(0),
+            1 => self.terms.get(&Vec::new()).copied(),
+            _ => None,
+        }
+    }
+
+    pub fn is_known(&self) -> bool {
+        self.as_known().is_some()
+    }
+
+    /// Symbols this dim depends on.
+    pub fn symbols(&self) -> impl Iterator<Item = &str> {
+        self.terms.keys().flat_map(|m| m.iter().map(String::as_str))
+    }
+
+    /// Substitutes symbol values; symbols missing from `env` stay symbolic.
+    pub fn eval(&self, env: &BTreeMap<String, i64>) -> Dim {
+        let mut out = Dim::known(0);
+        for (mono, coeff) in &self.terms {
+            let mut term = Dim::known(*coeff);
+            for s in mono {
+                let f = match env.get(s) {
+                    Some(v) => Dim::known(*v),
+                    None => Dim::sym(s.clone()),
+                };
+                term = term.mul(&f);
+            }
+            out = out.add(&term);
+        }
+        out
+    }
+
+    pub fn add(&self, other: &Dim) -> Dim {
+        let mut terms = self.terms.clone();
+        for (m, c) in &other.terms {
+            let e = terms.entry(m.clone()).or_insert(0);
+            *e += c;
+            if *e == 0 {
+                terms.remove(m);
+            }
+        }
+        Dim { terms }
+    }
+
+    pub fn neg(&self) -> Dim {
+        Dim { terms: self.terms.iter().map(|(m, c)| (m.clone(), -c)).collect() }
+    }
+
+    pub fn sub(&self, other: &Dim) -> Dim {
+        self.add(&other.neg())
+    }
+
+    pub fn mul(&self, other: &Dim) -> Dim {
+        let mut out = Dim::known(0);
+        for (ma, ca) in &self.terms {
+            for (mb, cb) in &other.terms {
+                let mut m: Monomial = ma.iter().chain(mb.iter()).cloned().collect();
+                m.sort();
+                let term = Dim { terms: BTreeMap::from([(m, ca * cb)]) };
+                out = out.add(&term);
+            }
+        }
+        out
+    }
+
+    /// Floor division. Exact when every coefficient divides (so `(6*N)/3 = 2*N`); otherwise
+    /// an opaque symbol spelling the expression.
+    pub fn div_floor(&self, d: &Dim) -> Dim {
+        if let (Some(a), Some(b)) = (self.as_known(), d.as_known()) {
+            if b != 0 {
+                return Dim::known(a.div_euclid(b));
+            }
+        }
+        if let Some(b) = d.as_known() {
+            if b != 0 && self.terms.values().all(|c| c % b == 0) {
+                return Dim { terms: self.terms.iter().map(|(m, c)| (m.clone(), c / b)).collect() };
+            }
+        }
+        // Exact division by a symbolic monomial factor, e.g. (N*S*768)/(N*S) = 768.
+        if d.terms.len() == 1 {
+            let (dm, dc) = d.terms.iter().next().unwrap();
+            let mut out = BTreeMap::new();
+            let mut exact = true;
+            for (m, c) in &self.terms {
+                let mut rest = m.clone();
+                for s in dm {
+                    match rest.iter().position(|x| x == s) {
+                        Some(i) => {
+                            rest.remove(i);
+                        }
+                        None => exact = false,
+                    }
+                }
+                if !exact || c % dc != 0 {
+                    exact = false;
+                    break;
+                }
+                out.insert(rest, c / dc);
+            }
+            if exact {
+                return Dim { terms: out };
+            }
+        }
+        Dim::sym(format!("floor({}/{})", self.paren(), d.paren()))
+    }
+
+    /// Ceiling division, used by `auto_pad=SAME_*` and ceil-mode pooling.
+    pub fn div_ceil(&self, d: &Dim) -> Dim {
+        if let (Some(a), Some(b)) = (self.as_known(), d.as_known()) {
+            if b > 0 {
+                return Dim::known((a + b - 1).div_euclid(b));
+            }
+        }
+        let exact = self.div_floor(d);
+        if exact.mul(d) == *self {
+            return exact;
+        }
+        Dim::sym(format!("ceil({}/{})", self.paren(), d.paren()))
+    }
+
+    pub fn min(&self, other: &Dim) -> Dim {
+        match (self.as_known(), other.as_known()) {
+            (Some(a), Some(b)) => Dim::known(a.min(b)),
+            _ if self == other => self.clone(),
+            _ => Dim::sym(format!("min({self},{other})")),
+        }
+    }
+
+    pub fn max(&self, other: &Dim) -> Dim {
+        match (self.as_known(), other.as_known()) {
+            (Some(a), Some(b)) => Dim::known(a.max(b)),
+            _ if self == other => self.clone(),
+            _ => Dim::sym(format!("max({self},{other})")),
+        }
+    }
+
+    fn paren(&self) -> String {
+        if self.terms.len() > 1 {
+            format!("({self})")
+        } else {
+            self.to_string()
+        }
+    }
+}
+
+impl From<i64> for Dim {
+    fn from(v: i64) -> Dim {
+        Dim::known(v)
+    }
+}
+
+impl From<usize> for Dim {
+    fn from(v: usize) -> Dim {
+        Dim::known(v as i64)
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.terms.is_empty() {
+            return f.write_str("0");
+        }
+        // Highest-degree terms first, constant last: `2*N+1`.
+        let mut terms: Vec<_> = self.terms.iter().collect();
+        terms.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
+        for (i, (mono, coeff)) in terms.into_iter().enumerate() {
+            let (sign, mag) = if *coeff < 0 { ("-", -coeff) } else { ("+", *coeff) };
+            if i > 0 || sign == "-" {
+                f.write_str(sign)?;
+            }
+            if mono.is_empty() {
+                write!(f, "{mag}")?;
+            } else {
+                if mag != 1 {
+                    write!(f, "{mag}*")?;
+                }
+                f.write_str(&mono.join("*"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Known dims serialise as numbers, symbolic ones as their expression string.
+impl Serialize for Dim {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.as_known() {
+            Some(v) => s.serialize_i64(v),
+            None => s.serialize_str(&self.to_string()),
+        }
+    }
+}
+
+/// Formats a shape as `[N,3,224,224]`.
+pub fn fmt_shape(shape: &[Dim]) -> String {
+    let parts: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+/// Product of dims (element count).
+pub fn product(shape: &[Dim]) -> Dim {
+    shape.iter().fold(Dim::known(1), |acc, d| acc.mul(d))
+}
+
+/// Known values of a shape, if all are known.
+pub fn known_shape(shape: &[Dim]) -> Option<Vec<usize>> {
+    shape.iter().map(|d| d.as_known().filter(|v| *v >= 0).map(|v| v as usize)).collect()
+}
+
+pub fn dims_of(shape: &[usize]) -> Vec<Dim> {
+    shape.iter().map(|&v| Dim::from(v)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polynomial_normal_form() {
+        let n = Dim::sym("N");
+        let twelve_n = n.mul(&Dim::known(3)).mul(&Dim::known(4));
+        assert_eq!(twelve_n, Dim::known(12).mul(&n));
+        assert_eq!(twelve_n.to_string(), "12*N");
+        assert_eq!(twelve_n.div_floor(&Dim::known(4)), n.mul(&Dim::known(3)));
+        assert_eq!(n.add(&Dim::known(1)).sub(&Dim::known(1)), n);
+        assert_eq!(n.sub(&n).as_known(), Some(0));
+    }
+
+    #[test]
+    fn symbolic_division() {
+        let ns = Dim::sym("N").mul(&Dim::sym("S"));
+        let total = ns.mul(&Dim::known(768));
+        assert_eq!(total.div_floor(&ns).as_known(), Some(768));
+        let odd = Dim::sym("H").add(&Dim::known(1));
+        assert_eq!(odd.div_floor(&Dim::known(2)).to_string(), "floor((H+1)/2)");
+        assert_eq!(Dim::known(7).div_ceil(&Dim::known(2)).as_known(), Some(4));
+    }
+
+    #[test]
+    fn evaluation_binds_symbols() {
+        let d = Dim::sym("N").mul(&Dim::known(2)).add(&Dim::known(1));
+        let env = BTreeMap::from([("N".to_string(), 4)]);
+        assert_eq!(d.eval(&env).as_known(), Some(9));
+    }
+}

@@ -1,0 +1,5 @@
+//! The activation op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

@@ -1,0 +1,5 @@
+//! The arithmetic op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

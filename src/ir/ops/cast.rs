@@ -1,0 +1,5 @@
+//! The cast op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

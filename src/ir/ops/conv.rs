@@ -1,0 +1,5 @@
+//! The conv op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

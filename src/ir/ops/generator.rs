@@ -1,0 +1,5 @@
+//! The generator op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

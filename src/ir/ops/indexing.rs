@@ -1,0 +1,5 @@
+//! The indexing op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

@@ -1,0 +1,5 @@
+//! The linalg op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

@@ -1,0 +1,5 @@
+//! The logical op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

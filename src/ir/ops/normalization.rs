@@ -1,0 +1,5 @@
+//! The normalization op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

@@ -1,0 +1,5 @@
+//! The pool op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

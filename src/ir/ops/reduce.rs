@@ -1,0 +1,5 @@
+//! The reduce op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

@@ -1,0 +1,5 @@
+//! The resize op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

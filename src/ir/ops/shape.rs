@@ -1,0 +1,5 @@
+//! The shape op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

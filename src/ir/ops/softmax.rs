@@ -1,0 +1,5 @@
+//! The softmax op family.
+
+use super::OpSpec;
+
+pub const OPS: &[OpSpec] = &[];

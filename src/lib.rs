@@ -1,0 +1,13 @@
+//! onnx2ait: ONNX model → fast, self-contained CUDA inference library.
+//!
+//! Pipeline (one module per stage, in order): [`onnx`] decodes the file, [`ir`] builds the
+//! typed graph with shape inference and constant folding, [`reference`] executes it on the CPU,
+//! [`validate`] compares it with ONNX Runtime.
+
+pub mod error;
+pub mod onnx;
+pub mod ir;
+pub mod reference;
+pub mod validate;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Validation against ONNX Runtime.
