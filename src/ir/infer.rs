@@ -12,6 +12,10 @@ use super::tensor::Tensor;
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
+/// Constant outputs larger than this (elements) are left to run time rather than materialised
+/// at compile time, so a model cannot make the compiler allocate unbounded memory.
+pub const FOLD_LIMIT: usize = 1 << 26;
+
 /// Statistics of one inference pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InferStats {
@@ -45,7 +49,8 @@ pub fn infer_graph(g: &mut Graph) -> Result<InferStats> {
             return Err(ctx(format!("op produced {} outputs, the node has {}", outs.len(), node.outputs.len())));
         }
         let all_const = facts.iter().flatten().all(|f| f.konst.is_some());
-        if all_const && !node.inputs.is_empty() || node.inputs.is_empty() {
+        let small = outs.iter().all(|f| f.ty.known_shape().is_some_and(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_some_and(|n| n <= FOLD_LIMIT)));
+        if all_const && small {
             let tensors: Vec<Option<&Tensor>> = facts.iter().map(|f| f.as_ref().map(|f| &**f.konst.as_ref().unwrap())).collect();
             let results = node.op.eval(&tensors).map_err(|e| ctx(format!("constant folding failed: {}", e.0)))?;
             if results.len() != outs.len() {

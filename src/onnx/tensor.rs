@@ -29,7 +29,8 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: &Path) -> Result<Tensor, Str
 
     let external = t.data_location == Some(1);
     if external {
-        let bytes = read_external(t, base_dir, count * dtype.size_bytes())?;
+        let need = count.checked_mul(dtype.size_bytes()).ok_or_else(|| format!("dims {:?} overflow", t.dims))?;
+        let bytes = read_external(t, base_dir, need)?;
         return from_le_bytes(dtype, &shape, count, &bytes);
     }
     if let Some(raw) = &t.raw_data {
@@ -82,7 +83,7 @@ fn array<T: Elem>(shape: &[usize], v: Vec<T>) -> Result<Tensor, String> {
 }
 
 fn from_le_bytes(dtype: DType, shape: &[usize], count: usize, raw: &[u8]) -> Result<Tensor, String> {
-    let need = count * dtype.size_bytes();
+    let need = count.checked_mul(dtype.size_bytes()).ok_or_else(|| format!("{count} elements overflow"))?;
     if raw.len() != need {
         return Err(format!(
             "raw data has {} bytes, but {count} {} elements need {need}",
