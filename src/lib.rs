@@ -8,6 +8,7 @@ pub mod error;
 pub mod onnx;
 pub mod ir;
 pub mod reference;
+pub mod egraph;
 pub mod validate;
 
 pub use error::{Error, Result};

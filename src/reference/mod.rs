@@ -13,6 +13,7 @@ pub mod activation;
 pub mod arithmetic;
 pub mod conv;
 pub mod indexing;
+pub mod kernel;
 pub mod linalg;
 pub mod normalization;
 pub mod pool;

@@ -15,6 +15,7 @@ pub mod cast;
 pub mod conv;
 pub mod generator;
 pub mod indexing;
+pub mod kernel;
 pub mod linalg;
 pub mod logical;
 pub mod normalization;
