@@ -4,7 +4,8 @@ use super::dim::{fmt_shape, Dim};
 use super::op::{OpError, OpResult};
 
 /// The broadcast of several shapes (numpy rules: align right, 1 stretches).
-/// Two different symbolic dims are assumed equal only when they are the same expression.
+/// A symbolic dim against a known size gives the known size (the symbol must be 1 or equal);
+/// two different symbols give their `max`.
 pub fn broadcast_shapes(shapes: &[&[Dim]]) -> OpResult<Vec<Dim>> {
     let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
     let one = Dim::known(1);
@@ -19,11 +20,18 @@ pub fn broadcast_shapes(shapes: &[&[Dim]]) -> OpResult<Vec<Dim>> {
             if *d == one || d == slot {
                 continue;
             }
-            if *slot == one {
-                *slot = d.clone();
-            } else {
-                let all: Vec<String> = shapes.iter().map(|s| fmt_shape(s)).collect();
-                return Err(OpError(format!("shapes {} cannot be broadcast together", all.join(" and "))));
+            match (slot.as_known(), d.as_known()) {
+                (Some(1), _) => *slot = d.clone(),
+                (Some(_), Some(_)) => {
+                    let all: Vec<String> = shapes.iter().map(|s| fmt_shape(s)).collect();
+                    return Err(OpError(format!("shapes {} cannot be broadcast together", all.join(" and "))));
+                }
+                // A symbolic dim against a known one: the symbol must be 1 or equal to it, and
+                // either way the result is the known size (checked again at run time).
+                (None, Some(_)) => *slot = d.clone(),
+                (Some(_), None) => {}
+                // Two different symbols: the larger of the two, whatever they turn out to be.
+                (None, None) => *slot = Dim::max(&*slot, d),
             }
         }
     }
@@ -88,5 +96,7 @@ mod tests {
         assert_eq!(broadcast_shapes(&[&a, &b]).unwrap(), vec![n, Dim::known(3), Dim::known(4)]);
         let bad = broadcast_shapes(&[&[Dim::known(2), Dim::known(3)], &[Dim::known(4)]]).unwrap_err();
         assert!(bad.0.contains("[2,3] and [4]"), "{}", bad.0);
+        let sym_vs_known = broadcast_shapes(&[&[Dim::sym("N")], &[Dim::known(4)]]).unwrap();
+        assert_eq!(sym_vs_known, vec![Dim::known(4)]);
     }
 }
