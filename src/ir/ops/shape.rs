@@ -1,5 +1,1252 @@
-//! The shape op family.
+//! The shape op family: ops that change how elements are laid out without computing on them
+//! (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Expand, Tile) and ops that read shapes
+//! (Shape, Size).
+//!
+//! Symbolic shape propagation is the point of this family: shape-like inputs are read through
+//! `Fact::as_dims`, so a batch dim `N` that reaches `Reshape` through `Shape → Gather → Concat`
+//! stays `N` in the output type, and small int64 "shape tensors" moved by these ops keep their
+//! symbolic contents (`Fact::sym`) so the inference driver can fold them. The helpers at the top
+//! are shared with the indexing and generator families.
 
 use super::OpSpec;
+use crate::ir::broadcast::{broadcast_shapes, broadcast_usize, normalize_axes};
+use crate::ir::dim::{dims_of, fmt_shape, product};
+use crate::ir::{
+    optional, required, DType, Dim, Fact, NodeCtx, Op, OpError, OpResult, Tensor, ValueType,
+};
+use crate::reference::indexing as kernels;
+use crate::{map_tensor, op_bail, op_ensure};
+use std::any::Any;
 
-pub const OPS: &[OpSpec] = &[];
+pub const OPS: &[OpSpec] = &[
+    OpSpec::onnx("Reshape", parse_reshape),
+    OpSpec::onnx("Flatten", parse_flatten),
+    OpSpec::onnx("Squeeze", parse_squeeze),
+    OpSpec::onnx("Unsqueeze", parse_unsqueeze),
+    OpSpec::onnx("Transpose", parse_transpose),
+    OpSpec::onnx("Expand", parse_expand),
+    OpSpec::onnx("Tile", parse_tile),
+    OpSpec::onnx("Shape", parse_shape),
+    OpSpec::onnx("Size", parse_size),
+];
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the data-movement families.
+
+/// Longest constant tensor whose contents are carried symbolically through data-movement ops.
+/// Shape tensors are a handful of elements; the bound keeps large int constants (token tables)
+/// from being turned into `Dim`s element by element.
+pub(crate) const MAX_SYM_LEN: i64 = 1024;
+
+/// Reads a shape-like input (a 0-D or 1-D integer tensor) as dims, symbolic ones included.
+pub(crate) fn dims_input(f: &Fact, what: &str) -> OpResult<Vec<Dim>> {
+    op_ensure!(
+        f.dtype().is_int(),
+        "input '{what}' must be an integer tensor, found {}",
+        f.dtype()
+    );
+    op_ensure!(
+        f.rank() <= 1,
+        "input '{what}' must be 1-D, found shape {}",
+        fmt_shape(f.shape())
+    );
+    f.as_dims().ok_or_else(|| {
+        OpError(format!(
+            "input '{what}' must be a compile-time constant or shape expression"
+        ))
+    })
+}
+
+/// Reads an input whose values must be plain integers at compile time (axes, steps).
+pub(crate) fn ints_input(f: &Fact, what: &str) -> OpResult<Vec<i64>> {
+    let dims = dims_input(f, what)?;
+    dims.iter()
+        .map(|d| d.as_known())
+        .collect::<Option<Vec<i64>>>()
+        .ok_or_else(|| {
+            OpError(format!(
+                "input '{what}' must be known at compile time, found {}",
+                fmt_shape(&dims)
+            ))
+        })
+}
+
+/// The values of an integer input at evaluation time.
+pub(crate) fn tensor_ints(t: &Tensor, what: &str) -> OpResult<Vec<i64>> {
+    op_ensure!(
+        t.dtype().is_int(),
+        "input '{what}' must be an integer tensor, found {}",
+        t.dtype()
+    );
+    op_ensure!(
+        t.rank() <= 1,
+        "input '{what}' must be 1-D, found shape {:?}",
+        t.shape()
+    );
+    Ok(t.to_i64_vec())
+}
+
+/// The contents of a small integer tensor as dims, when known (constant or symbolic).
+pub(crate) fn sym_values(f: &Fact) -> Option<Vec<Dim>> {
+    if !f.dtype().is_int() || f.rank() > 1 {
+        return None;
+    }
+    if f.sym.is_none() {
+        let len = f.shape().first().map_or(Some(1), Dim::as_known)?;
+        if len > MAX_SYM_LEN {
+            return None;
+        }
+    }
+    f.as_dims()
+}
+
+/// An output fact carrying symbolic contents when they are known and fit its shape.
+pub(crate) fn fact_with_sym(dtype: DType, shape: Vec<Dim>, values: Option<Vec<Dim>>) -> Fact {
+    let fits = |v: &Vec<Dim>| match shape.as_slice() {
+        [] => v.len() == 1,
+        [n] => n.as_known() == Some(v.len() as i64),
+        _ => false,
+    };
+    let sym = values.filter(|v| dtype.is_int() && fits(v));
+    Fact {
+        ty: ValueType::new(dtype, shape),
+        konst: None,
+        sym,
+    }
+}
+
+/// Concrete sizes of a shape computed at evaluation time (every dim known and non-negative).
+pub(crate) fn concrete(shape: &[Dim]) -> OpResult<Vec<usize>> {
+    shape
+        .iter()
+        .map(|d| match d.as_known() {
+            Some(v) if v >= 0 => Ok(v as usize),
+            _ => Err(OpError(format!(
+                "invalid output shape {}",
+                fmt_shape(shape)
+            ))),
+        })
+        .collect()
+}
+
+fn reshape_tensor(t: &Tensor, shape: &[usize]) -> OpResult<Tensor> {
+    t.reshaped(shape)
+        .ok_or_else(|| OpError(format!("cannot reshape {:?} into {shape:?}", t.shape())))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reshape
+
+/// Output shape of `Reshape`: 0 copies the input dim (unless `allowzero`), one -1 is inferred
+/// from the element count, symbolic entries are taken as they are.
+pub fn reshape_dims(input: &[Dim], target: &[Dim], allowzero: bool) -> OpResult<Vec<Dim>> {
+    let mut out = Vec::with_capacity(target.len());
+    let mut infer_at = None;
+    let mut has_zero = false;
+    for (i, t) in target.iter().enumerate() {
+        match t.as_known() {
+            Some(-1) => {
+                op_ensure!(
+                    infer_at.is_none(),
+                    "shape {} contains more than one -1",
+                    fmt_shape(target)
+                );
+                infer_at = Some(i);
+                out.push(Dim::known(1));
+            }
+            Some(0) if !allowzero => match input.get(i) {
+                Some(d) => out.push(d.clone()),
+                None => op_bail!(
+                    "shape {} copies dim {i} (0) but the input {} has rank {}",
+                    fmt_shape(target),
+                    fmt_shape(input),
+                    input.len()
+                ),
+            },
+            Some(v) if v < -1 => {
+                op_bail!("shape {} contains the invalid dim {v}", fmt_shape(target))
+            }
+            Some(0) => {
+                has_zero = true;
+                out.push(Dim::known(0));
+            }
+            _ => out.push(t.clone()),
+        }
+    }
+    op_ensure!(
+        !(has_zero && infer_at.is_some()),
+        "with allowzero=1 the shape {} cannot contain both 0 and -1",
+        fmt_shape(target)
+    );
+    let total = product(input);
+    if let Some(i) = infer_at {
+        let rest = product(&out);
+        op_ensure!(
+            rest.as_known() != Some(0),
+            "cannot infer the -1 in {} from {}: the other dims have no elements",
+            fmt_shape(target),
+            fmt_shape(input)
+        );
+        if let (Some(t), Some(r)) = (total.as_known(), rest.as_known()) {
+            op_ensure!(
+                t % r == 0,
+                "cannot reshape {} ({t} elements) into {}",
+                fmt_shape(input),
+                fmt_shape(target)
+            );
+        }
+        out[i] = total.div_floor(&rest);
+    } else {
+        // Symbolic counts can only be compared when their difference is a plain number.
+        let diff = total.sub(&product(&out));
+        op_ensure!(
+            diff.as_known().is_none_or(|d| d == 0),
+            "cannot reshape {} ({total} elements) into {} ({} elements)",
+            fmt_shape(input),
+            fmt_shape(&out),
+            product(&out)
+        );
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Debug)]
+pub struct Reshape {
+    pub allowzero: bool,
+    /// The target shape of opsets 1-4, which was an attribute; `None` reads input 1.
+    pub attr_shape: Option<Vec<i64>>,
+}
+
+impl Reshape {
+    fn target(&self, f: Option<&Fact>) -> OpResult<Vec<Dim>> {
+        match &self.attr_shape {
+            Some(s) => Ok(s.iter().map(|&v| Dim::known(v)).collect()),
+            None => dims_input(
+                f.ok_or_else(|| OpError("input 1 (shape) is required but missing".into()))?,
+                "shape",
+            ),
+        }
+    }
+}
+
+impl Op for Reshape {
+    fn op_type(&self) -> &'static str {
+        "Reshape"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let data = required(inputs, 0, "data")?;
+        let target = self.target(optional(inputs, 1))?;
+        let out = reshape_dims(data.shape(), &target, self.allowzero)?;
+        Ok(vec![fact_with_sym(data.dtype(), out, sym_values(data))])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let data = required(inputs, 0, "data")?;
+        let target: Vec<Dim> = match &self.attr_shape {
+            Some(s) => s.iter().map(|&v| Dim::known(v)).collect(),
+            None => tensor_ints(required(inputs, 1, "shape")?, "shape")?
+                .into_iter()
+                .map(Dim::known)
+                .collect(),
+        };
+        let out = concrete(&reshape_dims(
+            &dims_of(data.shape()),
+            &target,
+            self.allowzero,
+        )?)?;
+        Ok(vec![reshape_tensor(data, &out)?])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Reshape. Opsets 1-4: target shape in the `shape` attribute. Opset 5: target shape as input 1
+/// (read through `as_dims`, so symbolic entries from shape subgraphs survive). Opset 14: adds
+/// `allowzero` (1 makes 0 an actual zero-sized dim instead of "copy the input dim").
+fn parse_reshape(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    let attr_shape = if ctx.opset < 5 {
+        Some(ctx.req_ints("shape")?)
+    } else {
+        None
+    };
+    let allowzero = if ctx.opset >= 14 {
+        ctx.flag("allowzero", false)?
+    } else {
+        false
+    };
+    Ok(Box::new(Reshape {
+        allowzero,
+        attr_shape,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flatten
+
+#[derive(Clone, Debug)]
+pub struct Flatten {
+    pub axis: i64,
+}
+
+impl Flatten {
+    fn out_shape(&self, shape: &[Dim]) -> OpResult<Vec<Dim>> {
+        let r = shape.len() as i64;
+        op_ensure!(
+            (-r..=r).contains(&self.axis),
+            "axis {} is out of range for rank {r}",
+            self.axis
+        );
+        let a = if self.axis < 0 {
+            self.axis + r
+        } else {
+            self.axis
+        } as usize;
+        Ok(vec![product(&shape[..a]), product(&shape[a..])])
+    }
+}
+
+impl Op for Flatten {
+    fn op_type(&self) -> &'static str {
+        "Flatten"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "input")?;
+        Ok(vec![Fact::new(x.dtype(), self.out_shape(x.shape())?)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "input")?;
+        let out = concrete(&self.out_shape(&dims_of(x.shape()))?)?;
+        Ok(vec![reshape_tensor(x, &out)?])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Flatten to 2-D around `axis` (default 1; `axis` = rank gives `[prod, 1]`). Opset 11 allows
+/// negative axes; they are accepted for every opset since older models never contain them.
+/// Opsets 9/13 only widened the type list.
+fn parse_flatten(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    Ok(Box::new(Flatten {
+        axis: ctx.int_or("axis", 1)?,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Squeeze / Unsqueeze
+
+/// Where Squeeze/Unsqueeze read their axes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AxesFrom {
+    /// The `axes` attribute of opsets before 13 (`None`: attribute absent).
+    Attr(Option<Vec<i64>>),
+    /// Input 1 (opset 13 and later), optional for Squeeze.
+    Input,
+}
+
+fn axes_at_infer(from: &AxesFrom, inputs: &[Option<&Fact>]) -> OpResult<Option<Vec<i64>>> {
+    match from {
+        AxesFrom::Attr(a) => Ok(a.clone()),
+        AxesFrom::Input => optional(inputs, 1)
+            .map(|f| ints_input(f, "axes"))
+            .transpose(),
+    }
+}
+
+fn axes_at_eval(from: &AxesFrom, inputs: &[Option<&Tensor>]) -> OpResult<Option<Vec<i64>>> {
+    match from {
+        AxesFrom::Attr(a) => Ok(a.clone()),
+        AxesFrom::Input => optional(inputs, 1)
+            .map(|t| tensor_ints(t, "axes"))
+            .transpose(),
+    }
+}
+
+/// Shape after removing `axes` (or every known 1 when `axes` is absent).
+fn squeeze_dims(shape: &[Dim], axes: Option<&[i64]>) -> OpResult<Vec<Dim>> {
+    // An empty `axes` input means "no axes given" (as in ONNX Runtime), not "squeeze nothing".
+    let remove: Vec<usize> = match axes.filter(|a| !a.is_empty()) {
+        Some(axes) => {
+            let axes = normalize_axes(axes, shape.len())?;
+            for &a in &axes {
+                // A symbolic dim being squeezed is 1 at run time by the model's contract.
+                if let Some(v) = shape[a].as_known() {
+                    op_ensure!(
+                        v == 1,
+                        "cannot squeeze axis {a} of shape {}: its size is {v}, not 1",
+                        fmt_shape(shape)
+                    );
+                }
+            }
+            axes
+        }
+        None => {
+            if let Some(d) = shape.iter().find(|d| !d.is_known()) {
+                op_bail!(
+                    "Squeeze without axes on shape {} cannot tell whether the symbolic dim {d} is 1; give 'axes'",
+                    fmt_shape(shape)
+                );
+            }
+            (0..shape.len())
+                .filter(|&i| shape[i].as_known() == Some(1))
+                .collect()
+        }
+    };
+    Ok(shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !remove.contains(i))
+        .map(|(_, d)| d.clone())
+        .collect())
+}
+
+/// Shape after inserting 1s at `axes` (positions in the output).
+fn unsqueeze_dims(shape: &[Dim], axes: &[i64]) -> OpResult<Vec<Dim>> {
+    let out_rank = shape.len() + axes.len();
+    let axes = normalize_axes(axes, out_rank)?;
+    let mut rest = shape.iter();
+    (0..out_rank)
+        .map(|i| {
+            if axes.contains(&i) {
+                Ok(Dim::known(1))
+            } else {
+                rest.next()
+                    .cloned()
+                    .ok_or_else(|| OpError("internal: unsqueeze rank mismatch".into()))
+            }
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug)]
+pub struct Squeeze {
+    pub axes: AxesFrom,
+}
+
+impl Op for Squeeze {
+    fn op_type(&self) -> &'static str {
+        "Squeeze"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "data")?;
+        let axes = axes_at_infer(&self.axes, inputs)?;
+        let out = squeeze_dims(x.shape(), axes.as_deref())?;
+        Ok(vec![fact_with_sym(x.dtype(), out, sym_values(x))])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "data")?;
+        let axes = axes_at_eval(&self.axes, inputs)?;
+        let out = concrete(&squeeze_dims(&dims_of(x.shape()), axes.as_deref())?)?;
+        Ok(vec![reshape_tensor(x, &out)?])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Squeeze. Before opset 13 the axes are the optional `axes` attribute (negative values from
+/// opset 11); from opset 13 they are the optional int64 input 1. Without axes every dim of
+/// size 1 is removed, which needs a fully known shape (a symbolic dim could be 1 or not).
+fn parse_squeeze(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    let axes = if ctx.opset >= 13 {
+        AxesFrom::Input
+    } else {
+        AxesFrom::Attr(ctx.ints("axes")?)
+    };
+    Ok(Box::new(Squeeze { axes }))
+}
+
+#[derive(Clone, Debug)]
+pub struct Unsqueeze {
+    pub axes: AxesFrom,
+}
+
+impl Op for Unsqueeze {
+    fn op_type(&self) -> &'static str {
+        "Unsqueeze"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "data")?;
+        let axes = axes_at_infer(&self.axes, inputs)?
+            .ok_or_else(|| OpError("input 1 (axes) is required but missing".into()))?;
+        let out = unsqueeze_dims(x.shape(), &axes)?;
+        Ok(vec![fact_with_sym(x.dtype(), out, sym_values(x))])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "data")?;
+        let axes = axes_at_eval(&self.axes, inputs)?
+            .ok_or_else(|| OpError("input 1 (axes) is required but missing".into()))?;
+        let out = concrete(&unsqueeze_dims(&dims_of(x.shape()), &axes)?)?;
+        Ok(vec![reshape_tensor(x, &out)?])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Unsqueeze. Before opset 13 the axes are the required `axes` attribute (negative values from
+/// opset 11); from opset 13 they are the required int64 input 1. Axes index the output, so
+/// `[0, 2]` on `[N, S]` gives `[1, N, 1, S]`.
+fn parse_unsqueeze(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    let axes = if ctx.opset >= 13 {
+        AxesFrom::Input
+    } else {
+        AxesFrom::Attr(Some(ctx.req_ints("axes")?))
+    };
+    Ok(Box::new(Unsqueeze { axes }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transpose
+
+#[derive(Clone, Debug)]
+pub struct Transpose {
+    /// `None`: reverse the axes.
+    pub perm: Option<Vec<i64>>,
+}
+
+impl Transpose {
+    fn perm(&self, rank: usize) -> OpResult<Vec<usize>> {
+        match &self.perm {
+            None => Ok((0..rank).rev().collect()),
+            Some(p) => {
+                op_ensure!(
+                    p.len() == rank,
+                    "perm {p:?} has {} entries for an input of rank {rank}",
+                    p.len()
+                );
+                let mut seen = vec![false; rank];
+                p.iter()
+                    .map(|&a| {
+                        op_ensure!(
+                            (0..rank as i64).contains(&a) && !seen[a as usize],
+                            "perm {p:?} is not a permutation of 0..{rank}"
+                        );
+                        seen[a as usize] = true;
+                        Ok(a as usize)
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+impl Op for Transpose {
+    fn op_type(&self) -> &'static str {
+        "Transpose"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "data")?;
+        let perm = self.perm(x.rank())?;
+        let out: Vec<Dim> = perm.iter().map(|&p| x.shape()[p].clone()).collect();
+        // Transposing a 0-D or 1-D tensor is the identity, so shape tensors keep their contents.
+        Ok(vec![fact_with_sym(x.dtype(), out, sym_values(x))])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "data")?;
+        let perm = self.perm(x.rank())?;
+        Ok(vec![map_tensor!(x, a => kernels::transpose(a, &perm))])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Transpose with the `perm` attribute (default: reversed axes). Unchanged since opset 1
+/// except for types (13).
+fn parse_transpose(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    Ok(Box::new(Transpose {
+        perm: ctx.ints("perm")?,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expand
+
+#[derive(Clone, Debug)]
+pub struct Expand;
+
+impl Op for Expand {
+    fn op_type(&self) -> &'static str {
+        "Expand"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "input")?;
+        let shape = dims_input(required(inputs, 1, "shape")?, "shape")?;
+        let out = broadcast_shapes(&[x.shape(), &shape])?;
+        // A broadcast shape tensor: the values of a 0-D/1-element input repeated.
+        let sym = sym_values(x).and_then(|v| match (out.as_slice(), v.len()) {
+            ([], 1) => Some(v),
+            ([n], 1) => n
+                .as_known()
+                .filter(|&n| n <= MAX_SYM_LEN)
+                .map(|n| vec![v[0].clone(); n as usize]),
+            ([_], _) => Some(v),
+            _ => None,
+        });
+        Ok(vec![fact_with_sym(x.dtype(), out, sym)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "input")?;
+        let shape = tensor_ints(required(inputs, 1, "shape")?, "shape")?;
+        let shape: Vec<usize> = shape
+            .iter()
+            .map(|&d| {
+                usize::try_from(d)
+                    .map_err(|_| OpError(format!("shape {shape:?} has a negative dim")))
+            })
+            .collect::<OpResult<_>>()?;
+        let out = broadcast_usize(&[x.shape(), &shape])?;
+        Ok(vec![
+            crate::with_tensor!(x, a => kernels::expand(a, &out).map(crate::ir::Elem::wrap))?,
+        ])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Expand (opset 8): numpy-style bidirectional broadcast of the input with the `shape` input,
+/// so a 1 in `shape` keeps the input dim. `shape` is read through `as_dims`; symbolic entries
+/// (e.g. `[N, 1, S]` from a shape subgraph) become the output dims.
+fn parse_expand(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    Ok(Box::new(Expand))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tile
+
+#[derive(Clone, Debug)]
+pub struct Tile;
+
+impl Op for Tile {
+    fn op_type(&self) -> &'static str {
+        "Tile"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "input")?;
+        let reps = dims_input(required(inputs, 1, "repeats")?, "repeats")?;
+        op_ensure!(
+            reps.len() == x.rank(),
+            "repeats {} must have one entry per input dim (rank {})",
+            fmt_shape(&reps),
+            x.rank()
+        );
+        if let Some(r) = reps.iter().find(|r| r.as_known().is_some_and(|v| v < 0)) {
+            op_bail!(
+                "repeats {} contains the negative count {r}",
+                fmt_shape(&reps)
+            );
+        }
+        let out: Vec<Dim> = x.shape().iter().zip(&reps).map(|(d, r)| d.mul(r)).collect();
+        let sym = match (sym_values(x), reps.first().and_then(Dim::as_known)) {
+            (Some(v), Some(r)) if x.rank() == 1 && (v.len() as i64) * r <= MAX_SYM_LEN => Some(
+                v.iter()
+                    .cycle()
+                    .take(v.len() * r as usize)
+                    .cloned()
+                    .collect(),
+            ),
+            _ => None,
+        };
+        Ok(vec![fact_with_sym(x.dtype(), out, sym)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "input")?;
+        let reps = tensor_ints(required(inputs, 1, "repeats")?, "repeats")?;
+        op_ensure!(
+            reps.len() == x.rank(),
+            "repeats {reps:?} must have one entry per input dim (rank {})",
+            x.rank()
+        );
+        let reps: Vec<usize> = reps
+            .iter()
+            .map(|&r| {
+                usize::try_from(r)
+                    .map_err(|_| OpError(format!("repeats {reps:?} has a negative count")))
+            })
+            .collect::<OpResult<_>>()?;
+        Ok(vec![map_tensor!(x, a => kernels::tile(a, &reps))])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Tile with the `repeats` input (opset 6; opset 1's `tiles`/`axis` inputs are rejected).
+/// Repeats are read through `as_dims`, so a symbolic repeat count multiplies the dim.
+fn parse_tile(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    op_ensure!(
+        ctx.opset >= 6,
+        "Tile of opset {} (tiles/axis inputs) is not supported; opset 6 or later is",
+        ctx.opset
+    );
+    Ok(Box::new(Tile))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shape / Size
+
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub start: i64,
+    pub end: Option<i64>,
+}
+
+impl Shape {
+    /// The `[start, end)` range of dims taken, clamped like the spec says (never an error).
+    fn range(&self, rank: usize) -> (usize, usize) {
+        let r = rank as i64;
+        let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+        let s = clamp(self.start);
+        let e = clamp(self.end.unwrap_or(r));
+        (s, e.max(s))
+    }
+}
+
+impl Op for Shape {
+    fn op_type(&self) -> &'static str {
+        "Shape"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "data")?;
+        let (s, e) = self.range(x.rank());
+        Ok(vec![Fact::symbolic(x.shape()[s..e].to_vec(), false)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "data")?;
+        let (s, e) = self.range(x.rank());
+        let dims: Vec<i64> = x.shape()[s..e].iter().map(|&d| d as i64).collect();
+        Ok(vec![Tensor::from_i64s(&[dims.len()], dims)])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Shape: the input's dims as a 1-D int64 tensor whose contents are symbolic (`Fact::sym`), so
+/// `[N,3,224,224]` flows into Gather/Concat/Reshape as `N` and folds when `N` is static.
+/// Opset 15 adds `start`/`end` (negative counts from the back, clamped to `[0, rank]`).
+fn parse_shape(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    let (start, end) = if ctx.opset >= 15 {
+        (ctx.int_or("start", 0)?, ctx.int("end")?)
+    } else {
+        (0, None)
+    };
+    Ok(Box::new(Shape { start, end }))
+}
+
+#[derive(Clone, Debug)]
+pub struct Size;
+
+impl Op for Size {
+    fn op_type(&self) -> &'static str {
+        "Size"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "data")?;
+        Ok(vec![Fact::symbolic(vec![product(x.shape())], true)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "data")?;
+        Ok(vec![Tensor::from_i64s(&[], vec![x.len() as i64])])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Size: the element count as a 0-D int64 tensor, symbolic (`N*3*224*224`) when the shape is.
+/// Unchanged since opset 1 except for types.
+fn parse_size(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    Ok(Box::new(Size))
+}
+
+/// Builders shared by the unit tests of the data-movement families.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use super::OpSpec;
+    use crate::ir::graph::{Graph, Node, ValueId};
+    use crate::ir::{Attr, Attributes, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor, ValueType};
+    use std::sync::Arc;
+
+    /// Every op of the shape, indexing and generator families.
+    fn specs() -> impl Iterator<Item = &'static OpSpec> {
+        super::OPS
+            .iter()
+            .chain(super::super::indexing::OPS)
+            .chain(super::super::generator::OPS)
+    }
+
+    /// Parses one node of `op_type` at `opset`, with `n_in` present inputs and `n_out` outputs.
+    pub fn parse(
+        op_type: &str,
+        opset: i64,
+        attrs: Vec<(&str, Attr)>,
+        n_in: usize,
+        n_out: usize,
+    ) -> OpResult<Box<dyn Op>> {
+        parse_with(op_type, opset, attrs, &vec![true; n_in], n_out)
+    }
+
+    pub fn parse_with(
+        op_type: &str,
+        opset: i64,
+        attrs: Vec<(&str, Attr)>,
+        present: &[bool],
+        n_out: usize,
+    ) -> OpResult<Box<dyn Op>> {
+        let attrs: Attributes = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let spec = specs()
+            .find(|s| s.op_type == op_type)
+            .expect("op is registered in this family");
+        let ctx = NodeCtx {
+            name: "n",
+            op_type,
+            domain: "",
+            opset,
+            attrs: &attrs,
+            inputs_present: present,
+            num_outputs: n_out,
+        };
+        (spec.parse)(&ctx)
+    }
+
+    /// A shape from text: `"N,3,224"` (numbers are known dims, names symbols, `""` is 0-D).
+    pub fn dims(s: &str) -> Vec<Dim> {
+        s.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.trim().parse::<i64>() {
+                Ok(v) => Dim::known(v),
+                Err(_) => Dim::sym(p.trim()),
+            })
+            .collect()
+    }
+
+    pub fn fact(dtype: DType, shape: &str) -> Fact {
+        Fact::new(dtype, dims(shape))
+    }
+
+    pub fn ints(v: &[i64]) -> Fact {
+        Fact::constant(Arc::new(Tensor::from_i64s(&[v.len()], v.to_vec())))
+    }
+
+    pub fn scalar(v: i64) -> Fact {
+        Fact::constant(Arc::new(Tensor::from_i64s(&[], vec![v])))
+    }
+
+    pub fn t_ints(v: &[i64]) -> Tensor {
+        Tensor::from_i64s(&[v.len()], v.to_vec())
+    }
+
+    pub fn t_f32(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::from_f32s(shape, v)
+    }
+
+    pub fn iota(shape: &[usize]) -> Tensor {
+        let n = shape.iter().product::<usize>();
+        Tensor::from_f32s(shape, (0..n).map(|v| v as f32).collect())
+    }
+
+    /// Infers one op and returns the single output's shape as text.
+    pub fn out_shape(op: &dyn Op, inputs: &[&Fact]) -> String {
+        let ins: Vec<Option<&Fact>> = inputs.iter().map(|f| Some(*f)).collect();
+        let out = op
+            .infer(&ins)
+            .unwrap_or_else(|e| panic!("infer failed: {e}"));
+        crate::ir::dim::fmt_shape(out[0].shape())
+    }
+
+    pub fn eval1(op: &dyn Op, inputs: &[&Tensor]) -> Tensor {
+        let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
+        let mut out = op.eval(&ins).unwrap_or_else(|e| panic!("eval failed: {e}"));
+        out.remove(0)
+    }
+
+    /// A hand-built graph for driver-level tests.
+    #[derive(Default)]
+    pub struct GraphBuilder {
+        pub g: Graph,
+        pub opset: i64,
+    }
+
+    impl GraphBuilder {
+        pub fn new(opset: i64) -> Self {
+            let mut g = Graph::default();
+            g.info.source = "test.onnx".into();
+            g.info.opsets.insert(String::new(), opset);
+            GraphBuilder { g, opset }
+        }
+
+        pub fn input(&mut self, name: &str, dtype: DType, shape: &str) -> ValueId {
+            let id = self
+                .g
+                .add_value(name.into(), Some(ValueType::new(dtype, dims(shape))));
+            self.g.inputs.push(id);
+            id
+        }
+
+        pub fn konst(&mut self, name: &str, t: Tensor) -> ValueId {
+            let id = self.g.add_value(
+                name.into(),
+                Some(ValueType::new(
+                    t.dtype(),
+                    crate::ir::dim::dims_of(t.shape()),
+                )),
+            );
+            self.g.values[id].konst = Some(Arc::new(t));
+            id
+        }
+
+        pub fn node(
+            &mut self,
+            op_type: &str,
+            attrs: Vec<(&str, Attr)>,
+            inputs: &[ValueId],
+            n_out: usize,
+        ) -> Vec<ValueId> {
+            let op = parse(op_type, self.opset, attrs, inputs.len(), n_out).expect("node parses");
+            let n = self.g.nodes.len();
+            let outputs: Vec<ValueId> = (0..n_out)
+                .map(|k| self.g.add_value(format!("{op_type}_{n}_{k}"), None))
+                .collect();
+            self.g.nodes.push(Node {
+                name: format!("{op_type}_{n}"),
+                op_type: op_type.into(),
+                domain: String::new(),
+                op,
+                inputs: inputs.iter().map(|&i| Some(i)).collect(),
+                outputs: outputs.clone(),
+            });
+            outputs
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use crate::ir::infer::infer_graph;
+    use crate::ir::{Attr, DType, Dim, Fact};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn reshape_keeps_symbolic_dims() {
+        let op = parse("Reshape", 13, vec![], 2, 1).unwrap();
+        let x = fact(DType::F32, "N,S,768");
+        assert_eq!(
+            out_shape(&*op, &[&x, &ints(&[0, 0, 12, 64])]),
+            "[N,S,12,64]"
+        );
+        assert_eq!(out_shape(&*op, &[&x, &ints(&[-1, 768])]), "[N*S,768]");
+        assert_eq!(out_shape(&*op, &[&x, &ints(&[0, -1])]), "[N,768*S]");
+        // A symbolic target from a shape subgraph.
+        let target = Fact::symbolic(vec![Dim::sym("N"), Dim::known(-1)], false);
+        let pooled = fact(DType::F32, "N,2048,1,1");
+        assert_eq!(out_shape(&*op, &[&pooled, &target]), "[N,2048]");
+    }
+
+    #[test]
+    fn reshape_errors_are_clear() {
+        let op = parse("Reshape", 13, vec![], 2, 1).unwrap();
+        let x = fact(DType::F32, "2,3");
+        let err = |shape: &[i64]| op.infer(&[Some(&x), Some(&ints(shape))]).unwrap_err().0;
+        assert!(
+            err(&[-1, -1]).contains("more than one -1"),
+            "{}",
+            err(&[-1, -1])
+        );
+        assert!(
+            err(&[4]).contains("cannot reshape [2,3] (6 elements) into [4]"),
+            "{}",
+            err(&[4])
+        );
+        assert!(
+            err(&[4, -1]).contains("cannot reshape"),
+            "{}",
+            err(&[4, -1])
+        );
+        assert!(
+            err(&[0, 0, 0]).contains("copies dim 2"),
+            "{}",
+            err(&[0, 0, 0])
+        );
+        let unknown = fact(DType::I64, "2");
+        let msg = op.infer(&[Some(&x), Some(&unknown)]).unwrap_err().0;
+        assert!(
+            msg.contains("compile-time constant or shape expression"),
+            "{msg}"
+        );
+        let az = parse("Reshape", 14, vec![("allowzero", Attr::Int(1))], 2, 1).unwrap();
+        assert!(az.infer(&[Some(&x), Some(&ints(&[0, -1]))]).is_err());
+    }
+
+    #[test]
+    fn reshape_eval_and_allowzero() {
+        let op = parse("Reshape", 13, vec![], 2, 1).unwrap();
+        let out = eval1(&*op, &[&iota(&[2, 3, 4]), &t_ints(&[0, -1])]);
+        assert_eq!(out.shape(), &[2, 12]);
+        assert_eq!(out.to_f64_vec()[13], 13.0);
+        let az = parse("Reshape", 14, vec![("allowzero", Attr::Int(1))], 2, 1).unwrap();
+        let empty = iota(&[0, 3]);
+        assert_eq!(eval1(&*az, &[&empty, &t_ints(&[3, 0])]).shape(), &[3, 0]);
+        let old = parse("Reshape", 1, vec![("shape", Attr::Ints(vec![3, 2]))], 1, 1).unwrap();
+        assert_eq!(out_shape(&*old, &[&fact(DType::F32, "2,3")]), "[3,2]");
+    }
+
+    #[test]
+    fn flatten_axes() {
+        let x = fact(DType::F32, "N,3,4,5");
+        let f = |axis: i64| parse("Flatten", 13, vec![("axis", Attr::Int(axis))], 1, 1).unwrap();
+        assert_eq!(out_shape(&*f(1), &[&x]), "[N,60]");
+        assert_eq!(out_shape(&*f(-1), &[&x]), "[12*N,5]");
+        assert_eq!(out_shape(&*f(0), &[&x]), "[1,60*N]");
+        assert_eq!(out_shape(&*f(4), &[&x]), "[60*N,1]");
+        assert!(f(5).infer(&[Some(&x)]).is_err());
+        assert_eq!(eval1(&*f(2), &[&iota(&[2, 3, 4])]).shape(), &[6, 4]);
+    }
+
+    #[test]
+    fn squeeze_and_unsqueeze_across_opsets() {
+        let x = fact(DType::F32, "N,1,S,1");
+        let sq11 = parse("Squeeze", 11, vec![("axes", Attr::Ints(vec![1, -1]))], 1, 1).unwrap();
+        assert_eq!(out_shape(&*sq11, &[&x]), "[N,S]");
+        let sq13 = parse("Squeeze", 13, vec![], 2, 1).unwrap();
+        assert_eq!(out_shape(&*sq13, &[&x, &ints(&[3])]), "[N,1,S]");
+        let msg = sq13.infer(&[Some(&x), None]).unwrap_err().0;
+        assert!(msg.contains("symbolic dim N"), "{msg}");
+        assert_eq!(out_shape(&*sq13, &[&fact(DType::F32, "1,3,1")]), "[3]");
+        assert_eq!(
+            out_shape(&*sq13, &[&fact(DType::F32, "1,3,1"), &ints(&[])]),
+            "[3]"
+        );
+        assert!(sq13
+            .infer(&[Some(&fact(DType::F32, "2,3")), Some(&ints(&[0]))])
+            .unwrap_err()
+            .0
+            .contains("not 1"));
+
+        let un11 = parse(
+            "Unsqueeze",
+            11,
+            vec![("axes", Attr::Ints(vec![0, -1]))],
+            1,
+            1,
+        )
+        .unwrap();
+        assert_eq!(out_shape(&*un11, &[&fact(DType::F32, "N,S")]), "[1,N,S,1]");
+        let un13 = parse("Unsqueeze", 13, vec![], 2, 1).unwrap();
+        assert_eq!(
+            out_shape(&*un13, &[&fact(DType::F32, "N,S"), &ints(&[0, 2])]),
+            "[1,N,1,S]"
+        );
+        assert!(parse("Unsqueeze", 11, vec![], 1, 1).is_err());
+
+        // A scalar symbol becomes a one-element shape tensor and back.
+        let n = Fact::symbolic(vec![Dim::sym("N")], true);
+        let out = un13.infer(&[Some(&n), Some(&ints(&[0]))]).unwrap();
+        assert_eq!(out[0].sym, Some(vec![Dim::sym("N")]));
+        assert_eq!(out[0].shape(), &[Dim::known(1)]);
+        let back = sq13.infer(&[Some(&out[0]), Some(&ints(&[0]))]).unwrap();
+        assert_eq!(back[0].rank(), 0);
+        assert_eq!(back[0].sym, Some(vec![Dim::sym("N")]));
+        assert_eq!(
+            eval1(&*un13, &[&iota(&[2, 3]), &t_ints(&[1])]).shape(),
+            &[2, 1, 3]
+        );
+    }
+
+    #[test]
+    fn transpose_default_and_perm() {
+        let rev = parse("Transpose", 13, vec![], 1, 1).unwrap();
+        assert_eq!(out_shape(&*rev, &[&fact(DType::F32, "N,3,4")]), "[4,3,N]");
+        let p = parse(
+            "Transpose",
+            13,
+            vec![("perm", Attr::Ints(vec![0, 2, 1]))],
+            1,
+            1,
+        )
+        .unwrap();
+        let out = eval1(&*p, &[&iota(&[1, 2, 3])]);
+        // numpy: np.arange(6).reshape(1,2,3).transpose(0,2,1).ravel()
+        assert_eq!(out.to_f64_vec(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        let bad = parse(
+            "Transpose",
+            13,
+            vec![("perm", Attr::Ints(vec![0, 0, 1]))],
+            1,
+            1,
+        )
+        .unwrap();
+        assert!(bad
+            .infer(&[Some(&fact(DType::F32, "1,2,3"))])
+            .unwrap_err()
+            .0
+            .contains("not a permutation"));
+    }
+
+    #[test]
+    fn expand_is_bidirectional() {
+        let op = parse("Expand", 13, vec![], 2, 1).unwrap();
+        assert_eq!(
+            out_shape(&*op, &[&fact(DType::F32, "3,1"), &ints(&[2, 1, 4])]),
+            "[2,3,4]"
+        );
+        let sym_shape = Fact::symbolic(vec![Dim::sym("N"), Dim::known(1), Dim::sym("S")], false);
+        assert_eq!(
+            out_shape(&*op, &[&fact(DType::F32, "1,4,1"), &sym_shape]),
+            "[N,4,S]"
+        );
+        let msg = op
+            .infer(&[Some(&fact(DType::F32, "3")), Some(&ints(&[4]))])
+            .unwrap_err()
+            .0;
+        assert!(msg.contains("cannot be broadcast"), "{msg}");
+        let out = eval1(
+            &*op,
+            &[&t_f32(&[3, 1], vec![1.0, 2.0, 3.0]), &t_ints(&[2, 1, 2])],
+        );
+        assert_eq!(out.shape(), &[2, 3, 2]);
+        assert_eq!(out.to_f64_vec()[..6], [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
+    }
+
+    #[test]
+    fn tile_shapes_and_values() {
+        let op = parse("Tile", 13, vec![], 2, 1).unwrap();
+        assert_eq!(
+            out_shape(&*op, &[&fact(DType::F32, "N,3"), &ints(&[2, 1])]),
+            "[2*N,3]"
+        );
+        let reps = Fact::symbolic(vec![Dim::known(1), Dim::sym("K")], false);
+        assert_eq!(
+            out_shape(&*op, &[&fact(DType::F32, "N,3"), &reps]),
+            "[N,3*K]"
+        );
+        let out = eval1(&*op, &[&iota(&[2, 2]), &t_ints(&[1, 2])]);
+        // numpy: np.tile(np.arange(4).reshape(2,2), (1,2))
+        assert_eq!(
+            out.to_f64_vec(),
+            vec![0.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0]
+        );
+        assert!(op
+            .infer(&[Some(&fact(DType::F32, "N,3")), Some(&ints(&[2]))])
+            .is_err());
+        assert!(parse("Tile", 1, vec![], 3, 1).is_err());
+    }
+
+    #[test]
+    fn shape_and_size_are_symbolic() {
+        let x = fact(DType::F32, "N,3,224,224");
+        let shape = parse("Shape", 13, vec![], 1, 1).unwrap();
+        let out = shape.infer(&[Some(&x)]).unwrap();
+        assert_eq!(out[0].sym, Some(dims("N,3,224,224")));
+        assert_eq!(out[0].shape(), &[Dim::known(4)]);
+        let tail = parse("Shape", 15, vec![("start", Attr::Int(-2))], 1, 1).unwrap();
+        assert_eq!(
+            tail.infer(&[Some(&x)]).unwrap()[0].sym,
+            Some(dims("224,224"))
+        );
+        let mid = parse(
+            "Shape",
+            15,
+            vec![("start", Attr::Int(1)), ("end", Attr::Int(-1))],
+            1,
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            eval1(&*mid, &[&iota(&[2, 3, 4, 5])]).to_i64_vec(),
+            vec![3, 4]
+        );
+        let clamped = parse("Shape", 15, vec![("start", Attr::Int(10))], 1, 1).unwrap();
+        assert_eq!(eval1(&*clamped, &[&iota(&[2, 3])]).shape(), &[0]);
+        let size = parse("Size", 13, vec![], 1, 1).unwrap();
+        let s = size.infer(&[Some(&x)]).unwrap();
+        assert_eq!(s[0].rank(), 0);
+        assert_eq!(s[0].sym.as_ref().unwrap()[0].to_string(), "150528*N");
+        assert_eq!(eval1(&*size, &[&iota(&[2, 3])]).to_i64_vec(), vec![6]);
+    }
+
+    /// The classic PyTorch flatten export:
+    /// `Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1]))`.
+    fn flatten_chain(batch: &str) -> (super::testutil::GraphBuilder, usize) {
+        let mut b = GraphBuilder::new(13);
+        let x = b.input("x", DType::F32, &format!("{batch},2048,1,1"));
+        let zero = b.konst("zero", crate::ir::Tensor::from_i64s(&[], vec![0]));
+        let axes = b.konst("axes", t_ints(&[0]));
+        let minus_one = b.konst("minus_one", t_ints(&[-1]));
+        let shape = b.node("Shape", vec![], &[x], 1)[0];
+        let n = b.node("Gather", vec![("axis", Attr::Int(0))], &[shape, zero], 1)[0];
+        let n1 = b.node("Unsqueeze", vec![], &[n, axes], 1)[0];
+        let target = b.node("Concat", vec![("axis", Attr::Int(0))], &[n1, minus_one], 1)[0];
+        let y = b.node("Reshape", vec![], &[x, target], 1)[0];
+        b.g.outputs.push(y);
+        (b, y)
+    }
+
+    #[test]
+    fn pytorch_flatten_chain_folds_when_static() {
+        let (mut b, y) = flatten_chain("2");
+        let stats = infer_graph(&mut b.g).unwrap();
+        assert_eq!(stats.folded, 4, "{stats:?}");
+        let ops: Vec<&str> = b.g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, vec!["Reshape"]);
+        assert_eq!(b.g.ty(y).to_string(), "float32[2,2048]");
+        let x = iota(&[2, 2048, 1, 1]);
+        let out = crate::reference::run(&b.g, &BTreeMap::from([("x".to_string(), x)])).unwrap();
+        assert_eq!(out[0].1.shape(), &[2, 2048]);
+        assert_eq!(out[0].1.to_f64_vec()[2049], 2049.0);
+    }
+
+    #[test]
+    fn pytorch_flatten_chain_stays_symbolic() {
+        let (mut b, y) = flatten_chain("N");
+        infer_graph(&mut b.g).unwrap();
+        assert_eq!(b.g.ty(y).to_string(), "float32[N,2048]");
+        let target =
+            b.g.nodes
+                .iter()
+                .find(|n| n.op_type == "Concat")
+                .unwrap()
+                .outputs[0];
+        assert_eq!(
+            b.g.value(target).sym,
+            Some(vec![Dim::sym("N"), Dim::known(-1)])
+        );
+        // The executor runs the kept shape subgraph and binds N.
+        let out = crate::reference::run(
+            &b.g,
+            &BTreeMap::from([("x".to_string(), iota(&[3, 2048, 1, 1]))]),
+        )
+        .unwrap();
+        assert_eq!(out[0].1.shape(), &[3, 2048]);
+    }
+}
