@@ -31,7 +31,7 @@ pub fn broadcast_shapes(shapes: &[&[Dim]]) -> OpResult<Vec<Dim>> {
                 (None, Some(_)) => *slot = d.clone(),
                 (Some(_), None) => {}
                 // Two different symbols: the larger of the two, whatever they turn out to be.
-                (None, None) => *slot = Dim::max(&*slot, d),
+                (None, None) => *slot = slot.max_dim(d),
             }
         }
     }

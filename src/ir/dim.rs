@@ -156,7 +156,8 @@ impl Dim {
         Dim::sym(format!("ceil({}/{})", self.paren(), d.paren()))
     }
 
-    pub fn min(&self, other: &Dim) -> Dim {
+    /// Named apart from `Ord::min`, which `Dim` also has (a total order for sorting, not by value).
+    pub fn min_dim(&self, other: &Dim) -> Dim {
         match (self.as_known(), other.as_known()) {
             (Some(a), Some(b)) => Dim::known(a.min(b)),
             _ if self == other => self.clone(),
@@ -164,7 +165,7 @@ impl Dim {
         }
     }
 
-    pub fn max(&self, other: &Dim) -> Dim {
+    pub fn max_dim(&self, other: &Dim) -> Dim {
         match (self.as_known(), other.as_known()) {
             (Some(a), Some(b)) => Dim::known(a.max(b)),
             _ if self == other => self.clone(),
