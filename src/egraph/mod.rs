@@ -1,2 +1,182 @@
 //! Equality-saturation optimiser (issue 4): the IR graph goes into an e-graph, phased rewriting
-//! discovers fused kernels and layouts, DAG-aware extraction picks the cheapest graph.
+//! discovers fused kernels and layouts, DAG-aware extraction picks the cheapest graph, and the
+//! result comes back as an IR graph of kernel-level ops that the reference executor runs.
+//!
+//! Modules: [`language`] (the e-graph language), [`analysis`] (dtype/shape/layout/constness,
+//! by calling each denoted op's `infer`), [`rules`] (the `rewrites/*.rules` parser and the
+//! predicate registry), [`runner`] (phases), [`extract`] (cost model and DAG-aware extraction),
+//! [`from_ir`] / [`to_ir`], [`explain`] (the report and Graphviz output).
+
+pub mod analysis;
+pub mod explain;
+pub mod extract;
+pub mod from_ir;
+pub mod language;
+pub mod rules;
+pub mod runner;
+pub mod to_ir;
+
+pub use explain::{write_dot, ExplainReport, Fusion};
+pub use extract::{AnalyticalCost, CostModel};
+pub use runner::{Phase, PhaseStats};
+
+use crate::error::{Error, Result};
+use crate::ir::Graph;
+use egg::Id;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What `optimize` runs.
+#[derive(Clone)]
+pub struct OptimizeOptions {
+    pub phases: Vec<Phase>,
+    /// Fuse chains of elementwise kernels after extraction.
+    pub fuse_elementwise_chains: bool,
+}
+
+impl OptimizeOptions {
+    /// The standard pipeline: cleanup → layout → fusion → cleanup, rules from `rewrites/`.
+    pub fn standard() -> Result<OptimizeOptions> {
+        let rule_err = |e: rules::RuleError| Error::Other(e.to_string());
+        Ok(OptimizeOptions {
+            phases: vec![
+                Phase::from_file("cleanup", "cleanup.rules").map_err(rule_err)?,
+                Phase::from_file("layout", "layout.rules").map_err(rule_err)?,
+                Phase::from_file("fusion", "fusion.rules").map_err(rule_err)?,
+                Phase::from_file("cleanup", "cleanup.rules").map_err(rule_err)?,
+            ],
+            fuse_elementwise_chains: true,
+        })
+    }
+
+    /// No rewriting: the graph goes through the e-graph and back unchanged (a round-trip check).
+    pub fn no_rules() -> OptimizeOptions {
+        OptimizeOptions {
+            phases: Vec::new(),
+            fuse_elementwise_chains: false,
+        }
+    }
+}
+
+/// Optimises an inferred graph. Returns the kernel-level graph and the explain report.
+pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, ExplainReport)> {
+    optimize_with_cost(g, opts, &AnalyticalCost::default())
+}
+
+/// `optimize` with another cost model.
+pub fn optimize_with_cost(g: &Graph, opts: &OptimizeOptions, cost: &dyn CostModel) -> Result<(Graph, ExplainReport)> {
+    let path = g.info.source.clone();
+    let imported = from_ir::from_ir(g)?;
+    let roots = imported.roots.clone();
+    let mut eg = imported.eg;
+    let before = extract::extract(&eg, &roots, cost).map_err(|m| Error::model(&path, format!("optimiser: {m}")))?;
+    let mut phases = Vec::new();
+    for phase in &opts.phases {
+        let (next, stats) = runner::run_phase(eg, phase).map_err(|e| Error::Other(e.to_string()))?;
+        eg = next;
+        phases.push(stats);
+    }
+    let ex = extract::extract(&eg, &roots, cost).map_err(|m| Error::model(&path, format!("optimiser: {m}")))?;
+    let mut lowered = to_ir::to_ir(&eg, &ex, g)?;
+    if opts.fuse_elementwise_chains {
+        to_ir::fuse_elementwise_chains(&mut lowered.graph, &mut lowered.node_class);
+    }
+    let fusions = attribute(&eg, &imported.node_classes, &imported.node_inputs, g, &lowered);
+    let mut kernels_after = BTreeMap::new();
+    for n in &lowered.graph.nodes {
+        *kernels_after.entry(to_ir::kernel_name(n)).or_insert(0) += 1;
+    }
+    let report = ExplainReport {
+        model: path,
+        ops_before: g.op_histogram(),
+        kernels_after,
+        fusions,
+        phases,
+        cost_before: before.cost_ps as f64 / 1e6,
+        cost_after: ex.cost_ps as f64 / 1e6,
+        warnings: eg.analysis.conflicts.clone(),
+    };
+    Ok((lowered.graph, report))
+}
+
+/// Which ONNX nodes each kernel replaces. An ONNX node belongs to the kernel computing its
+/// output class (or that class's layout twin: a class holding `transpose(d)` with `d` computed),
+/// and otherwise to the first kernel downstream whose computation absorbed it.
+fn attribute(
+    eg: &analysis::OGraph,
+    node_classes: &[Vec<Id>],
+    node_inputs: &[Vec<Option<Id>>],
+    g: &Graph,
+    low: &to_ir::Lowered,
+) -> Vec<Fusion> {
+    let computed: BTreeMap<Id, usize> = low.node_class.iter().enumerate().map(|(i, &c)| (eg.find(c), i)).collect();
+    let producers = low.graph.producers();
+    // A layout transform is not where an ONNX node's work went: look through it.
+    let through_transpose = |mut k: usize| -> usize {
+        while low.graph.nodes[k].op.downcast_ref::<crate::ir::ops::kernel::Transpose>().is_some() {
+            match low.graph.nodes[k].inputs.first().copied().flatten().and_then(|v| producers[v]) {
+                Some(p) => k = p,
+                None => break,
+            }
+        }
+        k
+    };
+    let mat = |c: Id| -> Option<usize> {
+        let c = eg.find(c);
+        if let Some(&k) = computed.get(&c) {
+            return Some(through_transpose(k));
+        }
+        eg[c].nodes.iter().find_map(|n| match n {
+            language::ONode::Transpose([_, d]) => computed.get(&eg.find(*d)).copied().map(through_transpose),
+            _ => None,
+        })
+    };
+    let mut producer: BTreeMap<Id, usize> = BTreeMap::new();
+    for (ni, outs) in node_classes.iter().enumerate() {
+        for &c in outs {
+            producer.entry(eg.find(c)).or_insert(ni);
+        }
+    }
+    let mut owner: Vec<Option<usize>> = vec![None; node_classes.len()];
+    let mut claimed: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (ni, outs) in node_classes.iter().enumerate() {
+        if let Some(k) = outs.first().and_then(|&c| mat(c)) {
+            owner[ni] = Some(k);
+            claimed.entry(k).or_default().push(ni);
+        }
+    }
+    // Absorb unmaterialised producers into their consumer's kernel, in reverse graph order.
+    for ni in (0..node_classes.len()).rev() {
+        let Some(k) = owner[ni] else { continue };
+        let mut stack = vec![ni];
+        while let Some(n) = stack.pop() {
+            for c in node_inputs[n].iter().flatten() {
+                let c = eg.find(*c);
+                if mat(c).is_some() {
+                    continue;
+                }
+                if let Some(&p) = producer.get(&c) {
+                    if owner[p].is_none() {
+                        owner[p] = Some(k);
+                        claimed.entry(k).or_default().push(p);
+                        stack.push(p);
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (k, mut nodes) in claimed {
+        let nodes_set: BTreeSet<usize> = nodes.drain(..).collect();
+        if nodes_set.len() < 2 {
+            continue;
+        }
+        let n = &low.graph.nodes[k];
+        out.push(Fusion {
+            kernel: to_ir::kernel_name(n),
+            node: n.name.clone(),
+            detail: explain::kernel_detail(n),
+            onnx_nodes: nodes_set.iter().map(|&i| g.nodes[i].name.clone()).collect(),
+        });
+    }
+    out
+}

@@ -1,1 +1,6 @@
-//! Reference kernels of the optimiser's kernel-level ops.
+//! Reference kernels of the optimiser's kernel-level ops (`crate::ir::ops::kernel`).
+
+pub mod conv;
+pub mod elementwise;
+pub mod gemm;
+pub mod misc;

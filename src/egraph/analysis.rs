@@ -1,0 +1,422 @@
+//! The e-class analysis: dtype, shape (symbolic dims), layout and constant contents of every
+//! class, obtained by mapping each e-node to the IR op it denotes and calling that op's `infer`
+//! (and `eval` when every input is constant, which folds weight-only subgraphs such as BN
+//! scales multiplied into conv weights or weight transposes to KRSC).
+
+use super::language::{leaf_kind, opaque_ref, LeafKind, ONode};
+use crate::ir::infer::FOLD_LIMIT;
+use crate::ir::ops::kernel::{
+    Act, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout, Pool, ReduceMean, Transpose,
+};
+use crate::ir::{Fact, Op, OpError, OpResult, Tensor};
+use crate::{op_bail, op_ensure};
+use egg::{DidMerge, EGraph, Id, Language};
+use std::sync::Arc;
+
+pub type OGraph = EGraph<ONode, OptAnalysis>;
+
+/// An original IR node, kept for opaque nodes and for nodes (`bn`, `identity`) that run their
+/// original implementation when no rule rewrites them.
+#[derive(Clone, Debug)]
+pub struct OrigNode {
+    pub name: String,
+    pub op_type: String,
+    pub domain: String,
+    pub op: Box<dyn Op>,
+    pub num_outputs: usize,
+}
+
+/// Side tables shared by all classes, plus diagnostics gathered while rewriting.
+#[derive(Debug, Default)]
+pub struct OptAnalysis {
+    pub consts: Vec<Arc<Tensor>>,
+    /// Name of each constant in the source graph (`None` for constants the optimiser made).
+    pub const_names: Vec<Option<String>>,
+    pub inputs: Vec<Fact>,
+    pub origs: Vec<OrigNode>,
+    /// Type conflicts met while merging classes (a rule with a missing condition): reported,
+    /// and in debug builds an assertion failure.
+    pub conflicts: Vec<String>,
+    /// Constants by content hash, so a value folded twice gets the same leaf (rules that
+    /// rewrite constants into equal constants then reach a fixpoint instead of growing).
+    by_content: std::collections::BTreeMap<u64, Vec<usize>>,
+}
+
+impl OptAnalysis {
+    pub fn add_const(&mut self, t: Arc<Tensor>, name: Option<String>) -> usize {
+        self.consts.push(t);
+        self.const_names.push(name);
+        self.consts.len() - 1
+    }
+
+    /// The index of a constant equal to `t` (same dtype, shape and bits), adding it if new.
+    pub fn intern_const(&mut self, t: Arc<Tensor>) -> usize {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        t.dtype().hash(&mut h);
+        t.shape().hash(&mut h);
+        for v in t.to_f64_vec() {
+            v.to_bits().hash(&mut h);
+        }
+        let key = h.finish();
+        if let Some(ids) = self.by_content.get(&key) {
+            for &i in ids {
+                if *self.consts[i] == *t {
+                    return i;
+                }
+            }
+        }
+        let i = self.add_const(t, None);
+        self.by_content.entry(key).or_default().push(i);
+        i
+    }
+}
+
+/// What the analysis knows about a class.
+#[derive(Clone, Debug, Default)]
+pub struct Data {
+    /// `None` for attribute leaves and `none`.
+    pub fact: Option<Fact>,
+    /// Layout of rank-4 activations produced by layout-aware nodes.
+    pub layout: Option<Layout>,
+}
+
+/// A kernel-level (or original) op an e-node denotes, with its IR inputs (`None`: absent).
+pub struct Denoted {
+    pub op: Box<dyn Op>,
+    pub inputs: Vec<Option<Id>>,
+    /// Output index of the op this node stands for (opaque nodes of multi-output ops).
+    pub output: usize,
+}
+
+/// Reads the token of an attribute leaf class.
+pub fn token_of(eg: &OGraph, id: Id) -> Option<String> {
+    eg[id].nodes.iter().find_map(|n| match n {
+        ONode::Leaf(s) if matches!(leaf_kind(s.as_str()), LeafKind::Attr(_) | LeafKind::None) => Some(s.to_string()),
+        _ => None,
+    })
+}
+
+fn orig_index(eg: &OGraph, id: Id) -> Option<usize> {
+    eg[id].nodes.iter().find_map(|n| match n {
+        ONode::Leaf(s) => match leaf_kind(s.as_str()) {
+            LeafKind::Orig(k) => Some(k),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+fn is_none(eg: &OGraph, id: Id) -> bool {
+    eg[id].nodes.iter().any(|n| matches!(n, ONode::Leaf(s) if s.as_str() == "none"))
+}
+
+/// Maps an e-node to the op it denotes. `Ok(None)` for leaves.
+pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
+    let tok = |id: Id| -> OpResult<String> {
+        token_of(eg, id).ok_or_else(|| OpError(format!("child {id} of '{node}' is not an attribute leaf")))
+    };
+    let opt = |id: Id| -> Option<Id> { (!is_none(eg, id)).then_some(id) };
+    let act_of = |id: Id| -> OpResult<Option<Act>> {
+        let t = tok(id)?;
+        if t == "none" {
+            Ok(None)
+        } else {
+            Ok(Some(Act::parse(&t)?))
+        }
+    };
+    let konst_scalar = |id: Id| -> OpResult<f32> {
+        eg[id]
+            .data
+            .fact
+            .as_ref()
+            .and_then(|f| f.konst.as_ref())
+            .and_then(|t| t.scalar_f64())
+            .map(|v| v as f32)
+            .ok_or_else(|| OpError(format!("'{node}': epsilon must be a scalar constant")))
+    };
+    let usize_tok = |id: Id| -> OpResult<usize> {
+        let t = tok(id)?;
+        t.parse::<usize>()
+            .map_err(|_| OpError(format!("'{node}': expected a non-negative integer, found '{t}'")))
+    };
+    let d = |op: Box<dyn Op>, inputs: Vec<Option<Id>>| Ok(Some(Denoted { op, inputs, output: 0 }));
+    let bin = |op: BinOp, c: &[Id; 2]| d(Box::new(Elementwise::binary(op)), vec![Some(c[0]), Some(c[1])]);
+    match node {
+        ONode::Leaf(_) => Ok(None),
+        ONode::Conv([x, w, b, g]) => {
+            let geom = ConvGeom::parse(&tok(*g)?)?;
+            d(
+                Box::new(Conv2d {
+                    layout: Layout::Nchw,
+                    geom,
+                    act: None,
+                }),
+                vec![Some(*x), Some(*w), opt(*b)],
+            )
+        }
+        ONode::KConv([x, w, b, r, g, a]) => {
+            let geom = ConvGeom::parse(&tok(*g)?)?;
+            d(
+                Box::new(Conv2d {
+                    layout: Layout::Nhwc,
+                    geom,
+                    act: act_of(*a)?,
+                }),
+                vec![Some(*x), Some(*w), opt(*b), opt(*r)],
+            )
+        }
+        ONode::Gemm([a, b, bias, r, attrs, act]) => {
+            let mut g = parse_gemm_attrs(&tok(*attrs)?)?;
+            g.act = act_of(*act)?;
+            d(Box::new(g), vec![Some(*a), Some(*b), opt(*bias), opt(*r)])
+        }
+        ONode::Add(c) => bin(BinOp::Add, c),
+        ONode::Sub(c) => bin(BinOp::Sub, c),
+        ONode::Mul(c) => bin(BinOp::Mul, c),
+        ONode::Div(c) => bin(BinOp::Div, c),
+        ONode::Pow(c) => bin(BinOp::Pow, c),
+        ONode::Max(c) => bin(BinOp::Max, c),
+        ONode::Min(c) => bin(BinOp::Min, c),
+        ONode::Act([f, x]) => d(Box::new(Elementwise::unary(Act::parse(&tok(*f)?)?)), vec![Some(*x)]),
+        ONode::ReduceMean([axes, x]) => d(Box::new(ReduceMean::parse(&tok(*axes)?)?), vec![Some(*x)]),
+        ONode::Transpose([p, x]) => d(Box::new(Transpose::new(Transpose::parse_perm(&tok(*p)?)?)?), vec![Some(*x)]),
+        ONode::Flatten([a, x]) => d(Box::new(Flatten { axis: usize_tok(*a)? }), vec![Some(*x)]),
+        ONode::Chan([k, x]) => d(
+            Box::new(ChannelView {
+                trailing_ones: usize_tok(*k)?,
+            }),
+            vec![Some(*x)],
+        ),
+        ONode::BatchNorm([x, s, b, m, v, _eps, orig]) => {
+            let k = orig_index(eg, *orig).ok_or_else(|| OpError("'bn' without its original node".into()))?;
+            let o = eg
+                .analysis
+                .origs
+                .get(k)
+                .ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
+            d(o.op.clone(), vec![Some(*x), Some(*s), Some(*b), Some(*m), Some(*v)])
+        }
+        ONode::Identity([x, orig]) => {
+            let k = orig_index(eg, *orig).ok_or_else(|| OpError("'identity' without its original node".into()))?;
+            let o = eg
+                .analysis
+                .origs
+                .get(k)
+                .ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
+            d(o.op.clone(), vec![Some(*x)])
+        }
+        ONode::Pool([g, x]) => d(Box::new(Pool::parse(&tok(*g)?, Layout::Nchw)?), vec![Some(*x)]),
+        ONode::PoolNhwc([g, x]) => d(Box::new(Pool::parse(&tok(*g)?, Layout::Nhwc)?), vec![Some(*x)]),
+        ONode::Gap(x) => d(
+            Box::new(GlobalAvgPool {
+                layout: Layout::Nchw,
+                flatten: false,
+            }),
+            vec![Some(*x)],
+        ),
+        ONode::GapNhwc(x) => d(
+            Box::new(GlobalAvgPool {
+                layout: Layout::Nhwc,
+                flatten: false,
+            }),
+            vec![Some(*x)],
+        ),
+        ONode::GapFlatNhwc(x) => d(
+            Box::new(GlobalAvgPool {
+                layout: Layout::Nhwc,
+                flatten: true,
+            }),
+            vec![Some(*x)],
+        ),
+        ONode::LayerNorm([x, s, b, eps]) => d(
+            Box::new(LayerNorm {
+                axis: -1,
+                eps: konst_scalar(*eps)?,
+            }),
+            vec![Some(*x), Some(*s), opt(*b)],
+        ),
+        ONode::Opaque(sym, children) => {
+            let Some((k, j)) = opaque_ref(sym.as_str()) else {
+                op_bail!("malformed opaque node '{sym}'")
+            };
+            let o = eg
+                .analysis
+                .origs
+                .get(k)
+                .ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
+            op_ensure!(j < o.num_outputs, "opaque node '{sym}': node has {} outputs", o.num_outputs);
+            let inputs = children.iter().map(|&c| opt(c)).collect();
+            Ok(Some(Denoted {
+                op: o.op.clone(),
+                inputs,
+                output: j,
+            }))
+        }
+    }
+}
+
+/// Parses `ta<0|1>:tb<0|1>:a<alpha>:b<beta>`.
+pub fn parse_gemm_attrs(t: &str) -> OpResult<Gemm> {
+    let bad = || OpError(format!("malformed gemm attributes '{t}' (expected ta0:tb0:a1:b1)"));
+    let f: Vec<&str> = t.split(':').collect();
+    if f.len() != 4 {
+        return Err(bad());
+    }
+    let flag = |s: &str, p: &str| match s.strip_prefix(p) {
+        Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        _ => Err(bad()),
+    };
+    let num = |s: &str, p: &str| s.strip_prefix(p).and_then(|v| v.parse::<f32>().ok()).ok_or_else(bad);
+    Ok(Gemm {
+        trans_a: flag(f[0], "ta")?,
+        trans_b: flag(f[1], "tb")?,
+        alpha: num(f[2], "a")?,
+        beta: num(f[3], "b")?,
+        act: None,
+    })
+}
+
+pub fn gemm_attrs_token(g: &Gemm) -> String {
+    format!("ta{}:tb{}:a{}:b{}", u8::from(g.trans_a), u8::from(g.trans_b), g.alpha, g.beta)
+}
+
+/// Infers (and, for all-constant inputs, evaluates) the fact of one e-node.
+pub fn node_fact(eg: &OGraph, node: &ONode) -> OpResult<Option<Fact>> {
+    if let ONode::Leaf(s) = node {
+        return Ok(match leaf_kind(s.as_str()) {
+            LeafKind::Const(k) => eg.analysis.consts.get(k).map(|t| Fact::constant(t.clone())),
+            LeafKind::Input(k) => eg.analysis.inputs.get(k).cloned(),
+            _ => None,
+        });
+    }
+    let Some(den) = denote(eg, node)? else { return Ok(None) };
+    let mut facts: Vec<Option<&Fact>> = Vec::with_capacity(den.inputs.len());
+    for i in &den.inputs {
+        match i {
+            None => facts.push(None),
+            Some(id) => match eg[*id].data.fact.as_ref() {
+                Some(f) => facts.push(Some(f)),
+                None => op_bail!("input class {id} of '{node}' has no type"),
+            },
+        }
+    }
+    let mut outs = den.op.infer(&facts)?;
+    op_ensure!(
+        den.output < outs.len(),
+        "'{node}' reads output {} of an op with {}",
+        den.output,
+        outs.len()
+    );
+    let mut fact = outs.swap_remove(den.output);
+    let foldable = !matches!(node, ONode::Opaque(..))
+        && facts.iter().flatten().all(|f| f.konst.is_some())
+        && fact.ty.known_shape().is_some_and(|s| s.iter().product::<usize>() <= FOLD_LIMIT);
+    if foldable {
+        let tensors: Vec<Option<&Tensor>> = facts.iter().map(|f| f.and_then(|f| f.konst.as_deref())).collect();
+        let mut vals = den.op.eval(&tensors)?;
+        op_ensure!(den.output < vals.len(), "'{node}': evaluation produced {} outputs", vals.len());
+        let t = vals.swap_remove(den.output);
+        op_ensure!(
+            t.dtype() == fact.dtype(),
+            "'{node}': evaluation gave {} but inference {}",
+            t.dtype(),
+            fact.dtype()
+        );
+        fact = Fact::constant(Arc::new(t));
+    }
+    Ok(Some(fact))
+}
+
+fn layout_of(node: &ONode) -> Option<Layout> {
+    match node {
+        ONode::KConv(_) | ONode::PoolNhwc(_) | ONode::GapNhwc(_) => Some(Layout::Nhwc),
+        ONode::Conv(_) | ONode::Pool(_) | ONode::Gap(_) => Some(Layout::Nchw),
+        _ => None,
+    }
+}
+
+impl egg::Analysis<ONode> for OptAnalysis {
+    type Data = Data;
+
+    fn make(eg: &mut OGraph, node: &ONode, _id: Id) -> Data {
+        match node_fact(eg, node) {
+            Ok(fact) => Data {
+                fact,
+                layout: layout_of(node),
+            },
+            Err(e) => {
+                // An ill-typed node can only come from a rule whose condition is too weak; the
+                // class keeps no type from it and extraction never picks it.
+                if eg.analysis.conflicts.len() < 64 {
+                    eg.analysis.conflicts.push(format!("ill-typed node {node}: {e}"));
+                }
+                Data::default()
+            }
+        }
+    }
+
+    fn merge(&mut self, a: &mut Data, b: Data) -> DidMerge {
+        let mut changed_a = false;
+        let mut changed_b = false;
+        match (&mut a.fact, b.fact) {
+            (None, Some(fb)) => {
+                a.fact = Some(fb);
+                changed_a = true;
+            }
+            (Some(_), None) => changed_b = true,
+            (None, None) => {}
+            (Some(fa), Some(fb)) => {
+                if fa.ty != fb.ty {
+                    let msg = format!("merged classes disagree: {} vs {}", fa.ty, fb.ty);
+                    debug_assert!(false, "{msg}");
+                    if self.conflicts.len() < 64 {
+                        self.conflicts.push(msg);
+                    }
+                }
+                match (&fa.konst, fb.konst) {
+                    (None, Some(k)) => {
+                        fa.konst = Some(k);
+                        changed_a = true;
+                    }
+                    (Some(_), None) => changed_b = true,
+                    _ => {}
+                }
+            }
+        }
+        if a.layout.is_none() && b.layout.is_some() {
+            a.layout = b.layout;
+            changed_a = true;
+        } else if a.layout.is_some() && b.layout.is_none() {
+            changed_b = true;
+        }
+        DidMerge(changed_a, changed_b)
+    }
+
+    /// A class whose value became known gets a constant leaf, which extraction prefers (cost 0):
+    /// this is how weight-only subgraphs fold into new constants.
+    fn modify(eg: &mut OGraph, id: Id) {
+        let Some(k) = eg[id].data.fact.as_ref().and_then(|f| f.konst.clone()) else {
+            return;
+        };
+        let has_leaf = eg[id]
+            .nodes
+            .iter()
+            .any(|n| matches!(n, ONode::Leaf(s) if matches!(leaf_kind(s.as_str()), LeafKind::Const(_))));
+        if has_leaf {
+            return;
+        }
+        let c = eg.analysis.intern_const(k);
+        let leaf = eg.add(super::language::leaf(format!("c{c}")));
+        eg.union(id, leaf);
+    }
+}
+
+/// Whether every child of `node` has a type (attribute leaves aside): extraction only considers
+/// such nodes.
+pub fn children_typed(eg: &OGraph, node: &ONode) -> bool {
+    node.children()
+        .iter()
+        .all(|&c| eg[c].data.fact.is_some() || eg[c].nodes.iter().all(|n| n.is_leaf()))
+}

@@ -1,0 +1,465 @@
+//! IR graph → e-graph. Ops the rules know become language nodes (attributes as leaf tokens);
+//! every other node becomes one opaque node per output, referring to the original node.
+
+use super::analysis::{gemm_attrs_token, OGraph, OptAnalysis, OrigNode};
+use super::language::{leaf, opaque_symbol, ONode};
+use crate::error::{Error, Result};
+use crate::ir::dim::Dim;
+use crate::ir::ops::kernel::{self as k, Act, ConvGeom, Elementwise, EwExpr, Layout};
+use crate::ir::ops::{activation, arithmetic, cast, conv, linalg, normalization, pool, reduce, shape};
+use crate::ir::{Fact, Graph, Node, Tensor};
+use crate::reference::activation::Activation;
+use crate::reference::arithmetic::{BinaryKind, UnaryKind};
+use egg::Id;
+use std::sync::Arc;
+
+/// The e-graph of a graph, with the class of every graph output and of every node output.
+pub struct Imported {
+    pub eg: OGraph,
+    pub roots: Vec<Id>,
+    /// Classes of each original node's outputs, by node index.
+    pub node_classes: Vec<Vec<Id>>,
+    /// Classes of each original node's inputs (`None`: absent optional input).
+    pub node_inputs: Vec<Vec<Option<Id>>>,
+}
+
+struct Builder {
+    eg: OGraph,
+}
+
+impl Builder {
+    fn leaf(&mut self, tok: &str) -> Id {
+        self.eg.add(leaf(tok))
+    }
+    fn none(&mut self) -> Id {
+        self.leaf("none")
+    }
+    fn scalar(&mut self, v: f32, like: &Fact) -> Id {
+        let t = Tensor::from_f32s(&[], vec![v]).cast(like.dtype());
+        let c = self.eg.analysis.add_const(Arc::new(t), None);
+        self.leaf(&format!("c{c}"))
+    }
+}
+
+/// Builds the e-graph of `g` (which must have been through inference).
+pub fn from_ir(g: &Graph) -> Result<Imported> {
+    let path = g.info.source.clone();
+    let mut b = Builder {
+        eg: OGraph::new(OptAnalysis::default()),
+    };
+    let mut class: Vec<Option<Id>> = vec![None; g.values.len()];
+    for (i, &v) in g.inputs.iter().enumerate() {
+        let ty = g.values[v]
+            .ty
+            .clone()
+            .ok_or_else(|| Error::model(&path, format!("input '{}' has no type", g.values[v].name)))?;
+        b.eg.analysis.inputs.push(Fact::of_type(ty));
+        class[v] = Some(b.leaf(&format!("in{i}")));
+    }
+    let mut node_classes = Vec::with_capacity(g.nodes.len());
+    let mut node_inputs = Vec::with_capacity(g.nodes.len());
+    for (ni, node) in g.nodes.iter().enumerate() {
+        b.eg.analysis.origs.push(OrigNode {
+            name: node.name.clone(),
+            op_type: node.op_type.clone(),
+            domain: node.domain.clone(),
+            op: node.op.clone(),
+            num_outputs: node.outputs.len(),
+        });
+        let mut children = Vec::with_capacity(node.inputs.len());
+        for inp in &node.inputs {
+            children.push(match inp {
+                None => None,
+                Some(v) => Some(value_class(&mut b, g, &mut class, *v)?),
+            });
+        }
+        let recognised = if node.outputs.len() == 1 {
+            recognise(&mut b, node, ni, &children)
+        } else {
+            None
+        };
+
+        let outs: Vec<Id> = match recognised {
+            Some(n) => vec![b.eg.add(n)],
+            None => {
+                let ch: Vec<Id> = children.iter().map(|c| c.unwrap_or_else(|| b.none())).collect();
+                (0..node.outputs.len())
+                    .map(|j| b.eg.add(ONode::Opaque(opaque_symbol(ni, j), ch.clone())))
+                    .collect()
+            }
+        };
+        for (&v, &c) in node.outputs.iter().zip(&outs) {
+            class[v] = Some(c);
+        }
+        node_classes.push(outs);
+        node_inputs.push(children);
+    }
+    let mut roots = Vec::with_capacity(g.outputs.len());
+    for &o in &g.outputs {
+        roots.push(value_class(&mut b, g, &mut class, o)?);
+    }
+    b.eg.rebuild();
+    Ok(Imported {
+        eg: b.eg,
+        roots,
+        node_classes,
+        node_inputs,
+    })
+}
+
+fn value_class(b: &mut Builder, g: &Graph, class: &mut [Option<Id>], v: usize) -> Result<Id> {
+    if let Some(c) = class[v] {
+        return Ok(c);
+    }
+    let val = &g.values[v];
+    let Some(t) = val.konst.clone() else {
+        return Err(Error::model(
+            &g.info.source,
+            format!("value '{}' is read before it is produced", val.name),
+        ));
+    };
+    let k = b.eg.analysis.add_const(t, Some(val.name.clone()));
+    let id = b.leaf(&format!("c{k}"));
+    class[v] = Some(id);
+    Ok(id)
+}
+
+fn fact_of<'a>(b: &'a Builder, c: Option<Id>) -> Option<&'a Fact> {
+    c.and_then(|c| b.eg[c].data.fact.as_ref())
+}
+
+/// The language node for a node the rules understand, or `None` (it stays opaque).
+fn recognise(b: &mut Builder, node: &Node, ni: usize, ch: &[Option<Id>]) -> Option<ONode> {
+    let op = node.op.as_ref();
+    let x = ch.first().copied().flatten();
+    let is_float = fact_of(b, x).is_some_and(|f| f.dtype().is_float());
+    let opt = |b: &mut Builder, i: usize| ch.get(i).copied().flatten().unwrap_or_else(|| b.none());
+    let act_tok = |b: &mut Builder, a: Option<Act>| match a {
+        Some(a) => b.leaf(&a.to_string()),
+        None => b.none(),
+    };
+    // ONNX ops.
+    if let Some(a) = op.downcast_ref::<activation::ActivationOp>() {
+        let f = onnx_activation(a.act)?;
+        if !is_float {
+            return None;
+        }
+        return Some(ONode::Act([b.leaf(&f.to_string()), x?]));
+    }
+    if op.downcast_ref::<activation::ClipOp>().is_some() {
+        let facts: Vec<Option<&Fact>> = ch.iter().map(|c| fact_of(b, *c)).collect();
+        let f = onnx_activation(activation::ClipOp.constant_activation(&facts)?)?;
+        if !is_float {
+            return None;
+        }
+        return Some(ONode::Act([b.leaf(&f.to_string()), x?]));
+    }
+    if let Some(a) = op.downcast_ref::<arithmetic::BinaryOp>() {
+        if a.legacy.is_some() || !is_float || ch.len() != 2 {
+            return None;
+        }
+        let c = [x?, ch[1]?];
+        return match a.kind {
+            BinaryKind::Add => Some(ONode::Add(c)),
+            BinaryKind::Sub => Some(ONode::Sub(c)),
+            BinaryKind::Mul => Some(ONode::Mul(c)),
+            BinaryKind::Div => Some(ONode::Div(c)),
+            BinaryKind::Max => Some(ONode::Max(c)),
+            BinaryKind::Min => Some(ONode::Min(c)),
+            BinaryKind::Mod { .. } => None,
+        };
+    }
+    if let Some(p) = op.downcast_ref::<arithmetic::PowOp>() {
+        let same = fact_of(b, ch.get(1).copied().flatten()).map(|f| f.dtype()) == fact_of(b, x).map(|f| f.dtype());
+        if p.legacy.is_some() || !is_float || !same {
+            return None;
+        }
+        return Some(ONode::Pow([x?, ch.get(1).copied().flatten()?]));
+    }
+    if let Some(u) = op.downcast_ref::<arithmetic::UnaryOp>() {
+        let f = match u.kind {
+            UnaryKind::Sqrt => Act::Sqrt,
+            UnaryKind::Reciprocal => Act::Reciprocal,
+            UnaryKind::Exp => Act::Exp,
+            UnaryKind::Log => Act::Log,
+            UnaryKind::Neg => Act::Neg,
+            UnaryKind::Abs => Act::Abs,
+            _ => return None,
+        };
+        if !is_float {
+            return None;
+        }
+        return Some(ONode::Act([b.leaf(&f.to_string()), x?]));
+    }
+    if op.downcast_ref::<cast::IdentityOp>().is_some() || op.downcast_ref::<cast::DropoutOp>().is_some() {
+        return Some(ONode::Identity([x?, b.leaf(&format!("op{ni}"))]));
+    }
+    if let Some(c) = op.downcast_ref::<conv::Conv>() {
+        let xf = fact_of(b, x)?;
+        let wf = fact_of(b, ch.get(1).copied().flatten())?;
+        if xf.rank() != 4 || wf.rank() != 4 || !is_float {
+            return None;
+        }
+        let kernel = [wf.shape()[2].as_known()? as usize, wf.shape()[3].as_known()? as usize];
+        let geom = resolve_window(&c.window, &xf.shape()[2..], kernel, c.group)?;
+        let g = b.leaf(&geom.to_string());
+        let bias = opt(b, 2);
+        return Some(ONode::Conv([x?, ch[1]?, bias, g]));
+    }
+    if let Some(gm) = op.downcast_ref::<linalg::Gemm>() {
+        if !is_float {
+            return None;
+        }
+        let attrs = k::Gemm {
+            trans_a: gm.trans_a,
+            trans_b: gm.trans_b,
+            alpha: gm.alpha,
+            beta: gm.beta,
+            act: None,
+        };
+        let at = b.leaf(&gemm_attrs_token(&attrs));
+        let (bias, none, act) = (opt(b, 2), b.none(), b.none());
+        return Some(ONode::Gemm([x?, ch.get(1).copied().flatten()?, bias, none, at, act]));
+    }
+    if op.downcast_ref::<linalg::MatMul>().is_some() {
+        if !is_float {
+            return None;
+        }
+        let at = b.leaf(&gemm_attrs_token(&k::Gemm::matmul()));
+        let (n1, n2) = (b.none(), b.none());
+        return Some(ONode::Gemm([x?, ch.get(1).copied().flatten()?, n1, n2, at, n2]));
+    }
+    if let Some(bn) = op.downcast_ref::<normalization::BatchNorm>() {
+        let xf = fact_of(b, x)?.clone();
+        if ch.len() != 5 || !is_float || xf.rank() < 2 {
+            return None;
+        }
+        let eps = b.scalar(bn.epsilon, &xf);
+        let orig = b.leaf(&format!("op{ni}"));
+        return Some(ONode::BatchNorm([x?, ch[1]?, ch[2]?, ch[3]?, ch[4]?, eps, orig]));
+    }
+    if let Some(ln) = op.downcast_ref::<normalization::LayerNorm>() {
+        let xf = fact_of(b, x)?.clone();
+        let last = ln.axis == -1 || ln.axis == xf.rank() as i64 - 1;
+        if ln.num_outputs != 1 || !last || !is_float {
+            return None;
+        }
+        let eps = b.scalar(ln.epsilon, &xf);
+        let bias = opt(b, 2);
+        return Some(ONode::LayerNorm([x?, ch.get(1).copied().flatten()?, bias, eps]));
+    }
+    if let Some(r) = op.downcast_ref::<reduce::Reduce>() {
+        let reduce::ReduceAxes::Attr(axes) = &r.axes else { return None };
+        if !matches!(r.kind, crate::reference::reduce::ReduceKind::Mean) || axes.is_empty() || !is_float {
+            return None;
+        }
+        let t = b.leaf(
+            &k::ReduceMean {
+                axes: axes.clone(),
+                keepdims: r.keepdims,
+            }
+            .token(),
+        );
+        return Some(ONode::ReduceMean([t, x?]));
+    }
+    if let Some(t) = op.downcast_ref::<shape::Transpose>() {
+        let rank = fact_of(b, x)?.rank();
+        let perm: Vec<usize> = match &t.perm {
+            None => (0..rank).rev().collect(),
+            Some(p) => p.iter().map(|&v| usize::try_from(v).ok()).collect::<Option<_>>()?,
+        };
+        k::Transpose::new(perm.clone()).ok()?;
+        let p = b.leaf(&k::Transpose::perm_token(&perm));
+        return Some(ONode::Transpose([p, x?]));
+    }
+    if let Some(f) = op.downcast_ref::<shape::Flatten>() {
+        let rank = fact_of(b, x)?.rank() as i64;
+        let axis = if f.axis < 0 { f.axis + rank } else { f.axis };
+        if !(0..=rank).contains(&axis) {
+            return None;
+        }
+        let a = b.leaf(&axis.to_string());
+        return Some(ONode::Flatten([a, x?]));
+    }
+    if let Some(p) = op.downcast_ref::<pool::Pool>() {
+        let xf = fact_of(b, x)?;
+        if xf.rank() != 4 || p.kernel.len() != 2 || !is_float {
+            return None;
+        }
+        let kind = match p.kind {
+            pool::PoolKind::Max { indices: false, .. } => k::PoolKind::Max,
+            pool::PoolKind::Max { .. } => return None,
+            pool::PoolKind::Average { count_include_pad } => k::PoolKind::Avg { count_include_pad },
+        };
+        let kernel = [p.kernel[0], p.kernel[1]];
+        let geom = resolve_window(&p.window, &xf.shape()[2..], kernel, 1)?;
+        let kp = k::Pool {
+            kind,
+            layout: Layout::Nchw,
+            kernel,
+            geom,
+            ceil_mode: p.window.ceil_mode,
+        };
+        let t = b.leaf(&kp.token());
+        return Some(ONode::Pool([t, x?]));
+    }
+    if let Some(gp) = op.downcast_ref::<pool::GlobalPool>() {
+        let rank4 = fact_of(b, x)?.rank() == 4;
+        if gp.max || !rank4 || !is_float {
+            return None;
+        }
+        return Some(ONode::Gap(x?));
+    }
+    recognise_kernel(b, op, ch, act_tok)
+}
+
+/// Kernel-level ops (a graph the optimiser produced, optimised again).
+fn recognise_kernel(
+    b: &mut Builder,
+    op: &dyn crate::ir::Op,
+    ch: &[Option<Id>],
+    act_tok: impl Fn(&mut Builder, Option<Act>) -> Id,
+) -> Option<ONode> {
+    let x = ch.first().copied().flatten();
+    let opt = |b: &mut Builder, i: usize| ch.get(i).copied().flatten().unwrap_or_else(|| b.none());
+    if let Some(c) = op.downcast_ref::<k::Conv2d>() {
+        let g = b.leaf(&c.geom.to_string());
+        let (bias, res) = (opt(b, 2), opt(b, 3));
+        return match c.layout {
+            Layout::Nchw if c.act.is_none() && ch.get(3).copied().flatten().is_none() => Some(ONode::Conv([x?, ch[1]?, bias, g])),
+            Layout::Nchw => None,
+            Layout::Nhwc => {
+                let a = act_tok(b, c.act);
+                Some(ONode::KConv([x?, ch[1]?, bias, res, g, a]))
+            }
+        };
+    }
+    if let Some(gm) = op.downcast_ref::<k::Gemm>() {
+        let at = b.leaf(&gemm_attrs_token(gm));
+        let (bias, res) = (opt(b, 2), opt(b, 3));
+        let a = act_tok(b, gm.act);
+        return Some(ONode::Gemm([x?, ch.get(1).copied().flatten()?, bias, res, at, a]));
+    }
+    if let Some(e) = op.downcast_ref::<Elementwise>() {
+        return match &e.expr {
+            EwExpr::Unary(f, a) if **a == EwExpr::Input(0) => Some(ONode::Act([b.leaf(&f.to_string()), x?])),
+            EwExpr::Binary(o, l, r) if **l == EwExpr::Input(0) && **r == EwExpr::Input(1) => {
+                let c = [x?, ch.get(1).copied().flatten()?];
+                Some(match o {
+                    k::BinOp::Add => ONode::Add(c),
+                    k::BinOp::Sub => ONode::Sub(c),
+                    k::BinOp::Mul => ONode::Mul(c),
+                    k::BinOp::Div => ONode::Div(c),
+                    k::BinOp::Pow => ONode::Pow(c),
+                    k::BinOp::Max => ONode::Max(c),
+                    k::BinOp::Min => ONode::Min(c),
+                })
+            }
+            _ => None,
+        };
+    }
+    if let Some(t) = op.downcast_ref::<k::Transpose>() {
+        let p = b.leaf(&k::Transpose::perm_token(&t.perm));
+        return Some(ONode::Transpose([p, x?]));
+    }
+    if let Some(f) = op.downcast_ref::<k::Flatten>() {
+        let a = b.leaf(&f.axis.to_string());
+        return Some(ONode::Flatten([a, x?]));
+    }
+    if let Some(c) = op.downcast_ref::<k::ChannelView>() {
+        let a = b.leaf(&c.trailing_ones.to_string());
+        return Some(ONode::Chan([a, x?]));
+    }
+    if let Some(r) = op.downcast_ref::<k::ReduceMean>() {
+        let t = b.leaf(&r.token());
+        return Some(ONode::ReduceMean([t, x?]));
+    }
+    if let Some(p) = op.downcast_ref::<k::Pool>() {
+        let t = b.leaf(&p.token());
+        return Some(match p.layout {
+            Layout::Nchw => ONode::Pool([t, x?]),
+            Layout::Nhwc => ONode::PoolNhwc([t, x?]),
+        });
+    }
+    if let Some(g) = op.downcast_ref::<k::GlobalAvgPool>() {
+        return Some(match (g.layout, g.flatten) {
+            (Layout::Nchw, false) => ONode::Gap(x?),
+            (Layout::Nhwc, false) => ONode::GapNhwc(x?),
+            (Layout::Nhwc, true) => ONode::GapFlatNhwc(x?),
+            (Layout::Nchw, true) => return None,
+        });
+    }
+    if let Some(l) = op.downcast_ref::<k::LayerNorm>() {
+        let xf = fact_of(b, x)?.clone();
+        if !(l.axis == -1 || l.axis == xf.rank() as i64 - 1) {
+            return None;
+        }
+        let eps = b.scalar(l.eps, &xf);
+        let bias = opt(b, 2);
+        return Some(ONode::LayerNorm([x?, ch.get(1).copied().flatten()?, bias, eps]));
+    }
+    None
+}
+
+/// The optimiser's pointwise function for an ONNX activation, when it has one.
+fn onnx_activation(a: Activation) -> Option<Act> {
+    Some(match a {
+        Activation::Relu => Act::Relu,
+        Activation::LeakyRelu { alpha } => Act::LeakyRelu { alpha },
+        Activation::Sigmoid => Act::Sigmoid,
+        Activation::Tanh => Act::Tanh,
+        Activation::Clip { min, max } => Act::Clip { lo: min, hi: max },
+        Activation::HardSigmoid { alpha, beta } => Act::HardSigmoid { alpha, beta },
+        Activation::HardSwish => Act::HardSwish,
+        Activation::Gelu { tanh_approx: false } => Act::GeluErf,
+        Activation::Gelu { tanh_approx: true } => Act::GeluTanh,
+        Activation::Erf => Act::Erf,
+        Activation::Elu { alpha } => Act::Elu { alpha },
+        _ => return None,
+    })
+}
+
+/// Explicit 2-D window geometry from an ONNX window (resolving `auto_pad` against known
+/// spatial sizes); `None` when it cannot be expressed (unknown sizes with SAME padding).
+fn resolve_window(w: &conv::Window, spatial: &[Dim], kernel: [usize; 2], group: usize) -> Option<ConvGeom> {
+    let strides = w.strides.clone().unwrap_or_else(|| vec![1, 1]);
+    let dilations = w.dilations.clone().unwrap_or_else(|| vec![1, 1]);
+    if strides.len() != 2 || dilations.len() != 2 || spatial.len() != 2 {
+        return None;
+    }
+    let pads: Vec<usize> = match w.auto_pad {
+        conv::AutoPad::NotSet => w.pads.clone().unwrap_or_else(|| vec![0; 4]),
+        conv::AutoPad::Valid => vec![0; 4],
+        conv::AutoPad::SameUpper | conv::AutoPad::SameLower => {
+            let mut begin = [0usize; 2];
+            let mut end = [0usize; 2];
+            for a in 0..2 {
+                let n = spatial[a].as_known()? as usize;
+                let out = n.div_ceil(strides[a]);
+                let span = dilations[a] * (kernel[a] - 1) + 1;
+                let total = ((out - 1) * strides[a] + span).saturating_sub(n);
+                let (lo, hi) = if w.auto_pad == conv::AutoPad::SameUpper {
+                    (total / 2, total - total / 2)
+                } else {
+                    (total - total / 2, total / 2)
+                };
+                begin[a] = lo;
+                end[a] = hi;
+            }
+            vec![begin[0], begin[1], end[0], end[1]]
+        }
+    };
+    if pads.len() != 4
+        || w.kernel
+            .as_ref()
+            .is_some_and(|k| k.len() != 2 || k[0] != kernel[0] || k[1] != kernel[1])
+    {
+        return None;
+    }
+    Some(ConvGeom {
+        strides: [strides[0], strides[1]],
+        pads: [pads[0], pads[1], pads[2], pads[3]],
+        dilations: [dilations[0], dilations[1]],
+        group,
+    })
+}
