@@ -10,6 +10,9 @@ use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// Name of the marker symbol of `Dim::data_dependent`.
+const DATA_DEPENDENT: &str = "?";
+
 /// A product of symbols, e.g. `N*S`, kept sorted. The empty product is the constant term.
 type Monomial = Vec<String>;
 
@@ -31,6 +34,18 @@ impl Dim {
         let mut terms = BTreeMap::new();
         terms.insert(vec![name.into()], 1);
         Dim { terms }
+    }
+
+    /// A dim that depends on run-time data (e.g. `Expand` to a shape read from a graph input).
+    /// Ops return it from `infer`; the inference driver replaces it with a fresh symbol named
+    /// after the value and axis (`y:0`), which the reference executor binds when it runs.
+    /// Code generation rejects graphs that still hold such symbols.
+    pub fn data_dependent() -> Dim {
+        Dim::sym(DATA_DEPENDENT)
+    }
+
+    pub fn is_data_dependent_marker(&self) -> bool {
+        *self == Dim::data_dependent()
     }
 
     /// The value when the dim has no symbols.

@@ -69,6 +69,13 @@ pub fn infer_graph(g: &mut Graph) -> Result<InferStats> {
                 }
             }
         }
+        for (fact, &v) in outs.iter_mut().zip(&node.outputs) {
+            for (axis, d) in fact.ty.shape.iter_mut().enumerate() {
+                if d.is_data_dependent_marker() {
+                    *d = crate::ir::Dim::sym(format!("{}:{axis}", g.values[v].name));
+                }
+            }
+        }
         folded[n] = outs.iter().all(|f| f.konst.is_some());
         let outputs = node.outputs.clone();
         for (v, fact) in outputs.into_iter().zip(outs) {

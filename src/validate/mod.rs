@@ -1,1 +1,479 @@
-//! Validation against ONNX Runtime.
+//! Validation: runs a model on the same inputs in several *engines* and compares every output
+//! with the baseline engine's.
+//!
+//! The baseline is ONNX Runtime ([`ort`]); today the only other engine is the CPU reference
+//! executor ([`crate::reference`]), and the compiled GPU library will be a third. A [`Report`]
+//! has one row per graph output and one column group per compared engine; it prints as a table
+//! and serialises to JSON. Inputs come from [`inputs`], the comparison rule from [`compare`].
+
+pub mod compare;
+pub mod inputs;
+pub mod ort;
+
+use crate::error::{Error, Result};
+use crate::ir::{Graph, Tensor};
+use compare::{fmt_num, Comparison, Status, Tolerance};
+use inputs::{InputOptions, InputSource};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::time::Instant;
+
+/// Something that runs a model: ONNX Runtime, the reference executor, later the GPU build.
+pub trait Engine {
+    /// Short column name: `ort`, `reference`, `gpu`.
+    fn name(&self) -> &'static str;
+    /// One line for reports (library and version, settings).
+    fn describe(&self) -> String;
+    /// Runs the model; returns the graph outputs by name.
+    fn run(&mut self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>>;
+}
+
+/// ONNX Runtime on the CPU, loading the model file itself (not our import of it).
+pub struct OrtEngine {
+    model: ort::OrtModel,
+}
+
+impl OrtEngine {
+    pub fn load(path: &Path) -> Result<OrtEngine> {
+        Ok(OrtEngine { model: ort::OrtModel::load(path)? })
+    }
+}
+
+impl Engine for OrtEngine {
+    fn name(&self) -> &'static str {
+        "ort"
+    }
+
+    fn describe(&self) -> String {
+        match ort::runtime() {
+            Ok(rt) => {
+                format!("ONNX Runtime {} (CPU, graph optimisations off) from {}", rt.version, rt.library.display())
+            }
+            Err(_) => "ONNX Runtime".to_string(),
+        }
+    }
+
+    fn run(&mut self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>> {
+        self.model.run(inputs)
+    }
+}
+
+/// The CPU reference executor on the imported graph.
+pub struct ReferenceEngine {
+    graph: Graph,
+}
+
+impl ReferenceEngine {
+    pub fn new(graph: Graph) -> ReferenceEngine {
+        ReferenceEngine { graph }
+    }
+}
+
+impl Engine for ReferenceEngine {
+    fn name(&self) -> &'static str {
+        "reference"
+    }
+
+    fn describe(&self) -> String {
+        format!("onnx2ait CPU reference executor ({} nodes after folding)", self.graph.nodes.len())
+    }
+
+    fn run(&mut self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>> {
+        let named: BTreeMap<String, Tensor> = inputs.iter().cloned().collect();
+        crate::reference::run(&self.graph, &named)
+    }
+}
+
+/// What to run and how strictly to compare.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub inputs: InputOptions,
+    /// Overrides of the per-dtype default tolerance (float outputs only).
+    pub rtol: Option<f64>,
+    pub atol: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct InputReport {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    pub source: InputSource,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineRun {
+    pub name: String,
+    pub description: String,
+    pub seconds: f64,
+}
+
+/// One engine's result for one output.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineResult {
+    pub engine: String,
+    #[serde(flatten)]
+    pub comparison: Comparison,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OutputReport {
+    pub name: String,
+    /// Of the baseline's tensor.
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    pub results: Vec<EngineResult>,
+}
+
+impl OutputReport {
+    pub fn passed(&self) -> bool {
+        self.results.iter().all(|r| r.comparison.passed())
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub model: String,
+    pub seed: u64,
+    /// Values used for the symbolic dims of the inputs.
+    pub dims: BTreeMap<String, i64>,
+    pub inputs: Vec<InputReport>,
+    /// The engine every other engine is compared with.
+    pub baseline: String,
+    pub engines: Vec<EngineRun>,
+    pub outputs: Vec<OutputReport>,
+    pub passed: bool,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.passed
+    }
+
+    /// `(output, engine, reason)` for every failed comparison.
+    pub fn failures(&self) -> Vec<(&str, &str, &str)> {
+        let mut v = Vec::new();
+        for o in &self.outputs {
+            for r in &o.results {
+                if !r.comparison.passed() {
+                    v.push((o.name.as_str(), r.engine.as_str(), r.comparison.reason.as_str()));
+                }
+            }
+        }
+        v
+    }
+
+    pub fn to_json(&self) -> String {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
+
+/// Imports `model_path`, makes inputs, runs ONNX Runtime and the reference executor, compares.
+pub fn validate(model_path: &Path, options: &Options) -> Result<Report> {
+    let graph = crate::onnx::load_model(model_path)?;
+    let ort = OrtEngine::load(model_path)?;
+    let inputs = inputs::make_inputs(&graph, &options.inputs)?;
+    let engines: Vec<Box<dyn Engine>> = vec![Box::new(ort), Box::new(ReferenceEngine::new(graph))];
+    run_engines(&model_path.display().to_string(), inputs, engines, options)
+}
+
+/// Runs every engine on `inputs` and compares each with the first (the baseline).
+pub fn run_engines(
+    model: &str,
+    inputs: inputs::Inputs,
+    mut engines: Vec<Box<dyn Engine>>,
+    options: &Options,
+) -> Result<Report> {
+    if engines.len() < 2 {
+        return Err(Error::Other("validation needs a baseline engine and at least one engine to compare".into()));
+    }
+    let mut runs = Vec::with_capacity(engines.len());
+    let mut results: Vec<Vec<(String, Tensor)>> = Vec::with_capacity(engines.len());
+    for e in engines.iter_mut() {
+        let start = Instant::now();
+        let out = e.run(&inputs.tensors).map_err(|err| Error::Other(format!("{} failed: {err}", e.name())))?;
+        runs.push(EngineRun {
+            name: e.name().to_string(),
+            description: e.describe(),
+            seconds: start.elapsed().as_secs_f64(),
+        });
+        results.push(out);
+    }
+    let (baseline, others) = results.split_first().expect("at least two engines");
+    let mut outputs = Vec::with_capacity(baseline.len());
+    for (name, expected) in baseline {
+        let tol = Tolerance::resolve(expected.dtype(), options.rtol, options.atol);
+        let mut per_engine = Vec::with_capacity(others.len());
+        for (run, out) in runs[1..].iter().zip(others) {
+            let comparison = match out.iter().find(|(n, _)| n == name) {
+                Some((_, actual)) => compare::compare(actual, expected, tol),
+                None => missing_output(&run.name, tol),
+            };
+            per_engine.push(EngineResult { engine: run.name.clone(), comparison });
+        }
+        outputs.push(OutputReport {
+            name: name.clone(),
+            dtype: expected.dtype().to_string(),
+            shape: expected.shape().to_vec(),
+            results: per_engine,
+        });
+    }
+    // An engine output the baseline lacks means the two disagree about the model's interface.
+    for (run, out) in runs[1..].iter().zip(others) {
+        for (name, t) in out {
+            if !baseline.iter().any(|(n, _)| n == name) {
+                let tol = Tolerance::resolve(t.dtype(), options.rtol, options.atol);
+                let mut c = missing_output(&runs[0].name, tol);
+                c.reason = format!("'{}' produced output '{name}' that {} does not have", run.name, runs[0].name);
+                outputs.push(OutputReport {
+                    name: name.clone(),
+                    dtype: t.dtype().to_string(),
+                    shape: t.shape().to_vec(),
+                    results: vec![EngineResult { engine: run.name.clone(), comparison: c }],
+                });
+            }
+        }
+    }
+    let input_reports = inputs
+        .tensors
+        .iter()
+        .zip(&inputs.sources)
+        .map(|((name, t), src)| InputReport {
+            name: name.clone(),
+            dtype: t.dtype().to_string(),
+            shape: t.shape().to_vec(),
+            source: src.clone(),
+        })
+        .collect();
+    let passed = outputs.iter().all(OutputReport::passed);
+    Ok(Report {
+        model: model.to_string(),
+        seed: options.inputs.seed,
+        dims: inputs.dims,
+        inputs: input_reports,
+        baseline: runs[0].name.clone(),
+        engines: runs,
+        outputs,
+        passed,
+    })
+}
+
+fn missing_output(engine: &str, tol: Tolerance) -> Comparison {
+    Comparison::failed(format!("'{engine}' did not produce this output"), tol)
+}
+
+/// Plain-text table with left-aligned columns.
+pub(crate) fn render_table(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: &[String]| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths.get(i).copied().unwrap_or(0)))
+            .collect();
+        parts.join("  ").trim_end().to_string()
+    };
+    let mut out = line(header);
+    out.push('\n');
+    let total: usize = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+    out.push_str(&"-".repeat(total));
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r));
+        out.push('\n');
+    }
+    out
+}
+
+fn fmt_dims(shape: &[usize]) -> String {
+    let parts: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "model: {}", self.model)?;
+        let dims: Vec<String> = self.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let dims = if dims.is_empty() { String::new() } else { format!(", dims {}", dims.join(" ")) };
+        writeln!(f, "seed: {}{dims}", self.seed)?;
+        for i in &self.inputs {
+            let src = match &i.source {
+                InputSource::Random => "random".to_string(),
+                InputSource::File(p) => p.clone(),
+            };
+            writeln!(f, "input  {} {}{} ({src})", i.name, i.dtype, fmt_dims(&i.shape))?;
+        }
+        for e in &self.engines {
+            let role = if e.name == self.baseline { " [baseline]" } else { "" };
+            writeln!(f, "engine {}{role}: {} — {:.3} s", e.name, e.description, e.seconds)?;
+        }
+        writeln!(f)?;
+        let compared: Vec<&str> =
+            self.engines.iter().map(|e| e.name.as_str()).filter(|n| *n != self.baseline).collect();
+        let mut header: Vec<String> = vec!["output".into(), "shape".into(), "dtype".into()];
+        for e in &compared {
+            let p = if compared.len() > 1 { format!("{e} ") } else { String::new() };
+            for col in ["max_abs", "max_rel", "rel_to_max", "top1", "status"] {
+                header.push(format!("{p}{col}"));
+            }
+        }
+        let mut rows = Vec::new();
+        for o in &self.outputs {
+            let mut row = vec![o.name.clone(), fmt_dims(&o.shape), o.dtype.clone()];
+            for e in &compared {
+                match o.results.iter().find(|r| r.engine == *e) {
+                    Some(r) => {
+                        let c = &r.comparison;
+                        row.push(fmt_num(c.max_abs));
+                        row.push(fmt_num(c.max_rel));
+                        row.push(fmt_num(c.rel_to_max));
+                        row.push(c.top1.map(|t| format!("{}/{}", t.agree, t.rows)).unwrap_or_else(|| "-".into()));
+                        row.push(match c.status {
+                            Status::Pass => "pass".into(),
+                            Status::Fail => "FAIL".into(),
+                        });
+                    }
+                    None => row.extend(std::iter::repeat_n("-".to_string(), 5)),
+                }
+            }
+            rows.push(row);
+        }
+        f.write_str(&render_table(&header, &rows))?;
+        writeln!(f)?;
+        let failures = self.failures();
+        if failures.is_empty() {
+            let tols: Vec<String> = tolerance_summary(self);
+            write!(
+                f,
+                "PASS: {} output(s) within tolerance vs {} ({})",
+                self.outputs.len(),
+                self.baseline,
+                tols.join("; ")
+            )
+        } else {
+            writeln!(
+                f,
+                "FAIL: {} of {} output(s) out of tolerance vs {}:",
+                failures.len(),
+                self.outputs.len(),
+                self.baseline
+            )?;
+            for (i, (out, eng, why)) in failures.iter().enumerate() {
+                write!(f, "  - '{out}' ({eng}): {why}")?;
+                if i + 1 < failures.len() {
+                    writeln!(f)?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Distinct tolerances used, as `float32: rtol 1e-4, atol 1e-5`.
+fn tolerance_summary(r: &Report) -> Vec<String> {
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for o in &r.outputs {
+        for res in &o.results {
+            let t = res.comparison.tolerance;
+            let s = if t.rtol == 0.0 && t.atol == 0.0 {
+                "exact".to_string()
+            } else {
+                format!("rtol {}, atol {}", fmt_num(t.rtol), fmt_num(t.atol))
+            };
+            seen.entry(o.dtype.clone()).or_insert(s);
+        }
+    }
+    seen.into_iter().map(|(d, s)| format!("{d}: {s}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An engine returning fixed outputs, to test the comparison plumbing without models.
+    struct Fixed(&'static str, Vec<(String, Tensor)>);
+
+    impl Engine for Fixed {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn describe(&self) -> String {
+            format!("fixed outputs ({})", self.0)
+        }
+        fn run(&mut self, _: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>> {
+            Ok(self.1.clone())
+        }
+    }
+
+    fn inputs() -> inputs::Inputs {
+        inputs::Inputs {
+            tensors: vec![("x".into(), Tensor::from_f32s(&[2], vec![1.0, 2.0]))],
+            sources: vec![InputSource::Random],
+            dims: BTreeMap::from([("N".to_string(), 2)]),
+        }
+    }
+
+    #[test]
+    fn report_rows_per_output_and_engine() {
+        let base = vec![
+            ("logits".to_string(), Tensor::from_f32s(&[1, 3], vec![0.1, 0.7, 0.2])),
+            ("idx".to_string(), Tensor::from_i64s(&[1], vec![1])),
+        ];
+        let mut off = base.clone();
+        off[1].1 = Tensor::from_i64s(&[1], vec![2]);
+        let engines: Vec<Box<dyn Engine>> = vec![
+            Box::new(Fixed("ort", base.clone())),
+            Box::new(Fixed("reference", base.clone())),
+            Box::new(Fixed("gpu", off)),
+        ];
+        let r = run_engines("m.onnx", inputs(), engines, &Options::default()).unwrap();
+        assert_eq!(r.outputs.len(), 2);
+        assert_eq!(r.outputs[0].results.len(), 2);
+        assert!(!r.passed());
+        assert_eq!(r.failures().len(), 1);
+        assert_eq!(r.failures()[0].0, "idx");
+        assert_eq!(r.failures()[0].1, "gpu");
+        let text = r.to_string();
+        assert!(text.contains("reference max_abs") && text.contains("gpu status"), "{text}");
+        assert!(text.contains("FAIL: 1 of 2 output(s)"), "{text}");
+        assert!(text.contains("1/1"), "top-1 column: {text}");
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["outputs"][1]["results"][1]["status"], "fail");
+        assert_eq!(json["outputs"][0]["results"][0]["engine"], "reference");
+        assert_eq!(json["baseline"], "ort");
+        assert_eq!(json["dims"]["N"], 2);
+    }
+
+    #[test]
+    fn missing_and_extra_outputs_fail() {
+        let base = vec![("y".to_string(), Tensor::from_f32s(&[1], vec![1.0]))];
+        let other = vec![("z".to_string(), Tensor::from_f32s(&[1], vec![1.0]))];
+        let engines: Vec<Box<dyn Engine>> = vec![Box::new(Fixed("ort", base)), Box::new(Fixed("reference", other))];
+        let r = run_engines("m.onnx", inputs(), engines, &Options::default()).unwrap();
+        let f = r.failures();
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f[0].2.contains("did not produce"), "{f:?}");
+        assert!(f[1].2.contains("does not have"), "{f:?}");
+    }
+
+    #[test]
+    fn passing_report_names_tolerances() {
+        let base = vec![("y".to_string(), Tensor::from_f32s(&[2], vec![1.0, 2.0]))];
+        let engines: Vec<Box<dyn Engine>> =
+            vec![Box::new(Fixed("ort", base.clone())), Box::new(Fixed("reference", base))];
+        let r = run_engines("m.onnx", inputs(), engines, &Options { rtol: Some(1e-3), ..Default::default() }).unwrap();
+        assert!(r.passed());
+        let text = r.to_string();
+        assert!(text.contains("PASS: 1 output(s)") && text.contains("rtol 1.00e-3"), "{text}");
+    }
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The project's test command (CI runs exactly this, see .ci/run and README.md):
+#   1. the pinned Python environment (ONNX Runtime is the oracle of the model tests),
+#   2. the generated models, ResNet-50 included, when missing,
+#   3. `cargo test --release`. Release, because the model tests run whole networks through the
+#      CPU reference executor and ONNX Runtime; an unoptimised build makes them minutes slower.
+# Extra arguments go to `cargo test` (e.g. scripts/test.sh models -- --nocapture).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+echo "== python environment"
+scripts/setup-python.sh
+
+echo "== test models"
+if [[ -f onnx_models/generated/resnet50.onnx ]]; then
+  echo "onnx_models/generated/resnet50.onnx present"
+else
+  if [[ ! -x scripts/gen-models.sh ]]; then
+    echo "test.sh: error: onnx_models/generated/resnet50.onnx is missing and scripts/gen-models.sh does not exist" >&2
+    exit 1
+  fi
+  echo "generating models with scripts/gen-models.sh"
+  scripts/gen-models.sh
+fi
+
+echo "== cargo test --release $*"
+LOG="$(mktemp)"
+trap 'rm -f "$LOG"' EXIT
+set +e
+cargo test --release "$@" 2>&1 | tee "$LOG"
+STATUS=${PIPESTATUS[0]}
+set -e
+
+# Sum the per-binary "test result:" lines into one line.
+awk '
+  /^test result:/ {
+    for (i = 1; i <= NF; i++) {
+      if ($(i) ~ /^passed;?$/)  passed  += $(i-1)
+      if ($(i) ~ /^failed;?$/)  failed  += $(i-1)
+      if ($(i) ~ /^ignored;?$/) ignored += $(i-1)
+    }
+    suites++
+  }
+  END { printf "\n== summary: %d passed, %d failed, %d ignored in %d test binaries\n", passed, failed, ignored, suites }
+' "$LOG"
+if [[ $STATUS -ne 0 ]]; then
+  echo "== FAILED (cargo test exit status $STATUS)"
+  grep -E '^(test .* FAILED|failures:|error(\[|:))' "$LOG" | sort -u | head -n 50 || true
+else
+  echo "== OK"
+fi
+exit "$STATUS"

@@ -1,0 +1,188 @@
+//! Command line: argument definitions, dispatch and exit codes. One file per subcommand.
+//!
+//! Exit codes: 0 success; 1 any error, or validation out of tolerance; 2 the model uses ops
+//! onnx2ait does not support (every command, so scripts can tell "not yet supported" from
+//! "broken"). Errors print as `error: <message>` on stderr, never as a panic.
+
+mod compile;
+mod inspect;
+mod validate;
+
+use clap::{Args, Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "onnx2ait",
+    version,
+    about = "Compile ONNX models into CUDA inference libraries (today: import, shape inference, CPU reference, ONNX Runtime validation).",
+    override_usage = "onnx2ait MODEL -o OUT\n       onnx2ait <COMMAND> [OPTIONS] MODEL",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// The .onnx model to compile (`onnx2ait MODEL -o OUT` is `onnx2ait compile MODEL -o OUT`).
+    #[arg(value_name = "MODEL", required = true)]
+    model: Option<PathBuf>,
+    /// Output directory of the compile command.
+    #[arg(short = 'o', long = "out", value_name = "OUT", required = true)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Import and analyse a model, write OUT/graph.json and OUT/summary.txt.
+    Compile(compile::CompileArgs),
+    /// Describe a model: opsets, inputs/outputs, op histogram, parameters, unsupported ops.
+    Inspect(inspect::InspectArgs),
+    /// Run the model in ONNX Runtime and in the reference executor and compare the outputs.
+    Validate(validate::ValidateArgs),
+}
+
+/// A command's failure: what to print and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure { code, message: message.into() }
+    }
+}
+
+/// Exit code for a model that uses unsupported ops.
+pub const EXIT_UNSUPPORTED: u8 = 2;
+
+/// True when the error (or one of a list of errors) reports unsupported ops.
+pub fn is_unsupported(e: &onnx2ait::Error) -> bool {
+    match e {
+        onnx2ait::Error::Unsupported { .. } => true,
+        onnx2ait::Error::Many(v) => v.iter().any(is_unsupported),
+        _ => false,
+    }
+}
+
+impl From<onnx2ait::Error> for Failure {
+    fn from(e: onnx2ait::Error) -> Failure {
+        let code = if is_unsupported(&e) { EXIT_UNSUPPORTED } else { 1 };
+        Failure::new(code, e.to_string())
+    }
+}
+
+/// Writes to stdout. A closed pipe (`onnx2ait inspect m.onnx | head`) is not an error worth
+/// reporting; other write errors are reported once on stderr.
+pub fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            let _ = writeln!(std::io::stderr(), "error: cannot write to stdout: {e}");
+        }
+    }
+}
+
+/// Prints `error: …` on stderr (ignoring a closed stderr).
+fn report_error(message: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "error: {}", message.trim_end());
+}
+
+/// Reads the command line, runs the command, prints any error.
+///
+/// A panic is a bug in onnx2ait, never the user's fault: it is reported as an internal error in
+/// the usual `error:` form, without a backtrace, and exits 1.
+pub fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("unknown cause");
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        report_error(&format!("internal error: {msg}{at} (a bug in onnx2ait; please report it with the model)"));
+    }));
+    match std::panic::catch_unwind(run_cli) {
+        Ok(code) => code,
+        Err(_) => ExitCode::from(1),
+    }
+}
+
+fn run_cli() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // Help and version go to stdout with status 0; usage errors print clap's
+            // `error: …` with usage and exit 1 (2 is reserved for unsupported ops).
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match (cli.command, cli.model, cli.out) {
+        (Some(Command::Compile(a)), _, _) => compile::run(&a),
+        (Some(Command::Inspect(a)), _, _) => inspect::run(&a),
+        (Some(Command::Validate(a)), _, _) => validate::run(&a),
+        (None, Some(model), Some(out)) => compile::run(&compile::CompileArgs { model: ModelArg { model }, out }),
+        // clap enforces MODEL and -o without a subcommand; kept total rather than unwrapped.
+        (None, _, _) => Err(Failure::new(1, "usage: onnx2ait MODEL -o OUT (see onnx2ait --help)")),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            report_error(&f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// The model file argument shared by every command.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArg {
+    /// The .onnx model file.
+    #[arg(value_name = "MODEL")]
+    pub model: PathBuf,
+}
+
+impl ModelArg {
+    /// Fails early, with a plain message, when the file is not there.
+    pub fn check(&self) -> Result<(), Failure> {
+        if !self.model.exists() {
+            return Err(Failure::new(1, format!("{}: no such file", self.model.display())));
+        }
+        if self.model.is_dir() {
+            return Err(Failure::new(1, format!("{}: is a directory, expected an .onnx file", self.model.display())));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bare_model_means_compile() {
+        let c = Cli::try_parse_from(["onnx2ait", "m.onnx", "-o", "out"]).unwrap();
+        assert!(c.command.is_none());
+        assert_eq!(c.model, Some(PathBuf::from("m.onnx")));
+        assert_eq!(c.out, Some(PathBuf::from("out")));
+        let c = Cli::try_parse_from(["onnx2ait", "compile", "m.onnx", "-o", "out"]).unwrap();
+        assert!(matches!(c.command, Some(Command::Compile(_))));
+        let c =
+            Cli::try_parse_from(["onnx2ait", "validate", "m.onnx", "--dim", "N=4", "--seed", "3", "--json"]).unwrap();
+        assert!(matches!(c.command, Some(Command::Validate(_))));
+        assert!(Cli::try_parse_from(["onnx2ait", "m.onnx"]).is_err(), "-o is required");
+        assert!(Cli::try_parse_from(["onnx2ait"]).is_err(), "a model is required");
+    }
+}

@@ -1,0 +1,108 @@
+//! `onnx2ait validate MODEL [--input name=file.npy …] [--seed S] [--dim N=4 …] [--rtol R]
+//! [--atol A] [--json]`: run ONNX Runtime and the reference executor on the same inputs and
+//! compare. Exit 0 within tolerance, 1 past it (the failing outputs are named).
+
+use super::{Failure, ModelArg};
+use clap::Args;
+use onnx2ait::validate::inputs::{parse_assignment, InputOptions};
+use onnx2ait::validate::{self, Options};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
+    /// Values for an input from a .npy file (repeatable): --input x=x.npy
+    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
+    pub inputs: Vec<(String, PathBuf)>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Value of a symbolic dim (repeatable): --dim N=4. Unset dims are 1.
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = parse_dim)]
+    pub dims: Vec<(String, i64)>,
+    /// Relative tolerance for float outputs (default: 1e-4 for float32/float64, 5e-3 float16, 3e-2 bfloat16).
+    #[arg(long, value_parser = parse_tolerance)]
+    pub rtol: Option<f64>,
+    /// Absolute tolerance for float outputs (default: 1e-5 for float32/float64, 1e-3 float16, 1e-2 bfloat16).
+    #[arg(long, value_parser = parse_tolerance)]
+    pub atol: Option<f64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+    let (k, v) = parse_assignment(s)?;
+    Ok((k, PathBuf::from(v)))
+}
+
+fn parse_dim(s: &str) -> Result<(String, i64), String> {
+    let (k, v) = parse_assignment(s)?;
+    let n: i64 = v.parse().map_err(|_| format!("dim '{k}': '{v}' is not a whole number"))?;
+    if n < 0 {
+        return Err(format!("dim '{k}' cannot be negative"));
+    }
+    Ok((k, n))
+}
+
+fn parse_tolerance(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a non-negative number")),
+    }
+}
+
+/// Later values of a repeated name win, as with most command-line tools; say so when it happens.
+fn to_map<V: Clone>(pairs: &[(String, V)], what: &str) -> Result<BTreeMap<String, V>, Failure> {
+    let mut m = BTreeMap::new();
+    for (k, v) in pairs {
+        if m.insert(k.clone(), v.clone()).is_some() {
+            return Err(Failure::new(1, format!("{what} '{k}' is given more than once")));
+        }
+    }
+    Ok(m)
+}
+
+pub fn run(a: &ValidateArgs) -> Result<u8, Failure> {
+    a.model.check()?;
+    for (name, file) in &a.inputs {
+        if !file.is_file() {
+            return Err(Failure::new(1, format!("--input {name}={}: no such file", file.display())));
+        }
+    }
+    let options = Options {
+        inputs: InputOptions { seed: a.seed, dims: to_map(&a.dims, "--dim")?, files: to_map(&a.inputs, "--input")? },
+        rtol: a.rtol,
+        atol: a.atol,
+    };
+    let report = validate::validate(&a.model.model, &options)?;
+    if a.json {
+        super::emit(&format!("{}\n", report.to_json()));
+    } else {
+        super::emit(&format!("{report}\n"));
+    }
+    if report.passed() {
+        Ok(0)
+    } else {
+        let names: Vec<String> = report.failures().iter().map(|(o, e, _)| format!("'{o}' ({e})")).collect();
+        Err(Failure::new(1, format!("validation failed: {} out of tolerance vs {}", names.join(", "), report.baseline)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_parsers() {
+        assert_eq!(parse_dim("N=4").unwrap(), ("N".to_string(), 4));
+        assert!(parse_dim("N=-1").is_err());
+        assert!(parse_dim("N=x").is_err());
+        assert_eq!(parse_tolerance("1e-3").unwrap(), 1e-3);
+        assert!(parse_tolerance("-1").is_err());
+        assert!(parse_tolerance("nan").is_err());
+        assert!(to_map(&[("N".to_string(), 1), ("N".to_string(), 2)], "--dim").is_err());
+    }
+}

@@ -1,0 +1,237 @@
+//! The `onnx2ait` binary: commands, output files and exit codes.
+//!
+//! Uses the bundled `onnx_models/convnet_symbolic_batch.onnx` (symbolic batch dim `N`, output
+//! `[N,10]`) and, for unsupported ops, a model written here with the crate's own protobuf types.
+
+use onnx2ait::onnx::proto::{
+    tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
+};
+use prost::Message;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_onnx2ait");
+
+fn bundled(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models").join(name)
+}
+
+fn convnet() -> PathBuf {
+    bundled("convnet_symbolic_batch.onnx")
+}
+
+/// A fresh scratch directory per test (tests run in parallel).
+fn scratch(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("onnx2ait-cli-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create scratch directory");
+    d
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run onnx2ait")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Asserts the exit code, printing both streams when it is wrong.
+fn expect_code(o: &Output, code: i32) -> (String, String) {
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(code), "exit code\n--- stdout:\n{out}\n--- stderr:\n{err}");
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "panic:\n{err}");
+    (out, err)
+}
+
+fn tensor_value(name: &str, elem_type: i32, dims: &[&str]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| tensor_shape_proto::Dimension {
+            value: Some(match d.parse::<i64>() {
+                Ok(v) => tensor_shape_proto::dimension::Value::DimValue(v),
+                Err(_) => tensor_shape_proto::dimension::Value::DimParam(d.to_string()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem_type),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, domain: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        domain: Some(domain.into()),
+        name: Some(name.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// `x → Relu → FancyOp → com.example::Custom ×2 → y`: two unsupported op types, three nodes.
+fn write_unsupported_model(dir: &Path) -> PathBuf {
+    let model = ModelProto {
+        ir_version: Some(8),
+        producer_name: Some("onnx2ait-tests".into()),
+        opset_import: vec![
+            OperatorSetIdProto { domain: Some(String::new()), version: Some(17) },
+            OperatorSetIdProto { domain: Some("com.example".into()), version: Some(1) },
+        ],
+        graph: Some(GraphProto {
+            name: Some("unsupported".into()),
+            node: vec![
+                node("Relu", "", "relu", &["x"], &["a"]),
+                node("FancyOp", "", "fancy_1", &["a"], &["b"]),
+                node("Custom", "com.example", "custom_1", &["b"], &["c"]),
+                node("Custom", "com.example", "custom_2", &["c"], &["y"]),
+            ],
+            input: vec![tensor_value("x", 1, &["N", "4"])],
+            output: vec![tensor_value("y", 1, &["N", "4"])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let p = dir.join("unsupported.onnx");
+    std::fs::write(&p, model.encode_to_vec()).expect("write model");
+    p
+}
+
+#[test]
+fn inspect_describes_a_supported_model() {
+    let m = convnet();
+    let (out, _) = expect_code(&run(&["inspect", m.to_str().unwrap()]), 0);
+    assert!(out.contains("opsets:      ai.onnx=17"), "{out}");
+    assert!(out.contains("inputs (inferred):") && out.contains("x float32[N,3,16,16]"), "{out}");
+    assert!(out.contains("float32[N,10]"), "{out}");
+    assert!(out.contains("Conv") && out.contains("Gemm"), "op histogram:\n{out}");
+    assert!(out.contains("unsupported: none") && out.contains("import:      ok"), "{out}");
+
+    let (json, _) = expect_code(&run(&["inspect", m.to_str().unwrap(), "--json"]), 0);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("inspect --json prints JSON");
+    assert_eq!(v["inputs"][0]["shape"], serde_json::json!(["N", 3, 16, 16]));
+    assert_eq!(v["op_histogram"]["Conv"], 2);
+    assert!(v["parameters"]["elements"].as_u64().unwrap() > 0);
+    assert_eq!(v["unsupported"], serde_json::json!([]));
+}
+
+#[test]
+fn inspect_lists_every_unsupported_op_and_exits_2() {
+    let dir = scratch("inspect-unsupported");
+    let m = write_unsupported_model(&dir);
+    let (out, err) = expect_code(&run(&["inspect", m.to_str().unwrap()]), 2);
+    assert!(out.contains("FancyOp (1 node(s)): fancy_1"), "{out}");
+    assert!(out.contains("com.example::Custom (2 node(s)): custom_1, custom_2"), "{out}");
+    assert!(out.contains("inputs (declared):") && out.contains("x float32[N,4]"), "still prints the rest:\n{out}");
+    assert!(out.contains("Relu"), "{out}");
+    assert!(err.starts_with("error: ") && err.contains("2 unsupported op type(s) in 3 node(s)"), "{err}");
+
+    let (json, _) = expect_code(&run(&["inspect", m.to_str().unwrap(), "--json"]), 2);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["unsupported"].as_array().unwrap().len(), 2);
+
+    // Every command reports unsupported ops with exit code 2.
+    let (_, err) = expect_code(&run(&["validate", m.to_str().unwrap()]), 2);
+    assert!(err.contains("FancyOp"), "{err}");
+    let (_, err) = expect_code(&run(&[m.to_str().unwrap(), "-o", dir.join("out").to_str().unwrap()]), 2);
+    assert!(err.contains("com.example::Custom"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn main_command_writes_graph_json_and_summary() {
+    let dir = scratch("compile");
+    let m = convnet();
+    for (i, args) in
+        [vec![m.to_str().unwrap(), "-o"], vec!["compile", m.to_str().unwrap(), "-o"]].into_iter().enumerate()
+    {
+        let out_dir = dir.join(format!("out{i}"));
+        let mut a = args.clone();
+        a.push(out_dir.to_str().unwrap());
+        let (out, _) = expect_code(&run(&a), 0);
+        assert!(out.contains("code generation is not implemented yet"), "{out}");
+        let json = std::fs::read_to_string(out_dir.join("graph.json")).expect("graph.json written");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["inputs"][0]["shape"], serde_json::json!(["N", 3, 16, 16]));
+        assert_eq!(v["outputs"][0]["shape"], serde_json::json!(["N", 10]));
+        assert!(v["nodes"].as_array().unwrap().iter().all(|n| n["outputs"][0]["dtype"] == "float32"));
+        assert!(v["constants"]["bytes"].as_u64().unwrap() > 0);
+        let summary = std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary.txt written");
+        assert!(summary.contains("x float32[N,3,16,16]") && summary.contains("not built yet"), "{summary}");
+    }
+    // The output is stable: both runs wrote the same files.
+    let a = std::fs::read(dir.join("out0/graph.json")).unwrap();
+    let b = std::fs::read(dir.join("out1/graph.json")).unwrap();
+    assert_eq!(a, b);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn validate_passes_and_reports() {
+    let m = convnet();
+    let (out, _) = expect_code(&run(&["validate", m.to_str().unwrap()]), 0);
+    assert!(out.contains("PASS") && out.contains("gemm_0"), "{out}");
+    assert!(out.contains("engine ort [baseline]") && out.contains("engine reference"), "{out}");
+
+    let (json, _) = expect_code(&run(&["validate", m.to_str().unwrap(), "--dim", "N=3", "--seed", "5", "--json"]), 0);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("validate --json prints JSON");
+    assert_eq!(v["passed"], true);
+    assert_eq!(v["dims"]["N"], 3);
+    assert_eq!(v["seed"], 5);
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([3, 10]));
+    assert_eq!(v["outputs"][0]["results"][0]["engine"], "reference");
+    assert_eq!(v["outputs"][0]["results"][0]["top1"]["rows"], 3);
+}
+
+#[test]
+fn validate_reads_npy_inputs() {
+    let dir = scratch("validate-npy");
+    let file = dir.join("x.npy");
+    let x = ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&[2, 3, 16, 16]), |i| {
+        ((i[1] * 7 + i[2] * 3 + i[3]) % 11) as f32 / 5.0 - 1.0
+    });
+    ndarray_npy::write_npy(&file, &x).unwrap();
+    let arg = format!("x={}", file.display());
+    let (json, _) = expect_code(&run(&["validate", convnet().to_str().unwrap(), "--input", &arg, "--json"]), 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["dims"]["N"], 2, "N is bound by the file's shape");
+    assert_eq!(v["inputs"][0]["source"]["kind"], "file");
+
+    let bad = dir.join("x64.npy");
+    ndarray_npy::write_npy(&bad, &x.mapv(|v| v as f64)).unwrap();
+    let arg = format!("x={}", bad.display());
+    let (_, err) = expect_code(&run(&["validate", convnet().to_str().unwrap(), "--input", &arg]), 1);
+    assert!(err.starts_with("error: ") && err.contains("float64") && err.contains("float32"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn errors_are_one_line_messages_with_exit_1() {
+    let m = convnet();
+    let (_, err) = expect_code(&run(&["inspect", "/nonexistent/model.onnx"]), 1);
+    assert!(err.starts_with("error: ") && err.contains("no such file"), "{err}");
+    let (_, err) = expect_code(&run(&["validate", m.to_str().unwrap(), "--dim", "batch=2"]), 1);
+    assert!(err.starts_with("error: ") && err.contains("no symbolic dim 'batch'"), "{err}");
+    let (_, err) = expect_code(&run(&["validate", m.to_str().unwrap(), "--dim", "N"]), 1);
+    assert!(err.contains("expected NAME=VALUE"), "{err}");
+
+    let dir = scratch("errors");
+    let junk = dir.join("junk.onnx");
+    std::fs::write(&junk, b"this is not a protobuf").unwrap();
+    let (_, err) = expect_code(&run(&["inspect", junk.to_str().unwrap()]), 1);
+    assert!(err.starts_with("error: ") && err.contains("not a valid ONNX model"), "{err}");
+    let (_, err) = expect_code(&run(&[]), 1);
+    assert!(err.contains("error:"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
