@@ -1,5 +1,528 @@
-//! The conv op family.
+//! The conv op family: Conv and ConvTranspose (1-D, 2-D and 3-D spatial), plus the sliding
+//! window geometry (`Window`: kernel, strides, dilations, pads, auto_pad, ceil_mode) that the
+//! pooling ops share.
 
+use super::linalg::{f32_of, into_dtype};
 use super::OpSpec;
+use crate::ir::dim::fmt_shape;
+use crate::ir::{optional, required, Dim, Fact, NodeCtx, Op, OpResult, Tensor};
+use crate::reference::conv::{self as kernels, Geom3};
+use crate::reference::linalg::{contiguous, standard};
+use crate::{op_bail, op_ensure};
+use ndarray::{ArrayD, IxDyn};
+use std::any::Any;
 
-pub const OPS: &[OpSpec] = &[];
+pub const OPS: &[OpSpec] = &[OpSpec::onnx("Conv", parse_conv), OpSpec::onnx("ConvTranspose", parse_conv_transpose)];
+
+/// The `auto_pad` attribute of conv and pooling ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoPad {
+    /// Explicit `pads`.
+    NotSet,
+    /// Output `ceil(in / stride)`; an odd total padding puts the extra cell at the end.
+    SameUpper,
+    /// Output `ceil(in / stride)`; an odd total padding puts the extra cell at the beginning.
+    SameLower,
+    /// No padding.
+    Valid,
+}
+
+impl AutoPad {
+    pub fn parse(ctx: &NodeCtx) -> OpResult<AutoPad> {
+        Ok(match ctx.choice("auto_pad", "NOTSET", &["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])?.as_str() {
+            "SAME_UPPER" => AutoPad::SameUpper,
+            "SAME_LOWER" => AutoPad::SameLower,
+            "VALID" => AutoPad::Valid,
+            _ => AutoPad::NotSet,
+        })
+    }
+}
+
+/// Reads an INTS attribute whose values must all be `>= min`, as usize.
+pub(crate) fn ints_at_least(ctx: &NodeCtx, name: &str, min: i64) -> OpResult<Option<Vec<usize>>> {
+    match ctx.ints(name)? {
+        None => Ok(None),
+        Some(v) => {
+            op_ensure!(v.iter().all(|&x| x >= min), "attribute '{name}' = {v:?} must have values >= {min}");
+            Ok(Some(v.into_iter().map(|x| x as usize).collect()))
+        }
+    }
+}
+
+/// Sliding-window geometry as written in the node; resolved against the input's spatial dims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// `kernel_shape`; for convolutions it may be absent (taken from the weights).
+    pub kernel: Option<Vec<usize>>,
+    pub strides: Option<Vec<usize>>,
+    pub dilations: Option<Vec<usize>>,
+    /// `[begin..., end...]`, `2 * spatial rank` values; ignored unless `auto_pad` is NOTSET.
+    pub pads: Option<Vec<usize>>,
+    pub auto_pad: AutoPad,
+    pub ceil_mode: bool,
+}
+
+/// The concrete per-axis window parameters of one spatial rank.
+struct Params {
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    pads: Vec<usize>,
+}
+
+impl Window {
+    /// Reads `kernel_shape`, `strides`, `dilations`, `pads` and `auto_pad` (not `ceil_mode`).
+    pub fn parse(ctx: &NodeCtx) -> OpResult<Window> {
+        let kernel = ints_at_least(ctx, "kernel_shape", 1)?;
+        let strides = ints_at_least(ctx, "strides", 1)?;
+        let dilations = ints_at_least(ctx, "dilations", 1)?;
+        let pads = ints_at_least(ctx, "pads", 0)?;
+        let auto_pad = AutoPad::parse(ctx)?;
+        Ok(Window { kernel, strides, dilations, pads, auto_pad, ceil_mode: false })
+    }
+
+    fn params(&self, rank: usize, kernel: &[usize]) -> OpResult<Params> {
+        op_ensure!((1..=3).contains(&rank), "{rank} spatial dims are not supported (expected 1, 2 or 3)");
+        op_ensure!(kernel.len() == rank, "kernel_shape {kernel:?} has {} dims, the input has {rank} spatial dims", kernel.len());
+        let get = |name: &str, v: &Option<Vec<usize>>, len: usize, default: usize| -> OpResult<Vec<usize>> {
+            match v {
+                None => Ok(vec![default; len]),
+                Some(v) => {
+                    op_ensure!(v.len() == len, "attribute '{name}' = {v:?} must have {len} values for {rank} spatial dims");
+                    Ok(v.clone())
+                }
+            }
+        };
+        let pads = if self.auto_pad == AutoPad::NotSet { get("pads", &self.pads, 2 * rank, 0)? } else { vec![0; 2 * rank] };
+        Ok(Params { strides: get("strides", &self.strides, rank, 1)?, dilations: get("dilations", &self.dilations, rank, 1)?, pads })
+    }
+
+    /// Output spatial dims for (possibly symbolic) input spatial dims.
+    pub fn out_dims(&self, input: &[Dim], kernel: &[usize]) -> OpResult<Vec<Dim>> {
+        let p = self.params(input.len(), kernel)?;
+        let mut out = Vec::with_capacity(input.len());
+        for (i, d) in input.iter().enumerate() {
+            let stride = Dim::from(p.strides[i]);
+            if matches!(self.auto_pad, AutoPad::SameUpper | AutoPad::SameLower) {
+                out.push(d.div_ceil(&stride));
+                continue;
+            }
+            let span = p.dilations[i] * (kernel[i] - 1) + 1;
+            let padded = d.add(&Dim::from(p.pads[i] + p.pads[i + input.len()]));
+            if let Some(v) = padded.as_known() {
+                op_ensure!(
+                    v >= span as i64,
+                    "a window of {span} cells (kernel {}, dilation {}) does not fit in spatial dim {i} of size {v} (padding included)",
+                    kernel[i],
+                    p.dilations[i]
+                );
+            }
+            let num = padded.sub(&Dim::from(span));
+            let o = if self.ceil_mode { num.div_ceil(&stride) } else { num.div_floor(&stride) }.add(&Dim::known(1));
+            out.push(match (o.as_known(), d.as_known()) {
+                // ceil_mode: a last window starting in the end padding is dropped (as in ONNX
+                // Runtime and PyTorch).
+                (Some(ov), Some(dv)) if self.ceil_mode && (ov - 1) * p.strides[i] as i64 >= dv + p.pads[i] as i64 => Dim::known(ov - 1),
+                _ => o,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Concrete geometry for concrete input spatial dims.
+    pub fn resolve(&self, input: &[usize], kernel: &[usize]) -> OpResult<Geom3> {
+        let rank = input.len();
+        let p = self.params(rank, kernel)?;
+        let out = self.out_dims(&crate::ir::dim::dims_of(input), kernel)?;
+        let out = crate::ir::dim::known_shape(&out).ok_or_else(|| crate::ir::OpError("window output size is not computable".into()))?;
+        let (mut begin, mut end) = (p.pads[..rank].to_vec(), p.pads[rank..].to_vec());
+        if matches!(self.auto_pad, AutoPad::SameUpper | AutoPad::SameLower) {
+            for i in 0..rank {
+                let span = p.dilations[i] * (kernel[i] - 1) + 1;
+                let total = ((out[i].max(1) - 1) * p.strides[i] + span).saturating_sub(input[i]);
+                let small = total / 2;
+                (begin[i], end[i]) = if self.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
+            }
+        }
+        Geom3::lift(input, kernel, &p.strides, &p.dilations, &begin, &end, &out)
+    }
+}
+
+/// Shape checks shared by Conv and ConvTranspose: float input of rank 3..=5 and weights of the
+/// same rank and dtype with compile-time spatial dims. Returns the kernel shape.
+fn check_operands(op: &str, x: &Fact, w: &Fact, kernel_attr: &Option<Vec<usize>>) -> OpResult<Vec<usize>> {
+    let dtype = x.dtype();
+    op_ensure!(dtype.is_float(), "{op} needs a floating-point input, found {dtype}");
+    op_ensure!(w.dtype() == dtype, "{op}: weights are {} but the input is {dtype}", w.dtype());
+    op_ensure!(
+        (3..=5).contains(&x.rank()),
+        "{op} needs an input [N, C, spatial...] with 1 to 3 spatial dims, found {}",
+        fmt_shape(x.shape())
+    );
+    op_ensure!(w.rank() == x.rank(), "{op}: weights {} and input {} differ in rank", fmt_shape(w.shape()), fmt_shape(x.shape()));
+    let kernel = crate::ir::dim::known_shape(&w.shape()[2..])
+        .ok_or_else(|| crate::ir::OpError(format!("{op}: the kernel size must be known at compile time, found weights {}", fmt_shape(w.shape()))))?;
+    if let Some(k) = kernel_attr {
+        op_ensure!(*k == kernel, "{op}: kernel_shape {k:?} does not match the weights {}", fmt_shape(w.shape()));
+    }
+    op_ensure!(kernel.iter().all(|&k| k > 0), "{op}: weights {} have an empty kernel", fmt_shape(w.shape()));
+    Ok(kernel)
+}
+
+fn check_bias(op: &str, b: Option<&Fact>, x: &Fact, k: &Dim) -> OpResult<()> {
+    if let Some(b) = b {
+        op_ensure!(
+            b.dtype() == x.dtype() && b.shape() == [k.clone()],
+            "{op}: bias must be {}[{k}], found {}{}",
+            x.dtype(),
+            b.dtype(),
+            fmt_shape(b.shape())
+        );
+    }
+    Ok(())
+}
+
+/// The operands of a conv eval as contiguous f32 data.
+fn eval_operands<'a>(
+    x: &'a Tensor,
+    w: &'a Tensor,
+) -> (std::borrow::Cow<'a, ArrayD<f32>>, std::borrow::Cow<'a, ArrayD<f32>>) {
+    (f32_of(x), f32_of(w))
+}
+
+/// Convolution with optional bias.
+#[derive(Clone, Debug)]
+pub struct Conv {
+    pub window: Window,
+    pub group: usize,
+}
+
+impl Op for Conv {
+    fn op_type(&self) -> &'static str {
+        "Conv"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "X")?;
+        let w = required(inputs, 1, "W")?;
+        let kernel = check_operands("Conv", x, w, &self.window.kernel)?;
+        let (c, cg, k) = (&x.shape()[1], &w.shape()[1], &w.shape()[0]);
+        let g = self.group as i64;
+        if let (Some(c), Some(cg)) = (c.as_known(), cg.as_known()) {
+            op_ensure!(c == cg * g, "Conv: the input has {c} channels but the weights expect {cg} per group x {g} groups");
+        }
+        if let Some(k) = k.as_known() {
+            op_ensure!(k % g == 0, "Conv: {k} output channels do not divide into {g} groups");
+        }
+        check_bias("Conv", optional(inputs, 2), x, k)?;
+        let mut out = vec![x.shape()[0].clone(), k.clone()];
+        out.extend(self.window.out_dims(&x.shape()[2..], &kernel)?);
+        Ok(vec![Fact::new(x.dtype(), out)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let xt = required(inputs, 0, "X")?;
+        let wt = required(inputs, 1, "W")?;
+        let (x, w) = eval_operands(xt, wt);
+        let (xs, ws) = (x.shape(), w.shape());
+        op_ensure!(xs.len() >= 3 && ws.len() == xs.len(), "Conv: input {xs:?} and weights {ws:?} do not fit");
+        let geom = self.window.resolve(&xs[2..], &ws[2..])?;
+        let bias = optional(inputs, 2).map(|b| b.to_f32());
+        let bias_std = bias.as_ref().map(standard);
+        let (x_std, w_std) = (standard(&x), standard(&w));
+        let y = kernels::conv(
+            contiguous(&x_std),
+            xs[0],
+            xs[1],
+            contiguous(&w_std),
+            ws[0],
+            bias_std.as_ref().map(contiguous),
+            &geom,
+            self.group,
+        )?;
+        let mut shape = vec![xs[0], ws[0]];
+        shape.extend_from_slice(&geom.output[3 - (xs.len() - 2)..]);
+        let y = ArrayD::from_shape_vec(IxDyn(&shape), y).map_err(|e| crate::ir::OpError(e.to_string()))?;
+        Ok(vec![into_dtype(Tensor::F32(y), xt.dtype())])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn parse_group(ctx: &NodeCtx) -> OpResult<usize> {
+    let g = ctx.int_or("group", 1)?;
+    op_ensure!(g >= 1, "attribute 'group' = {g} must be >= 1");
+    Ok(g as usize)
+}
+
+/// Conv. Opset history: 1 (all attributes present already: auto_pad, dilations, group,
+/// kernel_shape, pads, strides), 11 only clarified that `kernel_shape` may be omitted (inferred
+/// from the weights, which we always do and cross-check when given) and the `auto_pad`
+/// default; 22 added bfloat16 types. One parser serves every version.
+fn parse_conv(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    Ok(Box::new(Conv { window: Window::parse(ctx)?, group: parse_group(ctx)? }))
+}
+
+/// Transposed convolution with optional bias.
+#[derive(Clone, Debug)]
+pub struct ConvTranspose {
+    pub window: Window,
+    pub group: usize,
+    pub output_padding: Option<Vec<usize>>,
+    /// Requested output spatial shape (the last `spatial rank` values of `output_shape`).
+    pub output_shape: Option<Vec<usize>>,
+}
+
+impl ConvTranspose {
+    /// Per-axis `(pad_begin, output size)` for input spatial dims that may be symbolic.
+    fn spatial(&self, input: &[Dim], kernel: &[usize]) -> OpResult<Vec<(usize, Dim)>> {
+        let rank = input.len();
+        let p = self.window.params(rank, kernel)?;
+        let out_pad = match &self.output_padding {
+            None => vec![0; rank],
+            Some(v) => {
+                op_ensure!(v.len() == rank, "attribute 'output_padding' = {v:?} must have {rank} values");
+                v.clone()
+            }
+        };
+        let requested: Option<Vec<usize>> = match &self.output_shape {
+            None => None,
+            Some(v) if v.len() == rank => Some(v.clone()),
+            Some(v) if v.len() == rank + 2 => Some(v[2..].to_vec()),
+            Some(v) => op_bail!("attribute 'output_shape' = {v:?} must have {rank} (or {}) values", rank + 2),
+        };
+        let mut out = Vec::with_capacity(rank);
+        for i in 0..rank {
+            let span = p.dilations[i] * (kernel[i] - 1) + 1;
+            let s = p.strides[i];
+            op_ensure!(out_pad[i] < s.max(p.dilations[i]), "output_padding {} must be smaller than the stride {s} or dilation {}", out_pad[i], p.dilations[i]);
+            // The full (unpadded) output size: stride * (in - 1) + output_padding + span.
+            let full = input[i].sub(&Dim::known(1)).mul(&Dim::from(s)).add(&Dim::from(out_pad[i] + span));
+            let target = match (&requested, self.window.auto_pad) {
+                (Some(r), _) => Some(Dim::from(r[i])),
+                (None, AutoPad::SameUpper | AutoPad::SameLower) => Some(input[i].mul(&Dim::from(s))),
+                _ => None,
+            };
+            match target {
+                None => {
+                    let (b, e) = (p.pads[i], p.pads[i + rank]);
+                    let o = full.sub(&Dim::from(b + e));
+                    if let Some(v) = o.as_known() {
+                        op_ensure!(v > 0, "ConvTranspose: pads {:?} leave no output along spatial dim {i}", p.pads);
+                    }
+                    out.push((b, o));
+                }
+                Some(t) => {
+                    let total = full.sub(&t);
+                    // The begin padding is needed to evaluate; with symbolic dims only inference
+                    // runs, which needs nothing but the output size.
+                    let total = total.as_known().map(|v| v.max(0) as usize).unwrap_or(0);
+                    let small = total / 2;
+                    // ONNX Runtime: SAME_UPPER trims the odd cell at the end, everything else
+                    // (NOTSET with output_shape, SAME_LOWER) at the beginning.
+                    let begin = if self.window.auto_pad == AutoPad::SameUpper { small } else { total - small };
+                    out.push((begin, t));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Op for ConvTranspose {
+    fn op_type(&self) -> &'static str {
+        "ConvTranspose"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "X")?;
+        let w = required(inputs, 1, "W")?;
+        let kernel = check_operands("ConvTranspose", x, w, &self.window.kernel)?;
+        let (c, wc) = (&x.shape()[1], &w.shape()[0]);
+        if let (Some(c), Some(wc)) = (c.as_known(), wc.as_known()) {
+            op_ensure!(c == wc, "ConvTranspose: the input has {c} channels but the weights {} expect {wc}", fmt_shape(w.shape()));
+            op_ensure!(c % self.group as i64 == 0, "ConvTranspose: {c} input channels do not divide into {} groups", self.group);
+        }
+        let k = w.shape()[1].mul(&Dim::from(self.group));
+        check_bias("ConvTranspose", optional(inputs, 2), x, &k)?;
+        let mut out = vec![x.shape()[0].clone(), k];
+        out.extend(self.spatial(&x.shape()[2..], &kernel)?.into_iter().map(|(_, d)| d));
+        Ok(vec![Fact::new(x.dtype(), out)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let xt = required(inputs, 0, "X")?;
+        let wt = required(inputs, 1, "W")?;
+        let (x, w) = eval_operands(xt, wt);
+        let (xs, ws) = (x.shape(), w.shape());
+        op_ensure!(xs.len() >= 3 && ws.len() == xs.len(), "ConvTranspose: input {xs:?} and weights {ws:?} do not fit");
+        let rank = xs.len() - 2;
+        let sp = self.spatial(&crate::ir::dim::dims_of(&xs[2..]), &ws[2..])?;
+        let p = self.window.params(rank, &ws[2..])?;
+        let begin: Vec<usize> = sp.iter().map(|(b, _)| *b).collect();
+        let out: Vec<usize> = sp.iter().map(|(_, d)| d.as_known().unwrap_or(0).max(0) as usize).collect();
+        let geom = Geom3::lift(&xs[2..], &ws[2..], &p.strides, &p.dilations, &begin, &vec![0; rank], &out)?;
+        let k = ws[1] * self.group;
+        let bias = optional(inputs, 2).map(|b| b.to_f32());
+        let bias_std = bias.as_ref().map(standard);
+        let (x_std, w_std) = (standard(&x), standard(&w));
+        let y = kernels::conv_transpose(
+            contiguous(&x_std),
+            xs[0],
+            xs[1],
+            contiguous(&w_std),
+            k,
+            bias_std.as_ref().map(contiguous),
+            &geom,
+            self.group,
+        )?;
+        let mut shape = vec![xs[0], k];
+        shape.extend_from_slice(&out);
+        let y = ArrayD::from_shape_vec(IxDyn(&shape), y).map_err(|e| crate::ir::OpError(e.to_string()))?;
+        Ok(vec![into_dtype(Tensor::F32(y), xt.dtype())])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// ConvTranspose. Opset history: 1 has every attribute (auto_pad, dilations, group,
+/// kernel_shape, output_padding, output_shape, pads, strides); 11 clarified the padding rules
+/// for `output_shape`/`auto_pad` (total padding = stride*(in-1) + output_padding + span - out,
+/// split like ONNX Runtime: SAME_UPPER puts the odd cell at the end, otherwise at the begin;
+/// an `output_shape` larger than the full output pads zeros at the end); 22 added bfloat16.
+fn parse_conv_transpose(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    Ok(Box::new(ConvTranspose {
+        window: Window::parse(ctx)?,
+        group: parse_group(ctx)?,
+        output_padding: ints_at_least(ctx, "output_padding", 0)?,
+        output_shape: ints_at_least(ctx, "output_shape", 1)?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Attr, Attributes, DType};
+
+    pub(crate) fn parse_op(op: &str, attrs: &[(&str, Attr)]) -> Box<dyn Op> {
+        let attrs: Attributes = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let ctx = NodeCtx { name: "n", op_type: op, domain: "", opset: 17, attrs: &attrs, inputs_present: &[true, true], num_outputs: 1 };
+        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
+        (spec.parse)(&ctx).expect("parses")
+    }
+
+    fn ints(v: &[i64]) -> Attr {
+        Attr::Ints(v.to_vec())
+    }
+
+    fn close(got: &Tensor, want: &[f64]) {
+        let g = got.to_f64_vec();
+        assert_eq!(g.len(), want.len(), "{g:?} vs {want:?}");
+        for (a, b) in g.iter().zip(want) {
+            assert!((a - b).abs() < 1e-4, "{g:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn infer_keeps_batch_symbolic_and_computes_spatial_dims() {
+        let op = parse_op("Conv", &[("strides", ints(&[2, 2])), ("pads", ints(&[3, 3, 3, 3]))]);
+        let n = Dim::sym("N");
+        let x = Fact::new(DType::F32, vec![n.clone(), Dim::known(3), Dim::known(224), Dim::known(224)]);
+        let w = Fact::new(DType::F32, vec![Dim::known(64), Dim::known(3), Dim::known(7), Dim::known(7)]);
+        let out = op.infer(&[Some(&x), Some(&w), None]).unwrap();
+        assert_eq!(out[0].shape(), &[n.clone(), Dim::known(64), Dim::known(112), Dim::known(112)]);
+        // Symbolic spatial dims stay expressions; SAME gives ceil(H / stride).
+        let h = Dim::sym("H");
+        let xs = Fact::new(DType::F32, vec![n.clone(), Dim::known(3), h.clone(), Dim::known(9)]);
+        let same = parse_op("Conv", &[("strides", ints(&[2, 2])), ("auto_pad", Attr::String("SAME_UPPER".into()))]);
+        let out = same.infer(&[Some(&xs), Some(&w)]).unwrap();
+        assert_eq!(out[0].shape()[2], h.div_ceil(&Dim::known(2)));
+        assert_eq!(out[0].shape()[3], Dim::known(5));
+    }
+
+    #[test]
+    fn infer_errors_are_clear() {
+        let op = parse_op("Conv", &[("group", Attr::Int(2))]);
+        let x = Fact::new(DType::F32, vec![Dim::known(1), Dim::known(6), Dim::known(8), Dim::known(8)]);
+        let w = Fact::new(DType::F32, vec![Dim::known(4), Dim::known(2), Dim::known(3), Dim::known(3)]);
+        let e = op.infer(&[Some(&x), Some(&w)]).unwrap_err();
+        assert!(e.0.contains("6 channels") && e.0.contains("2 groups"), "{}", e.0);
+        let small = Fact::new(DType::F32, vec![Dim::known(1), Dim::known(4), Dim::known(2), Dim::known(8)]);
+        let e = op.infer(&[Some(&small), Some(&w)]).unwrap_err();
+        assert!(e.0.contains("does not fit"), "{}", e.0);
+        let bad_k = parse_op("Conv", &[("kernel_shape", ints(&[5, 5]))]);
+        let w1 = Fact::new(DType::F32, vec![Dim::known(4), Dim::known(6), Dim::known(3), Dim::known(3)]);
+        assert!(bad_k.infer(&[Some(&x), Some(&w1)]).unwrap_err().0.contains("kernel_shape"));
+        let attrs: Attributes = [("auto_pad".to_string(), Attr::String("SAME".into()))].into_iter().collect();
+        let ctx = NodeCtx { name: "n", op_type: "Conv", domain: "", opset: 17, attrs: &attrs, inputs_present: &[true, true], num_outputs: 1 };
+        assert!(parse_conv(&ctx).unwrap_err().0.contains("auto_pad"));
+    }
+
+    #[test]
+    fn conv_eval_matches_onnxruntime() {
+        // ORT: x = arange(10)-3 as [1,1,10], w = [1,-1,2], strides 2, pads [2,1], dilations 2.
+        let x = Tensor::from_f32s(&[1, 1, 10], (0..10).map(|v| v as f32 - 3.0).collect());
+        let w = Tensor::from_f32s(&[1, 1, 3], vec![1.0, -1.0, 2.0]);
+        let op = parse_op("Conv", &[("strides", ints(&[2])), ("pads", ints(&[2, 1])), ("dilations", ints(&[2]))]);
+        let y = op.eval(&[Some(&x), Some(&w), None]).unwrap();
+        assert_eq!(y[0].shape(), &[1, 1, 5]);
+        close(&y[0], &[1.0, 0.0, 4.0, 8.0, -2.0]);
+        // ORT: x = 1..9 as [1,1,3,3], w = [[1,2],[3,4]].
+        let x = Tensor::from_f32s(&[1, 1, 3, 3], (1..10).map(|v| v as f32).collect());
+        let w = Tensor::from_f32s(&[1, 1, 2, 2], vec![1.0, 2.0, 3.0, 4.0]);
+        let lower = parse_op("Conv", &[("auto_pad", Attr::String("SAME_LOWER".into()))]);
+        close(&lower.eval(&[Some(&x), Some(&w)]).unwrap()[0], &[4., 11., 18., 18., 37., 47., 36., 67., 77.]);
+        let upper = parse_op("Conv", &[("auto_pad", Attr::String("SAME_UPPER".into())), ("strides", ints(&[2, 2]))]);
+        let y = upper.eval(&[Some(&x), Some(&w)]).unwrap();
+        assert_eq!(y[0].shape(), &[1, 1, 2, 2]);
+        close(&y[0], &[37., 21., 23., 9.]);
+        // f16 in, f16 out, with bias.
+        let b = Tensor::from_f32s(&[1], vec![0.5]).cast(DType::F16);
+        let y = lower.eval(&[Some(&x.cast(DType::F16)), Some(&w.cast(DType::F16)), Some(&b)]).unwrap();
+        assert_eq!(y[0].dtype(), DType::F16);
+        close(&y[0], &[4.5, 11.5, 18.5, 18.5, 37.5, 47.5, 36.5, 67.5, 77.5]);
+    }
+
+    #[test]
+    fn conv_transpose_padding_rules_match_onnxruntime() {
+        // ORT: x = [1,2,3] as [1,1,3], w = ones [1,1,3], strides 2.
+        let x = Tensor::from_f32s(&[1, 1, 3], vec![1.0, 2.0, 3.0]);
+        let w = Tensor::from_f32s(&[1, 1, 3], vec![1.0; 3]);
+        let cases: &[(&[(&str, Attr)], &[f64])] = &[
+            (&[], &[1., 1., 3., 2., 5., 3., 3.]),
+            (&[("output_shape", ints(&[6]))], &[1., 3., 2., 5., 3., 3.]),
+            (&[("output_shape", ints(&[8]))], &[1., 1., 3., 2., 5., 3., 3., 0.]),
+            (&[("auto_pad", Attr::String("SAME_UPPER".into()))], &[1., 1., 3., 2., 5., 3.]),
+            (&[("auto_pad", Attr::String("SAME_LOWER".into()))], &[1., 3., 2., 5., 3., 3.]),
+            (&[("output_padding", ints(&[1]))], &[1., 1., 3., 2., 5., 3., 3., 0.]),
+            (&[("pads", ints(&[1, 2]))], &[1., 3., 2., 5.]),
+        ];
+        for (extra, want) in cases {
+            let mut attrs: Vec<(&str, Attr)> = vec![("strides", ints(&[2]))];
+            attrs.extend(extra.iter().cloned());
+            let op = parse_op("ConvTranspose", &attrs);
+            let fx = Fact::new(DType::F32, vec![Dim::known(1), Dim::known(1), Dim::known(3)]);
+            let fw = Fact::new(DType::F32, vec![Dim::known(1), Dim::known(1), Dim::known(3)]);
+            let inferred = op.infer(&[Some(&fx), Some(&fw)]).unwrap();
+            let y = op.eval(&[Some(&x), Some(&w)]).unwrap();
+            assert_eq!(inferred[0].shape()[2].as_known(), Some(y[0].shape()[2] as i64), "{extra:?}");
+            close(&y[0], want);
+        }
+    }
+
+    #[test]
+    fn conv_transpose_groups_and_symbolic_batch() {
+        let op = parse_op("ConvTranspose", &[("group", Attr::Int(2)), ("strides", ints(&[2, 2]))]);
+        let n = Dim::sym("N");
+        let x = Fact::new(DType::F32, vec![n.clone(), Dim::known(4), Dim::sym("H"), Dim::known(5)]);
+        let w = Fact::new(DType::F32, vec![Dim::known(4), Dim::known(3), Dim::known(2), Dim::known(2)]);
+        let out = op.infer(&[Some(&x), Some(&w)]).unwrap();
+        assert_eq!(out[0].shape()[0], n);
+        assert_eq!(out[0].shape()[1], Dim::known(6));
+        assert_eq!(out[0].shape()[2], Dim::sym("H").mul(&Dim::known(2)));
+        assert_eq!(out[0].shape()[3], Dim::known(10));
+    }
+}
