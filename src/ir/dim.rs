@@ -83,11 +83,18 @@ impl Dim {
         out
     }
 
+    /// The dim standing for an arithmetic result that does not fit in i64 (only malformed
+    /// models get there); it stays symbolic, so no kernel is ever sized from a wrapped value.
+    fn overflow() -> Dim {
+        Dim::sym("overflow")
+    }
+
     pub fn add(&self, other: &Dim) -> Dim {
         let mut terms = self.terms.clone();
         for (m, c) in &other.terms {
             let e = terms.entry(m.clone()).or_insert(0);
-            *e += c;
+            let Some(sum) = e.checked_add(*c) else { return Dim::overflow() };
+            *e = sum;
             if *e == 0 {
                 terms.remove(m);
             }
@@ -96,7 +103,12 @@ impl Dim {
     }
 
     pub fn neg(&self) -> Dim {
-        Dim { terms: self.terms.iter().map(|(m, c)| (m.clone(), -c)).collect() }
+        let mut terms = BTreeMap::new();
+        for (m, c) in &self.terms {
+            let Some(n) = c.checked_neg() else { return Dim::overflow() };
+            terms.insert(m.clone(), n);
+        }
+        Dim { terms }
     }
 
     pub fn sub(&self, other: &Dim) -> Dim {
@@ -109,7 +121,8 @@ impl Dim {
             for (mb, cb) in &other.terms {
                 let mut m: Monomial = ma.iter().chain(mb.iter()).cloned().collect();
                 m.sort();
-                let term = Dim { terms: BTreeMap::from([(m, ca * cb)]) };
+                let Some(c) = ca.checked_mul(*cb) else { return Dim::overflow() };
+                let term = Dim { terms: BTreeMap::from([(m, c)]) };
                 out = out.add(&term);
             }
         }
@@ -120,12 +133,12 @@ impl Dim {
     /// an opaque symbol spelling the expression.
     pub fn div_floor(&self, d: &Dim) -> Dim {
         if let (Some(a), Some(b)) = (self.as_known(), d.as_known()) {
-            if b != 0 {
-                return Dim::known(a.div_euclid(b));
+            if let Some(q) = a.checked_div_euclid(b) {
+                return Dim::known(q);
             }
         }
         if let Some(b) = d.as_known() {
-            if b != 0 && self.terms.values().all(|c| c % b == 0) {
+            if b != 0 && b != -1 && self.terms.values().all(|c| c % b == 0) {
                 return Dim { terms: self.terms.iter().map(|(m, c)| (m.clone(), c / b)).collect() };
             }
         }
@@ -144,7 +157,7 @@ impl Dim {
                         None => exact = false,
                     }
                 }
-                if !exact || c % dc != 0 {
+                if !exact || *dc == 0 || *dc == -1 || c % dc != 0 {
                     exact = false;
                     break;
                 }
@@ -161,7 +174,7 @@ impl Dim {
     pub fn div_ceil(&self, d: &Dim) -> Dim {
         if let (Some(a), Some(b)) = (self.as_known(), d.as_known()) {
             if b > 0 {
-                return Dim::known((a + b - 1).div_euclid(b));
+                return a.checked_add(b - 1).map_or_else(Dim::overflow, |n| Dim::known(n.div_euclid(b)));
             }
         }
         let exact = self.div_floor(d);
@@ -218,7 +231,7 @@ impl fmt::Display for Dim {
         let mut terms: Vec<_> = self.terms.iter().collect();
         terms.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
         for (i, (mono, coeff)) in terms.into_iter().enumerate() {
-            let (sign, mag) = if *coeff < 0 { ("-", -coeff) } else { ("+", *coeff) };
+            let (sign, mag) = if *coeff < 0 { ("-", coeff.unsigned_abs()) } else { ("+", coeff.unsigned_abs()) };
             if i > 0 || sign == "-" {
                 f.write_str(sign)?;
             }
@@ -294,6 +307,16 @@ mod tests {
         let odd = Dim::sym("H").add(&Dim::known(1));
         assert_eq!(odd.div_floor(&Dim::known(2)).to_string(), "floor((H+1)/2)");
         assert_eq!(Dim::known(7).div_ceil(&Dim::known(2)).as_known(), Some(4));
+    }
+
+    #[test]
+    fn overflow_stays_symbolic() {
+        let big = Dim::known(i64::MAX);
+        assert!(!big.mul(&Dim::known(2)).is_known());
+        assert!(!big.add(&Dim::known(1)).is_known());
+        assert!(!Dim::known(i64::MIN).neg().is_known());
+        assert!(!Dim::known(i64::MIN).div_floor(&Dim::known(-1)).is_known());
+        assert!(!big.div_ceil(&Dim::known(2)).is_known());
     }
 
     #[test]
