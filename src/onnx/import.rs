@@ -71,7 +71,7 @@ impl ModelFile {
         for (node, name) in graph.node.iter().zip(&names) {
             let op = node.op_type.as_deref().unwrap_or("");
             let domain = normalize_domain(node.domain.as_deref().unwrap_or(""));
-            if registry().lookup(domain, op).is_none() {
+            if registry().lookup(domain, op).is_none() && !super::sequence::is_sequence_op(domain, op) {
                 found.entry((domain.to_string(), op.to_string())).or_default().push(name.clone());
             }
         }
@@ -79,8 +79,12 @@ impl ModelFile {
     }
 
     /// Builds the IR graph: typed values and ops, topological order, inference and folding.
+    /// Sequence ops are first lowered to tensor ops (see `sequence.rs`).
     pub fn to_graph(&self) -> Result<Graph> {
-        Importer::new(self)?.build()
+        match super::sequence::lower_sequences(self)? {
+            Some(lowered) => Importer::new(&lowered)?.build(),
+            None => Importer::new(self)?.build(),
+        }
     }
 }
 
@@ -92,7 +96,7 @@ fn decode(bytes: &[u8], src: &str) -> Result<ModelProto> {
 }
 
 /// Stable, unique node names: the model's own where present and unique, else `<OpType>_<index>`.
-fn node_names(graph: &GraphProto) -> Vec<String> {
+pub(super) fn node_names(graph: &GraphProto) -> Vec<String> {
     let mut used = BTreeSet::new();
     graph
         .node
@@ -385,6 +389,22 @@ impl<'a> Importer<'a> {
         for (vi, &id) in gp.output.iter().zip(&self.graph.outputs.clone()) {
             if vi.r#type.is_none() {
                 continue;
+            }
+            // An output declared with an element type but no shape (common for data-dependent
+            // outputs such as NonZero's) only constrains the dtype.
+            if let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+                if t.shape.is_none() {
+                    let inferred = self.graph.ty(id).clone();
+                    let code = t.elem_type.unwrap_or(0);
+                    if DType::from_onnx(code) != Some(inferred.dtype) {
+                        return Err(self.err(format!(
+                            "graph output '{}' is declared {} but inference gives {inferred}",
+                            self.graph.values[id].name,
+                            DType::onnx_code_name(code)
+                        )));
+                    }
+                    continue;
+                }
             }
             let declared = self.value_type(vi, "graph output")?;
             let inferred = self.graph.ty(id).clone();

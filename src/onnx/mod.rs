@@ -2,6 +2,7 @@
 
 mod attr;
 mod import;
+mod sequence;
 #[allow(clippy::all, missing_docs)]
 pub mod proto;
 mod tensor;

@@ -4,7 +4,7 @@
 //! receive normalised, in-range parameters and only check what would otherwise panic.
 
 use crate::ir::{DType, Elem, OpError, OpResult, Tensor};
-use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn, Slice};
+use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Slice};
 
 /// Runs `$body` with the type alias `$T` bound to the Rust element type of `$dt`.
 macro_rules! with_dtype {
@@ -388,6 +388,93 @@ pub fn pad_tensor(
 /// An identity-like matrix of `dtype`.
 pub fn eye_tensor(dtype: DType, rows: usize, cols: usize, k: i64) -> Tensor {
     with_dtype!(dtype, T => T::wrap(eye::<T>(rows, cols, k)))
+}
+
+/// `NonZero`: the coordinates of the non-zero elements in row-major order, as a
+/// `[rank, count]` int64 array. A 0-D input is read as 1-D of one element, as ONNX Runtime does.
+pub fn nonzero<T: Elem>(a: &ArrayD<T>) -> ArrayD<i64> {
+    let rank = a.ndim().max(1);
+    let zero = T::default();
+    let hits: Vec<Vec<usize>> = a
+        .indexed_iter()
+        .filter(|(_, v)| **v != zero)
+        .map(|(idx, _)| {
+            if a.ndim() == 0 {
+                vec![0]
+            } else {
+                idx.slice().to_vec()
+            }
+        })
+        .collect();
+    ArrayD::from_shape_fn(IxDyn(&[rank, hits.len()]), |i| hits[i[1]][i[0]] as i64)
+}
+
+/// Order of two elements for `TopK`: NaN compares above every number (ONNX Runtime puts it
+/// first for `largest=1` and last for `largest=0`).
+fn topk_order<T: Elem + PartialOrd>(a: &T, b: &T) -> std::cmp::Ordering {
+    #[allow(clippy::eq_op)]
+    let nan = |v: &T| v != v;
+    match a.partial_cmp(b) {
+        Some(o) => o,
+        None => nan(a).cmp(&nan(b)),
+    }
+}
+
+/// `TopK` along `axis`: the `k` largest (or smallest) elements of every lane, sorted, ties by
+/// lower index first, with their int64 indices. `k` must not exceed the axis size.
+pub fn top_k<T: Elem + PartialOrd>(
+    a: &ArrayD<T>,
+    axis: usize,
+    k: usize,
+    largest: bool,
+) -> (ArrayD<T>, ArrayD<i64>) {
+    let mut shape = a.shape().to_vec();
+    shape[axis] = k;
+    let mut values = ArrayD::from_elem(IxDyn(&shape), T::default());
+    let mut indices = ArrayD::from_elem(IxDyn(&shape), 0i64);
+    let lanes = a.lanes(Axis(axis)).into_iter();
+    let outs = values
+        .lanes_mut(Axis(axis))
+        .into_iter()
+        .zip(indices.lanes_mut(Axis(axis)));
+    for (lane, (mut v_out, mut i_out)) in lanes.zip(outs) {
+        let mut order: Vec<usize> = (0..lane.len()).collect();
+        // A stable sort keeps equal elements in index order.
+        if largest {
+            order.sort_by(|&x, &y| topk_order(&lane[y], &lane[x]));
+        } else {
+            order.sort_by(|&x, &y| topk_order(&lane[x], &lane[y]));
+        }
+        for (slot, &src) in order.iter().take(k).enumerate() {
+            v_out[slot] = lane[src];
+            i_out[slot] = src as i64;
+        }
+    }
+    (values, indices)
+}
+
+/// `nonzero` on any tensor.
+pub fn nonzero_tensor(t: &Tensor) -> Tensor {
+    Tensor::I64(crate::with_tensor!(t, a => nonzero(a)))
+}
+
+/// `top_k` on any non-bool tensor: (values, int64 indices).
+pub fn top_k_tensor(
+    t: &Tensor,
+    axis: usize,
+    k: usize,
+    largest: bool,
+) -> OpResult<(Tensor, Tensor)> {
+    if t.dtype() == DType::Bool {
+        return Err(OpError(
+            "TopK of bool is not supported (numeric types are)".into(),
+        ));
+    }
+    with_dtype!(t.dtype(), E => {
+        let a = E::view(t).ok_or_else(|| OpError("internal: tensor does not hold its dtype".into()))?;
+        let (v, i) = top_k(a, axis, k, largest);
+        Ok((E::wrap(v), Tensor::I64(i)))
+    })
 }
 
 #[cfg(test)]

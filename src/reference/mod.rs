@@ -12,14 +12,22 @@ use std::sync::Arc;
 pub mod activation;
 pub mod arithmetic;
 pub mod conv;
+pub mod cumsum;
+pub mod einsum;
+pub mod hardmax;
 pub mod indexing;
 pub mod kernel;
+pub mod layout;
 pub mod linalg;
+pub mod lp_pool;
+pub mod mvn;
 pub mod normalization;
 pub mod pool;
 pub mod reduce;
 pub mod resize;
+pub mod scatter;
 pub mod softmax;
+pub mod trilu;
 
 /// Runs the graph on named inputs and returns the graph outputs in order.
 ///

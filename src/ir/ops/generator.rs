@@ -4,7 +4,7 @@
 //! ConstantOfShape and Range read their shape-like inputs through `Fact::as_dims`, so a mask of
 //! `ConstantOfShape(Shape(x))` has the symbolic type `[N, S]` and `Range(0, S, 1)` has `[S]`.
 
-use super::shape::{dims_input, fact_with_sym, sym_values, tensor_ints, MAX_SYM_LEN};
+use super::shape::{fact_with_sym, runtime_dims_input, sym_values, tensor_ints, MAX_SYM_LEN};
 use super::OpSpec;
 use crate::ir::dim::fmt_shape;
 use crate::ir::{required, DType, Dim, Fact, NodeCtx, Op, OpError, OpResult, Tensor};
@@ -118,7 +118,7 @@ impl Op for ConstantOfShape {
             "input 'input' must be 1-D, found shape {}",
             fmt_shape(shape_in.shape())
         );
-        let shape = dims_input(shape_in, "input")?;
+        let shape = runtime_dims_input(shape_in, "input")?;
         if let Some(d) = shape.iter().find(|d| d.as_known().is_some_and(|v| v < 0)) {
             op_bail!("shape {} contains the negative dim {d}", fmt_shape(&shape));
         }
@@ -161,7 +161,7 @@ impl Op for ConstantOfShape {
 /// ConstantOfShape (opset 9; 20 and 21 only widened the value types): a tensor of the shape
 /// given by the 1-D int64 input, filled with the one-element `value` attribute (default float32
 /// 0). An empty shape gives a 0-D tensor. The shape is read through `as_dims`, so it may be
-/// symbolic.
+/// symbolic; a shape only known at run time (of static length) gives data-dependent dims.
 fn parse_constant_of_shape(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let value = match ctx.tensor("value")? {
         Some(t) => {
@@ -232,36 +232,31 @@ impl Op for Range {
             ),
             "Range of {dtype} is not supported (float, double, int16, int32 or int64 are)"
         );
-        let unknown = || {
-            OpError("'start', 'limit' and 'delta' must be compile-time constants or shape expressions, so that the output length is known".into())
-        };
+        // A zero step is an error whether or not the bounds are known.
+        op_ensure!(
+            facts[2].konst.as_ref().and_then(|k| k.scalar_f64()) != Some(0.0),
+            "'delta' must not be zero"
+        );
+        // Bounds only known at run time make the length data-dependent.
+        let runtime = || Ok(vec![Fact::new(dtype, vec![Dim::data_dependent()])]);
         if dtype.is_float() {
-            let vals: Vec<f64> = facts
+            let vals: Option<Vec<f64>> = facts
                 .iter()
-                .map(|f| {
-                    f.konst
-                        .as_ref()
-                        .and_then(|k| k.scalar_f64())
-                        .ok_or_else(unknown)
-                })
-                .collect::<OpResult<_>>()?;
+                .map(|f| f.konst.as_ref().and_then(|k| k.scalar_f64()))
+                .collect();
+            let Some(vals) = vals else { return runtime() };
             let n = kernels::range_len_f64(vals[0], vals[1], vals[2])?;
             return Ok(vec![Fact::new(dtype, vec![Dim::from(n)])]);
         }
-        let dims: Vec<Dim> = facts
+        let dims: Option<Vec<Dim>> = facts
             .iter()
-            .map(|f| {
-                sym_values(f)
-                    .and_then(|v| v.into_iter().next())
-                    .ok_or_else(unknown)
-            })
-            .collect::<OpResult<_>>()?;
-        let delta = dims[2].as_known().ok_or_else(|| {
-            OpError(format!(
-                "'delta' must be known at compile time, found {}",
-                dims[2]
-            ))
-        })?;
+            .map(|f| sym_values(f).and_then(|v| v.into_iter().next()))
+            .collect();
+        let Some(dims) = dims else { return runtime() };
+        // A symbolic delta cannot give a length polynomial (its sign decides the formula).
+        let Some(delta) = dims[2].as_known() else {
+            return runtime();
+        };
         let len = range_len_dims(&dims[0], &dims[1], delta)?;
         // `Range(S-1, -1, -1)` and friends over symbolic bounds keep their values.
         let sym = len.as_known().filter(|&n| n <= MAX_SYM_LEN).map(|n| {
@@ -326,8 +321,9 @@ impl Op for Range {
 
 /// Range (opset 11): `start, start+delta, ...` up to `limit` (exclusive), length
 /// `max(ceil((limit-start)/delta), 0)`. Integer bounds may be symbolic (`Range(0, S, 1)` has
-/// type `[S]`); float bounds must be constants. Floats accumulate in their own type like ONNX
-/// Runtime.
+/// type `[S]`, with a known `delta`); float bounds give a static length when constant. Bounds
+/// only known at run time (or a symbolic `delta`) give a data-dependent length. Floats
+/// accumulate in their own type like ONNX Runtime.
 fn parse_range(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     Ok(Box::new(Range))
 }
@@ -564,12 +560,15 @@ mod tests {
         let lim = Fact::constant(Arc::new(f(1.0)));
         let d = Fact::constant(Arc::new(f(0.25)));
         assert_eq!(out_shape(&*op, &[&ff, &lim, &d]), "[4]");
+        // Bounds known only at run time: the length is data-dependent.
         let runtime = fact(DType::F32, "");
-        assert!(op
-            .infer(&[Some(&ff), Some(&runtime), Some(&d)])
-            .unwrap_err()
-            .0
-            .contains("compile-time"));
+        let out = op.infer(&[Some(&ff), Some(&runtime), Some(&d)]).unwrap();
+        assert_eq!(out[0].shape(), &[Dim::data_dependent()]);
+        let runtime_i = fact(DType::I64, "");
+        let out = op
+            .infer(&[Some(&scalar(0)), Some(&runtime_i), Some(&scalar(1))])
+            .unwrap();
+        assert_eq!(out[0].shape(), &[Dim::data_dependent()]);
         assert!(op
             .infer(&[Some(&scalar(0)), Some(&scalar(3)), Some(&scalar(0))])
             .unwrap_err()
@@ -596,5 +595,26 @@ mod tests {
             .unwrap_err()
             .0
             .contains("STRING"));
+    }
+
+    #[test]
+    fn constant_of_shape_with_runtime_shape() {
+        let op = parse(
+            "ConstantOfShape",
+            13,
+            vec![("value", Attr::Tensor(Tensor::from_i64s(&[1], vec![7])))],
+            1,
+            1,
+        )
+        .unwrap();
+        let out = op.infer(&[Some(&fact(DType::I64, "3"))]).unwrap();
+        assert_eq!(out[0].dtype(), DType::I64);
+        assert_eq!(out[0].shape(), vec![Dim::data_dependent(); 3].as_slice());
+        assert!(out[0].sym.is_none());
+        let t = eval1(&*op, &[&t_ints(&[2, 1, 2])]);
+        assert_eq!(t.shape(), &[2, 1, 2]);
+        assert_eq!(t.to_i64_vec(), vec![7; 4]);
+        let msg = op.infer(&[Some(&fact(DType::I64, "R"))]).unwrap_err().0;
+        assert!(msg.contains("is not static"), "{msg}");
     }
 }

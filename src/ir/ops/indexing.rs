@@ -1,11 +1,13 @@
 //! The indexing op family: ops that select, join or pad elements along axes (Concat, Split,
-//! Slice, Gather, GatherElements, Pad).
+//! Slice, Gather, GatherElements, Pad, NonZero, TopK).
 //!
 //! Like the shape family, these ops carry the symbolic contents of small int64 shape tensors
 //! (`Fact::sym`): Gather of `Shape(x)` at 0 is the symbol `N`, Concat of `[N]` and `[-1]` is
 //! `[N, -1]`, Slice of `[N, S, 768]` from 1 is `[S, 768]`.
 
-use super::shape::{concrete, dims_input, fact_with_sym, ints_input, sym_values, tensor_ints};
+use super::shape::{
+    concrete, fact_with_sym, ints_input, runtime_dims_input, sym_values, tensor_ints,
+};
 use super::OpSpec;
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
 use crate::ir::dim::fmt_shape;
@@ -24,6 +26,8 @@ pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("Gather", parse_gather),
     OpSpec::onnx("GatherElements", parse_gather_elements),
     OpSpec::onnx("Pad", parse_pad),
+    OpSpec::onnx("NonZero", parse_nonzero),
+    OpSpec::onnx("TopK", parse_topk),
 ];
 
 /// Every input of a variadic op, all required.
@@ -239,7 +243,7 @@ impl Op for Split {
         let x = required(inputs, 0, "input")?;
         let axis = normalize_axis(self.axis, x.rank())?;
         let split_input = match (&self.sizes, optional(inputs, 1)) {
-            (SplitSizes::Input, Some(f)) => Some(dims_input(f, "split")?),
+            (SplitSizes::Input, Some(f)) => Some(runtime_dims_input(f, "split")?),
             _ => None,
         };
         let sizes = self.chunks(&x.shape()[axis], split_input)?;
@@ -291,7 +295,8 @@ impl Op for Split {
 /// optional `split` attribute. Opset 13: sizes in the optional int64 input 1. Without sizes
 /// the axis is split into equal parts, which must divide it exactly — except from opset 18,
 /// where the `num_outputs` attribute (required then, and equal to the output count) makes
-/// chunks of `ceil(dim / num_outputs)` with a smaller last chunk.
+/// chunks of `ceil(dim / num_outputs)` with a smaller last chunk. A `split` input only known at
+/// run time (its length is the output count) gives data-dependent sizes on the split axis.
 fn parse_split(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let axis = ctx.int_or("axis", 0)?;
     let num_outputs = ctx.num_outputs;
@@ -480,6 +485,9 @@ pub struct SliceAttrs {
 }
 
 impl Slice {
+    /// The slice parameters known at compile time. Run-time `starts`/`ends` entries are
+    /// data-dependent dims; run-time `steps` are left at 1 here and reported by
+    /// `runtime_steps`, so the caller marks those axes data-dependent.
     fn spec_at_infer(&self, rank: usize, inputs: &[Option<&Fact>]) -> OpResult<SliceSpec<Dim>> {
         match &self.attrs {
             Some(a) => {
@@ -487,17 +495,23 @@ impl Slice {
                 slice_spec(rank, dims(&a.starts), dims(&a.ends), a.axes.clone(), None)
             }
             None => {
-                let starts = dims_input(required(inputs, 1, "starts")?, "starts")?;
-                let ends = dims_input(required(inputs, 2, "ends")?, "ends")?;
+                let starts = runtime_dims_input(required(inputs, 1, "starts")?, "starts")?;
+                let ends = runtime_dims_input(required(inputs, 2, "ends")?, "ends")?;
                 let axes = optional(inputs, 3)
                     .map(|f| ints_input(f, "axes"))
                     .transpose()?;
-                let steps = optional(inputs, 4)
-                    .map(|f| ints_input(f, "steps"))
-                    .transpose()?;
+                let steps = match optional(inputs, 4) {
+                    Some(f) if Self::runtime_input(f) => None,
+                    f => f.map(|f| ints_input(f, "steps")).transpose()?,
+                };
                 slice_spec(rank, starts, ends, axes, steps)
             }
         }
+    }
+
+    /// A 1-D integer input whose values are only known at run time.
+    fn runtime_input(f: &Fact) -> bool {
+        f.dtype().is_int() && f.rank() == 1 && f.as_ints().is_none()
     }
 
     fn spec_at_eval(&self, rank: usize, inputs: &[Option<&Tensor>]) -> OpResult<SliceSpec<i64>> {
@@ -526,11 +540,32 @@ impl Op for Slice {
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "data")?;
         op_ensure!(x.rank() > 0, "cannot slice a 0-D tensor");
+        let runtime =
+            |i: usize| self.attrs.is_none() && optional(inputs, i).is_some_and(Self::runtime_input);
+        // Where the result depends on run-time values, the dim is data-dependent; an empty
+        // axis stays empty whatever is sliced from it.
+        let data_dependent = |d: &Dim| match d.as_known() {
+            Some(0) => Dim::known(0),
+            _ => Dim::data_dependent(),
+        };
+        if runtime(3) {
+            // Run-time axes: any axis may be the sliced one.
+            let out = x.shape().iter().map(data_dependent).collect();
+            return Ok(vec![Fact::new(x.dtype(), out)]);
+        }
         let spec = self.spec_at_infer(x.rank(), inputs)?;
+        let runtime_steps = runtime(4);
         let mut out = x.shape().to_vec();
         for i in 0..spec.axes.len() {
             let a = spec.axes[i];
-            out[a] = slice_len(&x.shape()[a], &spec.starts[i], &spec.ends[i], spec.steps[i]);
+            out[a] = if runtime_steps
+                || spec.starts[i].is_data_dependent_marker()
+                || spec.ends[i].is_data_dependent_marker()
+            {
+                data_dependent(&x.shape()[a])
+            } else {
+                slice_len(&x.shape()[a], &spec.starts[i], &spec.ends[i], spec.steps[i])
+            };
         }
         // A 1-D shape tensor has a known length, so its slice is exact.
         let sym = match (sym_values(x), x.rank()) {
@@ -798,7 +833,7 @@ impl Op for Pad {
                 pads_per_axis(x.rank(), &p, None, Dim::known(0))?
             }
             None => {
-                let p = dims_input(required(inputs, 1, "pads")?, "pads")?;
+                let p = runtime_dims_input(required(inputs, 1, "pads")?, "pads")?;
                 if let Some(v) = optional(inputs, 2) {
                     op_ensure!(
                         v.dtype() == x.dtype(),
@@ -817,7 +852,13 @@ impl Op for Pad {
             .shape()
             .iter()
             .zip(&pads)
-            .map(|(d, (b, e))| d.add(b).add(e))
+            .map(|(d, (b, e))| {
+                if b.is_data_dependent_marker() || e.is_data_dependent_marker() {
+                    Dim::data_dependent()
+                } else {
+                    d.add(b).add(e)
+                }
+            })
             .collect();
         if let Some(d) = out.iter().find(|d| d.as_known().is_some_and(|v| v < 0)) {
             op_bail!(
@@ -862,7 +903,7 @@ impl Op for Pad {
 /// `paddings`). Opset 11: `pads` becomes input 1 and the fill the optional input 2 (of the
 /// data's type). Opset 18: optional input 3 `axes` limits the pads to those axes. Opset 19: adds
 /// `mode="wrap"`. Modes constant/reflect/edge are numpy's; negative pads crop (first, before
-/// the border is filled).
+/// the border is filled). Pads only known at run time make the padded axes data-dependent.
 fn parse_pad(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let allowed: &[&str] = if ctx.opset >= 19 {
         &["constant", "reflect", "edge", "wrap"]
@@ -886,6 +927,167 @@ fn parse_pad(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         None
     };
     Ok(Box::new(Pad { mode, attrs }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// NonZero
+
+#[derive(Clone, Debug)]
+pub struct NonZero;
+
+impl Op for NonZero {
+    fn op_type(&self) -> &'static str {
+        "NonZero"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "X")?;
+        // A 0-D input counts as 1-D (ONNX Runtime's reading).
+        let rank = x.rank().max(1);
+        // The count is data: known only when the input is a constant (then the driver folds).
+        let count = match &x.konst {
+            Some(t) => Dim::from(kernels::nonzero_tensor(t).shape()[1]),
+            None if x.shape().iter().any(|d| d.as_known() == Some(0)) => Dim::known(0),
+            None => Dim::data_dependent(),
+        };
+        Ok(vec![Fact::new(DType::I64, vec![Dim::from(rank), count])])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "X")?;
+        Ok(vec![kernels::nonzero_tensor(x)])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// NonZero (opset 9; 13 only widened types): the int64 coordinates `[rank, count]` of the
+/// non-zero elements in row-major order. `count` depends on the data, so the output's second
+/// dim is data-dependent unless the input is a constant. A 0-D input gives `[1, count]`, as in
+/// ONNX Runtime (the spec's shape inference says `[0, count]`, which cannot hold the indices).
+fn parse_nonzero(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    Ok(Box::new(NonZero))
+}
+
+// ---------------------------------------------------------------------------------------------
+// TopK
+
+#[derive(Clone, Debug)]
+pub struct TopK {
+    pub axis: i64,
+    /// Opsets 1-9: `k` as an attribute. `None`: input 1.
+    pub k_attr: Option<i64>,
+    pub largest: bool,
+}
+
+impl TopK {
+    fn check_k(k: i64, dim: &Dim) -> OpResult<()> {
+        op_ensure!(k >= 0, "'k' must not be negative, found {k}");
+        if let Some(d) = dim.as_known() {
+            op_ensure!(k <= d, "'k' = {k} exceeds the size {d} of the axis");
+        }
+        Ok(())
+    }
+}
+
+impl Op for TopK {
+    fn op_type(&self) -> &'static str {
+        "TopK"
+    }
+
+    fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+        let x = required(inputs, 0, "X")?;
+        op_ensure!(
+            x.dtype() != DType::Bool,
+            "TopK of bool is not supported (numeric types are)"
+        );
+        let axis = normalize_axis(self.axis, x.rank())?;
+        let k = match self.k_attr {
+            Some(k) => Dim::known(k),
+            None => {
+                let f = required(inputs, 1, "K")?;
+                op_ensure!(
+                    f.dtype() == DType::I64,
+                    "input 'K' must be int64, found {}",
+                    f.dtype()
+                );
+                op_ensure!(
+                    f.shape().iter().all(|d| d.as_known() == Some(1)) && f.rank() <= 1,
+                    "input 'K' must hold exactly one value, found shape {}",
+                    fmt_shape(f.shape())
+                );
+                // A K known only at run time makes the axis data-dependent.
+                match f.as_dims() {
+                    Some(v) => v.into_iter().next().unwrap_or_else(Dim::data_dependent),
+                    None => Dim::data_dependent(),
+                }
+            }
+        };
+        if let Some(kv) = k.as_known() {
+            Self::check_k(kv, &x.shape()[axis])?;
+        }
+        let mut shape = x.shape().to_vec();
+        shape[axis] = k;
+        Ok(vec![
+            Fact::new(x.dtype(), shape.clone()),
+            Fact::new(DType::I64, shape),
+        ])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0, "X")?;
+        let axis = normalize_axis(self.axis, x.rank())?;
+        let k = match self.k_attr {
+            Some(k) => k,
+            None => {
+                let v = tensor_ints(required(inputs, 1, "K")?, "K")?;
+                op_ensure!(
+                    v.len() == 1,
+                    "input 'K' must hold exactly one value, found {v:?}"
+                );
+                v[0]
+            }
+        };
+        Self::check_k(k, &Dim::from(x.shape()[axis]))?;
+        let (values, indices) = kernels::top_k_tensor(x, axis, k as usize, self.largest)?;
+        Ok(vec![values, indices])
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// TopK: the `k` largest elements along `axis` (default -1) and their int64 indices, ties by
+/// lower index first. Opset 1: `k` attribute. Opset 10: `K` becomes a 1-element int64 input
+/// (a value known only at run time makes the axis data-dependent). Opset 11: adds `largest`
+/// (0 selects the smallest) and `sorted`; with `sorted=0` the order is unspecified, and the
+/// sorted order is returned. NaN ranks above every number, as in ONNX Runtime.
+fn parse_topk(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
+    let k_attr = if ctx.opset < 10 {
+        Some(ctx.req_int("k")?)
+    } else {
+        op_ensure!(
+            ctx.input_present(1),
+            "input 1 (K) is required from opset 10"
+        );
+        None
+    };
+    let largest = if ctx.opset >= 11 {
+        ctx.flag("largest", true)?
+    } else {
+        true
+    };
+    if ctx.opset >= 11 {
+        ctx.flag("sorted", true)?;
+    }
+    Ok(Box::new(TopK {
+        axis: ctx.int_or("axis", -1)?,
+        k_attr,
+        largest,
+    }))
 }
 
 #[cfg(test)]
@@ -1262,5 +1464,155 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(msg.contains("expected 8"), "{msg}");
+    }
+
+    #[test]
+    fn slice_with_runtime_bounds() {
+        let dd = Dim::data_dependent();
+        let op = parse("Slice", 13, vec![], 4, 1).unwrap();
+        let x = fact(DType::F32, "N,8,0");
+        let rt = fact(DType::I64, "1");
+        // Only the sliced axis depends on the data.
+        let out = op
+            .infer(&[Some(&x), Some(&rt), Some(&ints(&[5])), Some(&ints(&[1]))])
+            .unwrap();
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), dd.clone(), Dim::known(0)]);
+        // Run-time axes: every non-empty axis may be the sliced one.
+        let out = op
+            .infer(&[Some(&x), Some(&ints(&[0])), Some(&ints(&[2])), Some(&rt)])
+            .unwrap();
+        assert_eq!(out[0].shape(), &[dd.clone(), dd.clone(), Dim::known(0)]);
+        let with_steps = parse("Slice", 13, vec![], 5, 1).unwrap();
+        let out = with_steps
+            .infer(&[
+                Some(&x),
+                Some(&ints(&[0])),
+                Some(&ints(&[4])),
+                Some(&ints(&[1])),
+                Some(&rt),
+            ])
+            .unwrap();
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), dd, Dim::known(0)]);
+        let t = eval1(
+            &*op,
+            &[
+                &iota(&[2, 8]),
+                &t_ints(&[-3]),
+                &t_ints(&[I64_MAX]),
+                &t_ints(&[1]),
+            ],
+        );
+        assert_eq!(t.shape(), &[2, 3]);
+        assert_eq!(t.to_f64_vec(), [5.0, 6.0, 7.0, 13.0, 14.0, 15.0]);
+    }
+
+    #[test]
+    fn pad_and_split_with_runtime_sizes() {
+        let dd = Dim::data_dependent();
+        let pad = parse("Pad", 18, vec![], 4, 1).unwrap();
+        let x = fact(DType::F32, "N,4");
+        let out = pad
+            .infer(&[
+                Some(&x),
+                Some(&fact(DType::I64, "2")),
+                None,
+                Some(&ints(&[1])),
+            ])
+            .unwrap();
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), dd.clone()]);
+        let split = parse("Split", 13, vec![("axis", Attr::Int(1))], 2, 2).unwrap();
+        let out = split
+            .infer(&[Some(&x), Some(&fact(DType::I64, "2"))])
+            .unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1].shape(), &[Dim::sym("N"), dd]);
+        let msg = split
+            .infer(&[Some(&x), Some(&fact(DType::I64, "3"))])
+            .unwrap_err()
+            .0;
+        assert!(msg.contains("3 entries for 2 outputs"), "{msg}");
+    }
+
+    #[test]
+    fn nonzero_shapes_and_values() {
+        let op = parse("NonZero", 13, vec![], 1, 1).unwrap();
+        let out = op.infer(&[Some(&fact(DType::F32, "N,3"))]).unwrap();
+        assert_eq!(out[0].dtype(), DType::I64);
+        assert_eq!(out[0].shape(), &[Dim::known(2), Dim::data_dependent()]);
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "0,3")]), "[2,0]");
+        // Values checked against onnxruntime 1.32: NaN is non-zero, -0.0 is zero.
+        let x = t_f32(&[2, 3], vec![0.0, 1.0, 0.0, 2.0, f32::NAN, -0.0]);
+        assert_eq!(
+            out_shape(&*op, &[&Fact::constant(std::sync::Arc::new(x.clone()))]),
+            "[2,3]"
+        );
+        let t = eval1(&*op, &[&x]);
+        assert_eq!(t.shape(), &[2, 3]);
+        assert_eq!(t.to_i64_vec(), vec![0, 1, 1, 1, 0, 1]);
+        // A 0-D input reads as 1-D, as onnxruntime does.
+        let t = eval1(&*op, &[&Tensor::from_f32s(&[], vec![3.0])]);
+        assert_eq!((t.shape().to_vec(), t.to_i64_vec()), (vec![1, 1], vec![0]));
+    }
+
+    #[test]
+    fn topk_shapes_values_and_ties() {
+        let op = parse("TopK", 11, vec![("axis", Attr::Int(1))], 2, 2).unwrap();
+        let x = fact(DType::F32, "N,5");
+        let out = op.infer(&[Some(&x), Some(&ints(&[3]))]).unwrap();
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), Dim::known(3)]);
+        assert_eq!(out[1].dtype(), DType::I64);
+        let out = op.infer(&[Some(&x), Some(&fact(DType::I64, "1"))]).unwrap();
+        assert_eq!(out[1].shape(), &[Dim::sym("N"), Dim::data_dependent()]);
+        let msg = op.infer(&[Some(&x), Some(&ints(&[6]))]).unwrap_err().0;
+        assert!(msg.contains("exceeds the size 5"), "{msg}");
+        // Values and tie order checked against onnxruntime 1.32.
+        let data = t_f32(
+            &[2, 5],
+            vec![3.0, 1.0, 3.0, 2.0, 5.0, 1.0, 1.0, 1.0, 0.0, 7.0],
+        );
+        let run = |op: &dyn crate::ir::Op, x: &Tensor, k: i64| {
+            let k = t_ints(&[k]);
+            op.eval(&[Some(x), Some(&k)]).unwrap()
+        };
+        let r = run(&*op, &data, 3);
+        assert_eq!(r[0].to_f64_vec(), [5.0, 3.0, 3.0, 7.0, 1.0, 1.0]);
+        assert_eq!(r[1].to_i64_vec(), vec![4, 0, 2, 4, 0, 1]);
+        let smallest = parse(
+            "TopK",
+            11,
+            vec![("axis", Attr::Int(-1)), ("largest", Attr::Int(0))],
+            2,
+            2,
+        )
+        .unwrap();
+        let r = run(&*smallest, &data, 3);
+        assert_eq!(r[0].to_f64_vec(), [1.0, 2.0, 3.0, 0.0, 1.0, 1.0]);
+        assert_eq!(r[1].to_i64_vec(), vec![1, 3, 0, 3, 0, 1]);
+        // NaN ranks above every number.
+        let nan = t_f32(&[5], vec![1.0, f32::NAN, 3.0, f32::NAN, 2.0]);
+        let r = run(&*op_axis0(), &nan, 4);
+        assert_eq!(r[1].to_i64_vec(), vec![1, 3, 2, 4]);
+        let r = run(
+            &*parse(
+                "TopK",
+                11,
+                vec![("axis", Attr::Int(0)), ("largest", Attr::Int(0))],
+                2,
+                2,
+            )
+            .unwrap(),
+            &nan,
+            4,
+        );
+        assert_eq!(r[1].to_i64_vec(), vec![0, 4, 2, 1]);
+        // Opset 1: k is an attribute.
+        let v1 = parse("TopK", 1, vec![("k", Attr::Int(2))], 1, 2).unwrap();
+        let r = v1.eval(&[Some(&data)]).unwrap();
+        assert_eq!(r[0].to_f64_vec(), [5.0, 3.0, 7.0, 1.0]);
+        assert!(parse("TopK", 10, vec![], 1, 2).is_err());
+    }
+
+    fn op_axis0() -> Box<dyn crate::ir::Op> {
+        parse("TopK", 11, vec![("axis", Attr::Int(0))], 2, 2).unwrap()
     }
 }

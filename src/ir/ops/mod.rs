@@ -13,17 +13,25 @@ pub mod activation;
 pub mod arithmetic;
 pub mod cast;
 pub mod conv;
+pub mod cumsum;
+pub mod einsum;
 pub mod generator;
+pub mod hardmax;
 pub mod indexing;
 pub mod kernel;
+pub mod layout;
 pub mod linalg;
 pub mod logical;
+pub mod lp_pool;
+pub mod mvn;
 pub mod normalization;
 pub mod pool;
 pub mod reduce;
 pub mod resize;
+pub mod scatter;
 pub mod shape;
 pub mod softmax;
+pub mod trilu;
 
 /// Builds the typed op of one node from its attributes (and opset version).
 pub type ParseFn = fn(&NodeCtx) -> OpResult<Box<dyn Op>>;
@@ -48,16 +56,24 @@ const FAMILIES: &[(&str, &[OpSpec])] = &[
     ("arithmetic", arithmetic::OPS),
     ("cast", cast::OPS),
     ("conv", conv::OPS),
+    ("cumsum", cumsum::OPS),
+    ("einsum", einsum::OPS),
     ("generator", generator::OPS),
+    ("hardmax", hardmax::OPS),
     ("indexing", indexing::OPS),
+    ("layout", layout::OPS),
     ("linalg", linalg::OPS),
     ("logical", logical::OPS),
+    ("lp_pool", lp_pool::OPS),
+    ("mvn", mvn::OPS),
     ("normalization", normalization::OPS),
     ("pool", pool::OPS),
     ("reduce", reduce::OPS),
     ("resize", resize::OPS),
+    ("scatter", scatter::OPS),
     ("shape", shape::OPS),
     ("softmax", softmax::OPS),
+    ("trilu", trilu::OPS),
 ];
 
 pub struct Registry {

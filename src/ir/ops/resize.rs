@@ -175,6 +175,15 @@ impl Resize {
                             plan[ax].from_sizes = true;
                         }
                     }
+                    // Run-time sizes under an aspect policy: one scale computed at run time
+                    // decides every resized axis.
+                    _ if sizes.iter().any(Dim::is_data_dependent_marker) => {
+                        for &ax in &axes {
+                            plan[ax].out = Dim::data_dependent();
+                            plan[ax].scale = None;
+                            plan[ax].from_sizes = false;
+                        }
+                    }
                     policy => {
                         let mut ratios = Vec::with_capacity(n);
                         for (k, &ax) in axes.iter().enumerate() {
@@ -257,12 +266,8 @@ impl Resize {
                     "input 'sizes' must be int64, found {}",
                     f.dtype()
                 );
-                match f.as_dims() {
-                    Some(d) => Some(d),
-                    None => op_bail!(
-                        "input 'sizes' must be a compile-time constant or shape expression"
-                    ),
-                }
+                // Sizes only known at run time (of static length) give data-dependent dims.
+                Some(super::shape::runtime_dims_input(f, "sizes")?)
             }
         };
         Ok(Request { roi, scales, sizes })
@@ -362,8 +367,9 @@ impl Op for Resize {
 ///   and `antialias` (1 is rejected: the antialiasing filter is not implemented).
 /// - 19: `half_pixel_symmetric` coordinate mode.
 ///
-/// Scales must be compile-time constants; sizes may be symbolic shape expressions. Output
-/// dims stay symbolic where the scale is 1, an integer or the reciprocal of an integer.
+/// Scales must be compile-time constants; sizes may be symbolic shape expressions, or run-time
+/// values of static length (the resized axes are then data-dependent). Output dims stay
+/// symbolic where the scale is 1, an integer or the reciprocal of an integer.
 fn parse_resize(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     if ctx.opset < 11 {
         let mode = ctx.choice("mode", "nearest", &["nearest", "linear"])?;
@@ -756,5 +762,49 @@ mod tests {
             .unwrap_err()
             .0
             .contains(">= 1"));
+    }
+
+    #[test]
+    fn infer_runtime_sizes() {
+        let op = parse("Resize", 13, &[], &[true, true, true, true]).unwrap();
+        let x = Fact::new(DType::F32, nchw());
+        let empty = konst(Tensor::from_f32s(&[0], vec![]));
+        let sizes = Fact::new(DType::I64, vec![Dim::known(4)]);
+        let out = op
+            .infer(&[Some(&x), Some(&empty), Some(&empty), Some(&sizes)])
+            .unwrap();
+        assert_eq!(out[0].shape(), vec![Dim::data_dependent(); 4].as_slice());
+        let op18 = parse(
+            "Resize",
+            18,
+            &[
+                ("axes", Attr::Ints(vec![2, 3])),
+                (
+                    "keep_aspect_ratio_policy",
+                    Attr::String("not_larger".into()),
+                ),
+            ],
+            &[true, true, true, true],
+        )
+        .unwrap();
+        let sizes = Fact::new(DType::I64, vec![Dim::known(2)]);
+        let out = op18
+            .infer(&[Some(&x), Some(&empty), Some(&empty), Some(&sizes)])
+            .unwrap();
+        assert_eq!(
+            out[0].shape(),
+            &[
+                Dim::sym("N"),
+                Dim::known(3),
+                Dim::data_dependent(),
+                Dim::data_dependent()
+            ]
+        );
+        let unknown_len = Fact::new(DType::I64, vec![Dim::sym("R")]);
+        let msg = op
+            .infer(&[Some(&x), Some(&empty), Some(&empty), Some(&unknown_len)])
+            .unwrap_err()
+            .0;
+        assert!(msg.contains("is not static"), "{msg}");
     }
 }

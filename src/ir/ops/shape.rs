@@ -57,6 +57,37 @@ pub(crate) fn dims_input(f: &Fact, what: &str) -> OpResult<Vec<Dim>> {
     })
 }
 
+/// Reads a shape-like input whose contents may only be known at run time: its values as dims
+/// when known (constant or symbolic), otherwise one `Dim::data_dependent()` per element. The
+/// input must be 1-D with a static length, since that length fixes the output rank.
+pub(crate) fn runtime_dims_input(f: &Fact, what: &str) -> OpResult<Vec<Dim>> {
+    op_ensure!(
+        f.dtype().is_int(),
+        "input '{what}' must be an integer tensor, found {}",
+        f.dtype()
+    );
+    op_ensure!(
+        f.rank() <= 1,
+        "input '{what}' must be 1-D, found shape {}",
+        fmt_shape(f.shape())
+    );
+    if let Some(d) = f.as_dims() {
+        return Ok(d);
+    }
+    let len = match f.shape() {
+        [] => Some(1),
+        [n] => n.as_known(),
+        _ => None,
+    };
+    match len {
+        Some(n) if n >= 0 => Ok(vec![Dim::data_dependent(); n as usize]),
+        _ => op_bail!(
+            "input '{what}' is only known at run time and its length {} is not static, so the output rank is unknown",
+            fmt_shape(f.shape())
+        ),
+    }
+}
+
 /// Reads an input whose values must be plain integers at compile time (axes, steps).
 pub(crate) fn ints_input(f: &Fact, what: &str) -> OpResult<Vec<i64>> {
     let dims = dims_input(f, what)?;
@@ -221,7 +252,7 @@ impl Reshape {
     fn target(&self, f: Option<&Fact>) -> OpResult<Vec<Dim>> {
         match &self.attr_shape {
             Some(s) => Ok(s.iter().map(|&v| Dim::known(v)).collect()),
-            None => dims_input(
+            None => runtime_dims_input(
                 f.ok_or_else(|| OpError("input 1 (shape) is required but missing".into()))?,
                 "shape",
             ),
@@ -237,7 +268,13 @@ impl Op for Reshape {
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let data = required(inputs, 0, "data")?;
         let target = self.target(optional(inputs, 1))?;
-        let out = reshape_dims(data.shape(), &target, self.allowzero)?;
+        // A run-time shape (0 and -1 entries included) is resolved by evaluation: every dim is
+        // data-dependent and only the rank is static.
+        let out = if target.iter().any(Dim::is_data_dependent_marker) {
+            target
+        } else {
+            reshape_dims(data.shape(), &target, self.allowzero)?
+        };
         Ok(vec![fact_with_sym(data.dtype(), out, sym_values(data))])
     }
 
@@ -264,7 +301,8 @@ impl Op for Reshape {
 }
 
 /// Reshape. Opsets 1-4: target shape in the `shape` attribute. Opset 5: target shape as input 1
-/// (read through `as_dims`, so symbolic entries from shape subgraphs survive). Opset 14: adds
+/// (read through `as_dims`, so symbolic entries from shape subgraphs survive; a shape only known
+/// at run time gives data-dependent dims of its static length). Opset 14: adds
 /// `allowzero` (1 makes 0 an actual zero-sized dim instead of "copy the input dim").
 fn parse_reshape(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let attr_shape = if ctx.opset < 5 {
@@ -588,8 +626,13 @@ impl Op for Expand {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "input")?;
-        let shape = dims_input(required(inputs, 1, "shape")?, "shape")?;
-        let out = broadcast_shapes(&[x.shape(), &shape])?;
+        let shape_fact = required(inputs, 1, "shape")?;
+        let shape = runtime_dims_input(shape_fact, "shape")?;
+        let out = if shape.iter().any(Dim::is_data_dependent_marker) {
+            expand_runtime_dims(x.shape(), &shape)?
+        } else {
+            broadcast_shapes(&[x.shape(), &shape])?
+        };
         // A broadcast shape tensor: the values of a 0-D/1-element input repeated.
         let sym = sym_values(x).and_then(|v| match (out.as_slice(), v.len()) {
             ([], 1) => Some(v),
@@ -624,9 +667,40 @@ impl Op for Expand {
     }
 }
 
+/// Output dims of `Expand` when some `shape` entries are only known at run time: a known input
+/// dim other than 1 decides its axis (the entry must be 1 or equal to it); every other axis
+/// with a run-time entry is data-dependent.
+fn expand_runtime_dims(x: &[Dim], shape: &[Dim]) -> OpResult<Vec<Dim>> {
+    let rank = x.len().max(shape.len());
+    (0..rank)
+        .map(|axis| {
+            let xd = (axis + x.len()).checked_sub(rank).map(|i| &x[i]);
+            let sd = (axis + shape.len()).checked_sub(rank).map(|i| &shape[i]);
+            match (xd, sd) {
+                (Some(d), None) => Ok(d.clone()),
+                (None, Some(s)) => Ok(s.clone()),
+                (Some(d), Some(s)) if s.is_data_dependent_marker() => Ok(match d.as_known() {
+                    Some(v) if v != 1 => d.clone(),
+                    _ => Dim::data_dependent(),
+                }),
+                (Some(d), Some(s)) => {
+                    Ok(
+                        broadcast_shapes(&[std::slice::from_ref(d), std::slice::from_ref(s)])
+                            .map_err(|e| OpError(format!("axis {axis}: {}", e.0)))?[0]
+                            .clone(),
+                    )
+                }
+                (None, None) => Ok(Dim::known(1)),
+            }
+        })
+        .collect()
+}
+
 /// Expand (opset 8): numpy-style bidirectional broadcast of the input with the `shape` input,
 /// so a 1 in `shape` keeps the input dim. `shape` is read through `as_dims`; symbolic entries
-/// (e.g. `[N, 1, S]` from a shape subgraph) become the output dims.
+/// (e.g. `[N, 1, S]` from a shape subgraph) become the output dims. A `shape` only known at run
+/// time (a graph input) gives data-dependent dims where the input does not decide them; the
+/// output rank is still static because `shape` has a static length.
 fn parse_expand(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     Ok(Box::new(Expand))
 }
@@ -644,7 +718,7 @@ impl Op for Tile {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "input")?;
-        let reps = dims_input(required(inputs, 1, "repeats")?, "repeats")?;
+        let reps = runtime_dims_input(required(inputs, 1, "repeats")?, "repeats")?;
         op_ensure!(
             reps.len() == x.rank(),
             "repeats {} must have one entry per input dim (rank {})",
@@ -657,7 +731,18 @@ impl Op for Tile {
                 fmt_shape(&reps)
             );
         }
-        let out: Vec<Dim> = x.shape().iter().zip(&reps).map(|(d, r)| d.mul(r)).collect();
+        let out: Vec<Dim> = x
+            .shape()
+            .iter()
+            .zip(&reps)
+            .map(
+                |(d, r)| match (r.is_data_dependent_marker(), d.as_known()) {
+                    (true, Some(0)) => Dim::known(0),
+                    (true, _) => Dim::data_dependent(),
+                    (false, _) => d.mul(r),
+                },
+            )
+            .collect();
         let sym = match (sym_values(x), reps.first().and_then(Dim::as_known)) {
             (Some(v), Some(r)) if x.rank() == 1 && (v.len() as i64) * r <= MAX_SYM_LEN => Some(
                 v.iter()
@@ -695,7 +780,8 @@ impl Op for Tile {
 }
 
 /// Tile with the `repeats` input (opset 6; opset 1's `tiles`/`axis` inputs are rejected).
-/// Repeats are read through `as_dims`, so a symbolic repeat count multiplies the dim.
+/// Repeats are read through `as_dims`, so a symbolic repeat count multiplies the dim; repeats
+/// only known at run time make the output dims data-dependent (a zero-sized dim stays zero).
 fn parse_tile(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     op_ensure!(
         ctx.opset >= 6,
@@ -998,12 +1084,17 @@ mod tests {
             "{}",
             err(&[0, 0, 0])
         );
-        let unknown = fact(DType::I64, "2");
-        let msg = op.infer(&[Some(&x), Some(&unknown)]).unwrap_err().0;
-        assert!(
-            msg.contains("compile-time constant or shape expression"),
-            "{msg}"
+        // A run-time shape of static length gives data-dependent dims of that rank; one of
+        // unknown length leaves the rank unknown, which is an error.
+        let runtime = fact(DType::I64, "2");
+        let out = op.infer(&[Some(&x), Some(&runtime)]).unwrap();
+        assert_eq!(
+            out[0].shape(),
+            &[Dim::data_dependent(), Dim::data_dependent()]
         );
+        let unknown_len = fact(DType::I64, "R");
+        let msg = op.infer(&[Some(&x), Some(&unknown_len)]).unwrap_err().0;
+        assert!(msg.contains("is not static"), "{msg}");
         let az = parse("Reshape", 14, vec![("allowzero", Attr::Int(1))], 2, 1).unwrap();
         assert!(az.infer(&[Some(&x), Some(&ints(&[0, -1]))]).is_err());
     }
@@ -1248,5 +1339,79 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out[0].1.shape(), &[3, 2048]);
+    }
+
+    #[test]
+    fn expand_with_runtime_shape() {
+        let op = parse("Expand", 13, vec![], 2, 1).unwrap();
+        let dd = Dim::data_dependent();
+        // A known input dim other than 1 decides its axis; the rest depend on the data.
+        let out = op
+            .infer(&[
+                Some(&fact(DType::F32, "N,3,1")),
+                Some(&fact(DType::I64, "4")),
+            ])
+            .unwrap();
+        assert_eq!(
+            out[0].shape(),
+            &[dd.clone(), dd.clone(), Dim::known(3), dd.clone()]
+        );
+        // A shorter shape leaves the leading input dims as they are.
+        let out = op
+            .infer(&[
+                Some(&fact(DType::F32, "2,5,1")),
+                Some(&fact(DType::I64, "1")),
+            ])
+            .unwrap();
+        assert_eq!(out[0].shape(), &[Dim::known(2), Dim::known(5), dd]);
+        let msg = op
+            .infer(&[Some(&fact(DType::F32, "3")), Some(&fact(DType::I64, "K"))])
+            .unwrap_err()
+            .0;
+        assert!(msg.contains("length [K] is not static"), "{msg}");
+    }
+
+    #[test]
+    fn runtime_expand_binds_its_dims_when_run() {
+        // Expand([1,3,1], shape) with `shape` a graph input, as ONNX's test_expand_shape_model*.
+        let mut b = super::testutil::GraphBuilder::new(13);
+        let x = b.input("x", DType::F32, "1,3,1");
+        let shape = b.input("shape", DType::I64, "2");
+        let y = b.node("Expand", vec![], &[x, shape], 1)[0];
+        b.g.outputs.push(y);
+        infer_graph(&mut b.g).unwrap();
+        assert_eq!(b.g.ty(y).to_string(), "float32[1,3,Expand_0_0:2]");
+        let feeds = BTreeMap::from([
+            ("x".to_string(), t_f32(&[1, 3, 1], vec![1.0, 2.0, 3.0])),
+            ("shape".to_string(), t_ints(&[3, 4])),
+        ]);
+        let out = crate::reference::run(&b.g, &feeds).unwrap();
+        assert_eq!(out[0].1.shape(), &[1, 3, 4]);
+        assert_eq!(out[0].1.to_f64_vec()[4..8], [2.0; 4]);
+    }
+
+    #[test]
+    fn tile_and_reshape_with_runtime_inputs() {
+        let dd = Dim::data_dependent();
+        let tile = parse("Tile", 13, vec![], 2, 1).unwrap();
+        let out = tile
+            .infer(&[Some(&fact(DType::F32, "0,N")), Some(&fact(DType::I64, "2"))])
+            .unwrap();
+        assert_eq!(out[0].shape(), &[Dim::known(0), dd.clone()]);
+        let out = eval1(&*tile, &[&t_f32(&[1, 2], vec![1.0, 2.0]), &t_ints(&[2, 2])]);
+        assert_eq!(out.to_f64_vec(), [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]);
+        let msg = tile
+            .infer(&[Some(&fact(DType::F32, "2")), Some(&fact(DType::I64, "2"))])
+            .unwrap_err()
+            .0;
+        assert!(msg.contains("one entry per input dim"), "{msg}");
+        let reshape = parse("Reshape", 13, vec![], 2, 1).unwrap();
+        let out = reshape
+            .infer(&[Some(&fact(DType::F32, "N,6")), Some(&fact(DType::I64, "3"))])
+            .unwrap();
+        assert_eq!(out[0].shape(), &[dd.clone(), dd.clone(), dd]);
+        // The run-time values still follow Reshape's 0 / -1 rules.
+        let out = eval1(&*reshape, &[&iota(&[2, 6]), &t_ints(&[0, -1, 3])]);
+        assert_eq!(out.shape(), &[2, 2, 3]);
     }
 }

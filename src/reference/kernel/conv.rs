@@ -4,7 +4,8 @@ use crate::ir::ops::kernel::{Act, ConvGeom, Layout};
 use crate::ir::{OpError, OpResult};
 use ndarray::{s, Array2, ArrayD, Axis, IxDyn};
 
-/// `act(conv(x, w) + bias + residual)` in either layout (see `Conv2d`). Computes in NHWC.
+/// `act(pre_act(conv(x, w) + bias) + residual)` in either layout (see `Conv2d`). Computes in NHWC.
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d(
     layout: Layout,
     geom: &ConvGeom,
@@ -12,6 +13,7 @@ pub fn conv2d(
     w: &ArrayD<f32>,
     bias: Option<&ArrayD<f32>>,
     residual: Option<&ArrayD<f32>>,
+    pre_act: Option<Act>,
     act: Option<Act>,
 ) -> OpResult<ArrayD<f32>> {
     if x.ndim() != 4 || w.ndim() != 4 {
@@ -46,6 +48,9 @@ pub fn conv2d(
         Layout::Nhwc => out,
         Layout::Nchw => out.permuted_axes(IxDyn(&[0, 3, 1, 2])).as_standard_layout().into_owned(),
     };
+    if let Some(f) = pre_act {
+        out.mapv_inplace(|v| f.apply(v));
+    }
     if let Some(r) = residual {
         if r.shape() != out.shape() {
             return Err(OpError(format!(

@@ -94,6 +94,9 @@ pub struct Conv2d {
     pub layout: Layout,
     pub geom: ConvGeom,
     pub act: Option<Act>,
+    /// An activation applied to `conv + bias` *before* the residual add:
+    /// `act(pre_act(conv(x, w) + bias) + residual)` (the `relu(conv) + x` pattern).
+    pub pre_act: Option<Act>,
 }
 
 impl Conv2d {
@@ -175,6 +178,7 @@ impl Op for Conv2d {
             &w.to_f32(),
             bias.as_ref(),
             res.as_ref(),
+            self.pre_act,
             self.act,
         )?;
         Ok(vec![Tensor::F32(out).cast(x.dtype())])

@@ -177,8 +177,9 @@ impl Op for Elementwise {
             arrays.push(required(inputs, i, "operand")?.to_f32());
         }
         let dtype = required(inputs, 0, "operand")?.dtype();
-        let out = kernels::eval(&self.expr, &arrays)?;
-        Ok(vec![Tensor::F32(out).cast(dtype)])
+        let out = Tensor::F32(kernels::eval(&self.expr, &arrays)?);
+        // `cast` to the same dtype copies: skip it for f32, the common case.
+        Ok(vec![if dtype == crate::ir::DType::F32 { out } else { out.cast(dtype) }])
     }
 
     fn as_any(&self) -> &dyn Any {

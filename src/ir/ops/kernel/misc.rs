@@ -46,6 +46,16 @@ impl Transpose {
     }
 }
 
+/// `a` with its axes permuted, in standard layout. Writing into a fresh array with `assign`
+/// walks the permuted view with Zip's strided inner loop; `as_standard_layout` on a permuted
+/// view steps a dynamic-rank index per element (several times slower on conv weights).
+fn permute<T: Clone + Default>(a: &ndarray::ArrayD<T>, perm: &[usize]) -> ndarray::ArrayD<T> {
+    let view = a.view().permuted_axes(ndarray::IxDyn(perm));
+    let mut out = ndarray::ArrayD::from_elem(view.raw_dim(), T::default());
+    out.assign(&view);
+    out
+}
+
 impl Op for Transpose {
     fn op_type(&self) -> &'static str {
         "Transpose"
@@ -71,10 +81,7 @@ impl Op for Transpose {
             self.perm,
             x.shape()
         );
-        let perm = ndarray::IxDyn(&self.perm);
-        Ok(vec![
-            map_tensor!(x, a => a.view().permuted_axes(perm.clone()).as_standard_layout().into_owned()),
-        ])
+        Ok(vec![map_tensor!(x, a => permute(a, &self.perm))])
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Writes onnx_models/rules/<file>.onnx: for each optimiser rule file (rewrites/<file>.rules), one
+tiny model on which EVERY rule of that file fires (tests/egraph_models.rs asserts it from the
+explain report's `rules_applied`, and checks the optimised graph against the original).
+
+Deterministic (models seeded from their names, via generate.py's ModelBuilder). Each model is
+checked and run once with ONNX Runtime before it is written.
+
+Usage: rule_models.py [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate import ModelBuilder, conv_bn, gelu_erf, smoke_run  # noqa: E402
+
+
+def conv(b, x, c_in, c_out, k=1, bias=False, pad=0):
+    w = b.he("w", (c_out, c_in, k, k), c_in * k * k)
+    ins = [x, w] + ([b.small("cb", (c_out,))] if bias else [])
+    return b.node("Conv", ins, kernel_shape=[k, k], pads=[pad] * 4)
+
+
+def bn(b, x, c):
+    return b.node("BatchNormalization", [x, b.floats("bn_scale", b.rng.uniform(0.5, 1.5, c)),
+                                         b.small("bn_bias", (c,)), b.small("bn_mean", (c,)),
+                                         b.floats("bn_var", b.rng.uniform(0.5, 1.5, c))], epsilon=1e-5)
+
+
+def cleanup():
+    b = ModelBuilder("cleanup", "Every cleanup.rules rule: Identity, BN on 4-D/3-D/2-D inputs, per-channel "
+                     "constants, BN folded into convs with and without bias.")
+    x = b.input("x", [1, 4, 6, 6])
+    # conv without bias -> BN: conv-fold-scale, conv-fold-shift.
+    y0 = bn(b, conv(b, b.node("Identity", [x]), 4, 8), 8)
+    # conv with bias -> BN: conv-fold-scale-bias, conv-fold-shift-bias.
+    y1 = bn(b, conv(b, x, 4, 8, bias=True), 8)
+    # [C,1,1] constants on a non-conv activation: add-per-channel, mul-per-channel.
+    r = b.node("Relu", [x])
+    y2 = b.node("Add", [b.node("Mul", [r, b.small("s", (4, 1, 1))]), b.small("t", (4, 1, 1))])
+    y2 = b.node("Add", [b.small("t", (4, 1, 1)), b.node("Mul", [b.small("s", (4, 1, 1)), y2])])
+    # BN on rank 3 and rank 2 inputs.
+    s = b.input("s", [2, 4, 5])
+    y3 = bn(b, s, 4)
+    v = b.input("v", [3, 4])
+    y4 = bn(b, v, 4)
+    b.output(y0, y1, y2, y3, y4)
+    return b
+
+
+def layout():
+    b = ModelBuilder("layout", "Every layout.rules rule: convs go NHWC; transposes sink through activations, "
+                     "binary ops of two convs, per-channel constants (both operand orders) and pooling, "
+                     "and cancel in pairs.")
+    x = b.input("x", [1, 4, 8, 8])
+    a = conv(b, x, 4, 8)
+    c = conv(b, x, 4, 8, k=3, pad=1)
+    # sink-act, then a conv on the result: cancel-to-nhwc.
+    r = b.node("Relu", [a])
+    d = conv(b, r, 8, 8)
+    # two NHWC producers combined: sink-add/sub/mul/div/max/min.
+    e = b.node("Add", [d, c])
+    e = b.node("Sub", [e, c])
+    e = b.node("Mul", [e, c])
+    e = b.node("Div", [e, b.node("Sigmoid", [c])])
+    e = b.node("Max", [e, c])
+    e = b.node("Min", [e, c])
+    # per-channel constants in both orders, on a non-conv value (so cleanup cannot fold them).
+    f = b.node("Add", [e, b.small("t", (8, 1, 1))])
+    f = b.node("Add", [b.small("t", (8, 1, 1)), f])
+    f = b.node("Mul", [f, b.small("s", (8, 1, 1))])
+    f = b.node("Mul", [b.small("s", (8, 1, 1)), f])
+    p = b.node("MaxPool", [f], kernel_shape=[2, 2], strides=[2, 2])
+    # channel concats of NHWC producers, 2, 3 and 4 inputs.
+    q = conv(b, p, 8, 4)
+    cat = b.node("Concat", [q, conv(b, p, 8, 4)], axis=1)
+    cat = b.node("Concat", [conv(b, cat, 8, 4), q, conv(b, p, 8, 4)], axis=1)
+    cat = b.node("Concat", [conv(b, cat, 12, 4), q, b.node("Relu", [q]), conv(b, p, 8, 4)], axis=1)
+    p = b.node("Add", [p, conv(b, cat, 16, 8)])
+    # NCHW output of the pooling path, read by the model input's twin: cancel-to-nchw.
+    g = b.node("GlobalAveragePool", [p])
+    flat = b.node("Flatten", [g], axis=1)
+    b.output(flat, b.node("Add", [p, b.node("Transpose", [b.node("Transpose", [p], perm=[0, 2, 3, 1])],
+                                                          perm=[0, 3, 1, 2])]))
+    return b
+
+
+def fusion():
+    b = ModelBuilder("fusion", "Every fusion.rules rule: conv and gemm epilogues (bias, residual, activation), "
+                     "GELU (three Erf forms), SiLU, decomposed layernorm.")
+    x = b.input("x", [1, 4, 6, 6])
+    # conv + bias (as a separate Add, twice) + residual + relu.
+    y = conv(b, x, 4, 4)
+    y = b.node("Add", [y, b.small("t", (4, 1, 1))])
+    y = b.node("Add", [y, b.small("t", (4, 1, 1))])
+    y = b.node("Relu", [b.node("Add", [x, y])])
+    # activation before the residual add: relu(conv) + y, clip(conv, 0, 6) + y.
+    y = b.node("Add", [b.node("Relu", [conv(b, y, 4, 4, k=3, pad=1)]), y])
+    lo, hi = b.init("zero", np.array(0.0, np.float32)), b.init("six", np.array(6.0, np.float32))
+    y = b.node("Add", [y, b.node("Clip", [conv(b, y, 4, 4), lo, hi])])
+    m = b.input("m", [2, 3, 8])
+    h = b.node("Add", [b.node("MatMul", [m, b.he("w", (8, 8), 8)]), b.small("bias", (8,))])
+    h = b.node("Add", [m, h])
+    h = b.node("Relu", [h])
+    # three GELU forms.
+    g1 = gelu_erf(b, b.node("MatMul", [h, b.he("w", (8, 8), 8)]))
+    g2in = b.node("MatMul", [g1, b.he("w", (8, 8), 8)])
+    e = b.node("Erf", [b.node("Div", [g2in, b.init("sqrt2", np.array(math.sqrt(2.0), np.float32))])])
+    one = b.node("Add", [e, b.init("one", np.array(1.0, np.float32))])
+    g2 = b.node("Mul", [g2in, b.node("Mul", [one, b.init("half", np.array(0.5, np.float32))])])
+    g3in = b.node("MatMul", [g2, b.he("w", (8, 8), 8)])
+    e = b.node("Erf", [b.node("Mul", [g3in, b.init("rsqrt2", np.array(1 / math.sqrt(2.0), np.float32))])])
+    one = b.node("Add", [e, b.init("one", np.array(1.0, np.float32))])
+    g3 = b.node("Mul", [b.node("Mul", [g3in, one]), b.init("half", np.array(0.5, np.float32))])
+    s = b.node("Mul", [g3, b.node("Sigmoid", [g3])])
+    # decomposed layernorm.
+    mean = b.node("ReduceMean", [s], axes=[-1], keepdims=1)
+    d = b.node("Sub", [s, mean])
+    var = b.node("ReduceMean", [b.node("Pow", [d, b.init("two", np.array(2.0, np.float32))])], axes=[-1], keepdims=1)
+    sd = b.node("Sqrt", [b.node("Add", [var, b.init("eps", np.array(1e-5, np.float32))])])
+    ln = b.node("Add", [b.node("Mul", [b.node("Div", [d, sd]), b.floats("gamma", b.rng.uniform(0.5, 1.5, 8))]),
+                        b.small("beta", (8,))])
+    b.output(y, ln)
+    return b
+
+
+def shared_producer():
+    b = ModelBuilder("shared_producer", "A conv+BN feeding two residual adds (each then Relu): the conv must stay one "
+                     "kernel, not be duplicated into two fused epilogues.")
+    x = b.input("x", [1, 4, 6, 6])
+    y = conv_bn(b, x, 4, 4, 3, pad=1)
+    u = b.node("Relu", [b.node("Add", [y, x])])
+    v = b.node("Relu", [b.node("Add", [y, b.node("Sigmoid", [x])])])
+    b.output(u, v)
+    return b
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "rules")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for fn in (cleanup, layout, fusion, shared_producer):
+        m = fn().build()
+        onnx.checker.check_model(m, full_check=True)
+        smoke_run(m, None)
+        onnx.save_model(m, str(args.out / f"{fn.__name__}.onnx"))
+        print(f"wrote {args.out / (fn.__name__ + '.onnx')} ({len(m.graph.node)} nodes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
