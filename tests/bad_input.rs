@@ -231,3 +231,17 @@ fn declared_output_type_must_match() {
     m.graph.as_mut().unwrap().output = vec![value_info("y", &[3, 2])];
     assert!(error_of(&write("declared.onnx", &m)).contains("declared"));
 }
+
+#[test]
+fn stale_value_info_is_a_warning_not_an_error() {
+    let mut m = model(
+        vec![node("Relu", "r1", &["x"], &["h"], vec![]), node("Relu", "r2", &["h"], &["y"], vec![])],
+        vec![value_info("x", &[2, 3])],
+        vec![value_info("y", &[2, 3])],
+        vec![],
+    );
+    m.graph.as_mut().unwrap().value_info = vec![value_info("h", &[5])];
+    let g = load_model(&write("stale_value_info.onnx", &m)).expect("value_info is advisory");
+    assert_eq!(g.info.warnings.len(), 1, "{:?}", g.info.warnings);
+    assert!(g.info.warnings[0].contains("'h'") && g.info.warnings[0].contains("float32[2,3]"), "{:?}", g.info.warnings);
+}

@@ -59,6 +59,8 @@ struct Inspection {
     unsupported: Vec<UnsupportedOp>,
     /// Why the import failed, when it did for reasons other than unsupported ops.
     import_error: Option<String>,
+    /// Problems the import tolerated (e.g. `value_info` that disagrees with inference).
+    warnings: Vec<String>,
 }
 
 pub fn run(a: &InspectArgs) -> Result<u8, Failure> {
@@ -115,6 +117,10 @@ pub fn run(a: &InspectArgs) -> Result<u8, Failure> {
         parameters: parameters(&gp),
         unsupported,
         import_error,
+        warnings: match &imported {
+            Some(Ok(g)) => g.info.warnings.clone(),
+            _ => Vec::new(),
+        },
     };
     if a.json {
         let s = serde_json::to_string_pretty(&report)
@@ -296,6 +302,9 @@ fn render(r: &Inspection) -> String {
         (None, true) => "ok".to_string(),
     };
     let _ = writeln!(s, "import:      {status}");
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning:     {w}");
+    }
     s
 }
 

@@ -41,6 +41,8 @@ pub struct ModelInfo {
     pub graph_name: String,
     /// Opset version per domain ("" is the default ONNX domain).
     pub opsets: BTreeMap<String, i64>,
+    /// Problems that do not stop the import (e.g. `value_info` that disagrees with inference).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default)]

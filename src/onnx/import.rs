@@ -157,6 +157,7 @@ impl<'a> Importer<'a> {
             .to_string(),
             graph_name: gp.name.clone().unwrap_or_default(),
             opsets: opsets.clone(),
+            warnings: Vec::new(),
         };
         if gp.node.is_empty() {
             return Err(self.err("the graph is empty (no nodes)"));
@@ -181,6 +182,7 @@ impl<'a> Importer<'a> {
         }
         crate::ir::infer::infer_graph(&mut self.graph)?;
         self.check_declared_outputs(gp)?;
+        self.check_value_info(gp);
         Ok(self.graph)
     }
 
@@ -382,6 +384,45 @@ impl<'a> Importer<'a> {
         }
         let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
         Ok(order.into_iter().map(|n| slots[n].take().expect("each node placed once")).collect())
+    }
+
+    /// `value_info` is advisory in ONNX: inference recomputes every type, and a disagreement
+    /// (usually a stale annotation left by an editing tool) becomes a warning, not an error.
+    fn check_value_info(&mut self, gp: &GraphProto) {
+        for vi in &gp.value_info {
+            let name = vi.name.as_deref().unwrap_or("");
+            let Some(&id) = self.by_name.get(name) else {
+                self.graph.info.warnings.push(format!("value_info names '{name}', which no node produces"));
+                continue;
+            };
+            let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else { continue };
+            let Some(inferred) = self.graph.values[id].ty.clone() else { continue };
+            let dtype = DType::from_onnx(t.elem_type.unwrap_or(0));
+            let dims: Option<Vec<Option<i64>>> = t.shape.as_ref().map(|s| {
+                use super::proto::tensor_shape_proto::dimension::Value as V;
+                s.dim.iter().map(|d| match d.value {
+                    Some(V::DimValue(v)) => Some(v),
+                    _ => None,
+                }).collect()
+            });
+            let dims_agree = dims.as_ref().is_none_or(|dims| {
+                dims.len() == inferred.rank()
+                    && dims.iter().zip(&inferred.shape).all(|(d, i)| match (d, i.as_known()) {
+                        (Some(a), Some(b)) => *a == b,
+                        _ => true,
+                    })
+            });
+            if dtype.is_some_and(|d| d != inferred.dtype) || !dims_agree {
+                let declared = dims.map_or("?".to_string(), |d| {
+                    let parts: Vec<String> = d.iter().map(|x| x.map_or("?".to_string(), |v| v.to_string())).collect();
+                    format!("[{}]", parts.join(","))
+                });
+                let dt = dtype.map_or("?", |d| d.name());
+                self.graph.info.warnings.push(format!(
+                    "value_info declares '{name}' as {dt}{declared}, but inference gives {inferred}; using the inferred type"
+                ));
+            }
+        }
     }
 
     /// Declared output types must agree with inference (dtype, rank, known dims).
