@@ -127,3 +127,225 @@ fn resnet50_structure() {
     assert_eq!(r.kernels_after.get("conv"), Some(&53), "{r}");
     assert_eq!(r.kernels_after.get("transpose"), Some(&1), "{r}");
 }
+
+/// Every `rules_applied` count of the phases named `phase`, summed.
+fn fired(r: &ExplainReport, phase: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for p in r.phases.iter().filter(|p| p.name == phase) {
+        for (rule, n) in &p.rules_applied {
+            *out.entry(rule.clone()).or_insert(0) += n;
+        }
+    }
+    out
+}
+
+/// Per rule file, a tiny model (onnx_models/rules/<file>.onnx, written by
+/// onnx_models/rule_models.py) on which every rule of the file fires; the optimised graph
+/// computes what the original computes within 1e-5 relative.
+#[test]
+fn every_rule_fires_on_its_rule_model() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let mut missing = Vec::new();
+    for file in ["cleanup", "layout", "fusion"] {
+        let r = check(&format!("onnx_models/rules/{file}.onnx"), &opts, 1e-5);
+        let counts = fired(&r, file);
+        assert!(!counts.is_empty(), "{file}: no phase named {file}");
+        for (rule, n) in &counts {
+            if *n == 0 {
+                missing.push(format!("{file}.rules: {rule}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "rules that never fired on their rule model: {missing:#?}");
+}
+
+/// A conv feeding two residual adds stays one kernel (DAG-aware extraction), with both adds
+/// computed from its output.
+#[test]
+fn shared_producer_is_not_duplicated() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let r = check("onnx_models/rules/shared_producer.onnx", &opts, 1e-5);
+    assert_eq!(r.kernels_after.get("conv"), Some(&1), "{r}");
+}
+
+/// Every bundled model optimises and still computes the same function (1e-4 relative); the
+/// unoptimised reference output is itself checked against ONNX Runtime by tests/models.rs.
+#[test]
+fn every_bundled_model_matches_after_optimisation() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    for path in bundled_models() {
+        check(&path, &opts, 1e-4);
+    }
+}
+
+fn bundled_models() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir("onnx_models")
+        .expect("onnx_models/ exists")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+const LIGHT_DIR: &str = ".venv/lib/python3.11/site-packages/onnx/backend/test/data/light";
+const LIGHT: &[&str] = &[
+    "light_bvlc_alexnet",
+    "light_densenet121",
+    "light_inception_v1",
+    "light_inception_v2",
+    "light_resnet50",
+    "light_shufflenet",
+    "light_squeezenet",
+    "light_vgg19",
+    "light_zfnet512",
+];
+
+/// The nine `light_*` models of the onnx wheel optimise and match the original (1e-4 relative).
+#[test]
+fn light_models_match_after_optimisation() {
+    if !Path::new(LIGHT_DIR).exists() {
+        eprintln!("skipped: {LIGHT_DIR} missing (scripts/setup-python.sh)");
+        return;
+    }
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    for m in LIGHT {
+        let r = check(&format!("{LIGHT_DIR}/{m}.onnx"), &opts, 1e-4);
+        println!("== {m}: {:?} -> {:?}", r.ops_before, r.kernels_after);
+        if *m == "light_resnet50" {
+            // Caffe2 export: BatchNormalization folded, `Sum` fused as the residual epilogue.
+            assert_eq!(r.kernels_after.get("conv"), Some(&53), "{r}");
+            for k in ["batchnormalization", "sum", "relu", "elementwise"] {
+                assert!(!r.kernels_after.contains_key(k), "{m}: standalone {k} left\n{r}");
+            }
+            let residual = r.fusions.iter().filter(|f| f.detail.contains("+residual")).count();
+            assert_eq!(residual, 16, "{r}");
+        }
+    }
+}
+
+/// insta snapshots (snapshots/) of the explain JSON for every bundled model, with timings
+/// zeroed so the output is deterministic. Regenerate with `INSTA_UPDATE=always cargo test
+/// --test egraph_models explain_snapshots` (or `cargo insta review`).
+#[test]
+fn explain_snapshots() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    for path in bundled_models() {
+        let g = onnx2ait::onnx::load_model(Path::new(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let (_, r) = optimize(&g, &opts).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut v: serde_json::Value = serde_json::from_str(&r.to_json()).expect("explain JSON parses");
+        if let Some(phases) = v.get_mut("phases").and_then(|p| p.as_array_mut()) {
+            for p in phases {
+                p["time_ms"] = serde_json::Value::from(0);
+                // Rules that never fired are listed with 0: dropped here, so adding a rule does
+                // not rewrite every snapshot.
+                if let Some(rules) = p.get_mut("rules_applied").and_then(|r| r.as_object_mut()) {
+                    rules.retain(|_, n| n.as_u64() != Some(0));
+                }
+            }
+        }
+        let name = Path::new(&path).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let text = serde_json::to_string_pretty(&v).expect("serialises");
+        insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+            insta::assert_snapshot!(format!("explain__{name}"), text);
+        });
+    }
+}
+
+/// The transformer patterns: MatMul+Add → gemm with bias, Erf-GELU in the gemm's epilogue,
+/// decomposed layernorm → one layernorm kernel.
+#[test]
+fn transformer_patterns_fuse() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let mlp = check("onnx_models/pattern_mlp.onnx", &opts, 1e-4);
+    assert_eq!(mlp.kernels_after, BTreeMap::from([("gemm".to_string(), 2)]), "{mlp}");
+    assert!(mlp.fusions.iter().any(|f| f.detail == "gemm+bias+gelu"), "{mlp}");
+
+    let att = check("onnx_models/pattern_attention.onnx", &opts, 1e-4);
+    let biased = att.fusions.iter().filter(|f| f.detail.starts_with("gemm+bias")).count();
+    assert!(biased >= 4, "q, k, v and output projections carry their bias\n{att}");
+    assert_eq!(att.kernels_after.get("gemm"), Some(&6), "{att}");
+    assert_eq!(att.kernels_after.get("layernorm"), Some(&1), "{att}");
+
+    let ln = check("onnx_models/pattern_layernorm_decomposed.onnx", &opts, 1e-4);
+    assert_eq!(ln.kernels_after.get("layernorm"), Some(&1), "{ln}");
+    for k in ["reducemean", "sqrt", "pow", "elementwise"] {
+        assert!(!ln.kernels_after.contains_key(k), "standalone {k} left\n{ln}");
+    }
+}
+
+/// The generated 12-layer BERT-base encoder (onnx_models/bert_encoder.py): every MatMul+Add is a
+/// gemm with its bias (and the residual / GELU epilogues), every decomposed layernorm one
+/// kernel, and the shape subgraphs feeding the head reshapes are gone.
+#[test]
+fn bert12_structure() {
+    let path = "onnx_models/generated/bert12.onnx";
+    if !Path::new(path).exists() {
+        eprintln!("skipped: {path} not generated (onnx_models/bert_encoder.py)");
+        return;
+    }
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let r = check(path, &opts, 1e-4);
+    println!("{r}");
+    assert_eq!(r.kernels_after.get("gemm"), Some(&96), "{r}");
+    assert_eq!(r.kernels_after.get("layernorm"), Some(&24), "{r}");
+    assert_eq!(r.kernels_after.get("softmax"), Some(&12), "{r}");
+    for k in ["shape", "gather", "unsqueeze", "concat", "erf", "reducemean"] {
+        assert!(!r.kernels_after.contains_key(k), "standalone {k} left\n{r}");
+    }
+    let gelu = r.fusions.iter().filter(|f| f.detail.contains("+gelu")).count();
+    assert_eq!(gelu, 12, "{r}");
+    let residual = r.fusions.iter().filter(|f| f.detail.contains("+residual")).count();
+    assert_eq!(residual, 24, "{r}");
+}
+
+/// `onnx2ait explain MODEL --json --dot DIR`: the documented JSON fields and the Graphviz files.
+#[test]
+fn explain_command_prints_json_and_writes_dot() {
+    let dir = std::env::temp_dir().join(format!("onnx2ait-explain-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_onnx2ait"))
+        .args(["explain", "onnx_models/pattern_mlp.onnx", "--json", "--dot"])
+        .arg(&dir)
+        .output()
+        .expect("runs the binary");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("explain --json prints JSON");
+    for key in ["model", "ops_before", "kernels_after", "fusions", "phases", "cost_before", "cost_after", "warnings"] {
+        assert!(v.get(key).is_some(), "missing '{key}' in {v}");
+    }
+    assert_eq!(v["kernels_after"]["gemm"], 2);
+    assert_eq!(v["ops_before"]["Gemm"], 2);
+    let phases: Vec<&str> = v["phases"]
+        .as_array()
+        .expect("phases is a list")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(phases, ["cleanup", "layout", "fusion", "cleanup"]);
+    for f in ["before.dot", "after.dot"] {
+        assert!(dir.join(f).exists(), "{f} not written");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_onnx2ait"))
+        .args(["explain", "onnx_models/no_such_model.onnx"])
+        .output()
+        .expect("runs the binary");
+    assert_eq!(text.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&text.stderr).contains("no such file"));
+}
+
+/// PyTorch `x.view(x.size(0), -1, 4)` with a symbolic batch: the Reshape reads a static target
+/// (`[0, -1, 4]`) and the Shape/Gather/Unsqueeze/Concat subgraph leaves no kernel behind.
+#[test]
+fn shape_subgraphs_become_static_reshapes() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let r = check("onnx_models/pattern_shape_subgraph.onnx", &opts, 1e-6);
+    assert_eq!(
+        r.kernels_after,
+        BTreeMap::from([("elementwise".to_string(), 1), ("reshape".to_string(), 2)]),
+        "{r}"
+    );
+}

@@ -5,6 +5,7 @@
 //! "broken"). Errors print as `error: <message>` on stderr, never as a panic.
 
 mod compile;
+mod explain;
 mod inspect;
 mod validate;
 
@@ -41,6 +42,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Run the model in ONNX Runtime and in the reference executor and compare the outputs.
     Validate(validate::ValidateArgs),
+    /// Optimise the model and report fusions, kernel counts, e-graph statistics and cost.
+    Explain(explain::ExplainArgs),
 }
 
 /// A command's failure: what to print and the exit code.
@@ -127,6 +130,7 @@ fn run_cli() -> ExitCode {
         (Some(Command::Compile(a)), _, _) => compile::run(&a),
         (Some(Command::Inspect(a)), _, _) => inspect::run(&a),
         (Some(Command::Validate(a)), _, _) => validate::run(&a),
+        (Some(Command::Explain(a)), _, _) => explain::run(&a),
         (None, Some(model), Some(out)) => compile::run(&compile::CompileArgs { model: ModelArg { model }, out }),
         // clap enforces MODEL and -o without a subcommand; kept total rather than unwrapped.
         (None, _, _) => Err(Failure::new(1, "usage: onnx2ait MODEL -o OUT (see onnx2ait --help)")),

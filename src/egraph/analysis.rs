@@ -51,14 +51,7 @@ impl OptAnalysis {
 
     /// The index of a constant equal to `t` (same dtype, shape and bits), adding it if new.
     pub fn intern_const(&mut self, t: Arc<Tensor>) -> usize {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        t.dtype().hash(&mut h);
-        t.shape().hash(&mut h);
-        for v in t.to_f64_vec() {
-            v.to_bits().hash(&mut h);
-        }
-        let key = h.finish();
+        let key = fingerprint(&t);
         if let Some(ids) = self.by_content.get(&key) {
             for &i in ids {
                 if *self.consts[i] == *t {
@@ -70,6 +63,45 @@ impl OptAnalysis {
         self.by_content.entry(key).or_default().push(i);
         i
     }
+}
+
+/// A cheap content fingerprint of a constant: dtype, shape and at most `SAMPLES` evenly spaced
+/// elements. Folded weights are megabytes each and are interned once per folding step, so
+/// hashing every element dominated optimisation time; equal fingerprints are confirmed by full
+/// comparison in `intern_const`, so a collision costs a comparison, never a wrong merge.
+fn fingerprint(t: &Tensor) -> u64 {
+    use crate::ir::Elem;
+    const SAMPLES: usize = 64;
+    // FxHash-style mixing: deterministic across runs and platforms (no random keys).
+    fn mix(h: u64, v: u64) -> u64 {
+        (h.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+    }
+    fn sample<T: Elem>(a: &ndarray::ArrayD<T>, mut h: u64) -> u64 {
+        let n = a.len();
+        let step = (n / SAMPLES).max(1);
+        match a.as_slice() {
+            Some(s) => {
+                for v in s.iter().step_by(step) {
+                    h = mix(h, v.to_f64().to_bits());
+                }
+            }
+            // Non-standard layouts are rare (owned results of ops are standard): hash all, in
+            // logical order, so equal tensors hash equally whatever their layout.
+            None => {
+                for (i, v) in a.iter().enumerate() {
+                    if i % step == 0 {
+                        h = mix(h, v.to_f64().to_bits());
+                    }
+                }
+            }
+        }
+        h
+    }
+    let mut h = mix(0, t.dtype() as u64);
+    for &d in t.shape() {
+        h = mix(h, d as u64);
+    }
+    crate::with_tensor!(t, a => sample(a, h))
 }
 
 /// What the analysis knows about a class.
@@ -151,17 +183,25 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
                     layout: Layout::Nchw,
                     geom,
                     act: None,
+                    pre_act: None,
                 }),
                 vec![Some(*x), Some(*w), opt(*b)],
             )
         }
         ONode::KConv([x, w, b, r, g, a]) => {
             let geom = ConvGeom::parse(&tok(*g)?)?;
+            // `pre:<act>` applies before the residual add, `<act>` after it.
+            let t = tok(*a)?;
+            let (pre, post) = match t.strip_prefix("pre:") {
+                Some(f) => (Some(Act::parse(f)?), None),
+                None => (None, act_of(*a)?),
+            };
             d(
                 Box::new(Conv2d {
                     layout: Layout::Nhwc,
                     geom,
-                    act: act_of(*a)?,
+                    act: post,
+                    pre_act: pre,
                 }),
                 vec![Some(*x), Some(*w), opt(*b), opt(*r)],
             )
@@ -182,6 +222,14 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
         ONode::ReduceMean([axes, x]) => d(Box::new(ReduceMean::parse(&tok(*axes)?)?), vec![Some(*x)]),
         ONode::Transpose([p, x]) => d(Box::new(Transpose::new(Transpose::parse_perm(&tok(*p)?)?)?), vec![Some(*x)]),
         ONode::Flatten([a, x]) => d(Box::new(Flatten { axis: usize_tok(*a)? }), vec![Some(*x)]),
+        ONode::Concat(ch) => {
+            let Some((axis, xs)) = ch.split_first() else {
+                op_bail!("'concat' without an axis")
+            };
+            op_ensure!(!xs.is_empty(), "'concat' without inputs");
+            let axis = usize_tok(*axis)? as i64;
+            d(Box::new(crate::ir::ops::indexing::Concat { axis }), xs.iter().map(|&x| Some(x)).collect())
+        }
         ONode::Chan([k, x]) => d(
             Box::new(ChannelView {
                 trailing_ones: usize_tok(*k)?,
@@ -314,6 +362,24 @@ pub fn node_fact(eg: &OGraph, node: &ONode) -> OpResult<Option<Fact>> {
         && facts.iter().flatten().all(|f| f.konst.is_some())
         && fact.ty.known_shape().is_some_and(|s| s.iter().product::<usize>() <= FOLD_LIMIT);
     if foldable {
+        // Commutativity rules add `b ∘ a` next to a folded `a ∘ b`: reuse its value rather than
+        // evaluating the (possibly weight-sized) product again.
+        let swapped = match node {
+            ONode::Add([a, b]) => Some(ONode::Add([*b, *a])),
+            ONode::Mul([a, b]) => Some(ONode::Mul([*b, *a])),
+            ONode::Max([a, b]) => Some(ONode::Max([*b, *a])),
+            ONode::Min([a, b]) => Some(ONode::Min([*b, *a])),
+            _ => None,
+        };
+        if let Some(k) = swapped
+            .and_then(|n| eg.lookup(n))
+            .and_then(|id| eg[id].data.fact.as_ref())
+            .and_then(|f| f.konst.clone())
+        {
+            if k.dtype() == fact.dtype() {
+                return Ok(Some(Fact::constant(k)));
+            }
+        }
         let tensors: Vec<Option<&Tensor>> = facts.iter().map(|f| f.and_then(|f| f.konst.as_deref())).collect();
         let mut vals = den.op.eval(&tensors)?;
         op_ensure!(den.output < vals.len(), "'{node}': evaluation produced {} outputs", vals.len());
@@ -419,4 +485,44 @@ pub fn children_typed(eg: &OGraph, node: &ONode) -> bool {
     node.children()
         .iter()
         .all(|&c| eg[c].data.fact.is_some() || eg[c].nodes.iter().all(|n| n.is_leaf()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interning_dedups_by_content_not_by_sampled_fingerprint() {
+        let mut a = OptAnalysis::default();
+        let big: Vec<f32> = (0..10_000).map(|i| i as f32 * 0.5).collect();
+        let i0 = a.intern_const(Arc::new(Tensor::from_f32s(&[100, 100], big.clone())));
+        // Equal content in a different allocation: the same constant.
+        let i1 = a.intern_const(Arc::new(Tensor::from_f32s(&[100, 100], big.clone())));
+        assert_eq!(i0, i1);
+        // Differs only at an element the fingerprint does not sample: same fingerprint, but the
+        // full comparison keeps them apart.
+        let mut other = big.clone();
+        other[1] += 1.0;
+        let t = Tensor::from_f32s(&[100, 100], other);
+        assert_eq!(fingerprint(&t), fingerprint(&Tensor::from_f32s(&[100, 100], big.clone())));
+        let i2 = a.intern_const(Arc::new(t));
+        assert_ne!(i0, i2);
+        // Same values, other shape or dtype: different constants.
+        let i3 = a.intern_const(Arc::new(Tensor::from_f32s(&[10_000], big)));
+        assert_ne!(i0, i3);
+        let i4 = a.intern_const(Arc::new(Tensor::from_i64s(&[2], vec![0, 1])));
+        let i5 = a.intern_const(Arc::new(Tensor::from_f32s(&[2], vec![0.0, 0.5]).cast(crate::ir::DType::F64)));
+        assert_ne!(i4, i5);
+        assert_eq!(a.consts.len(), 5);
+    }
+
+    #[test]
+    fn fingerprint_ignores_memory_layout() {
+        let t = Tensor::from_f32s(&[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let Tensor::F32(arr) = &t else { unreachable!() };
+        // The same logical values held in Fortran order.
+        let fortran = Tensor::F32(arr.t().to_owned().reversed_axes());
+        assert_eq!(t, fortran);
+        assert_eq!(fingerprint(&t), fingerprint(&fortran));
+    }
 }

@@ -60,6 +60,9 @@ pub fn kernel_detail(n: &crate::ir::Node) -> String {
         if n.inputs.get(2).copied().flatten().is_some() {
             s.push_str("+bias");
         }
+        if let Some(a) = c.pre_act {
+            s.push_str(&format!("+{a}"));
+        }
         if n.inputs.get(3).copied().flatten().is_some() {
             s.push_str("+residual");
         }

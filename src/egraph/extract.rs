@@ -199,8 +199,60 @@ pub fn node_cost_ps(eg: &OGraph, class: Id, node: &ONode, model: &dyn CostModel)
     Some((secs.max(0.0) * 1e12).round() as u64)
 }
 
-/// Extracts the cheapest DAG computing `roots`.
+/// Extracts the cheapest DAG computing `roots` in which no conv or matrix product is computed
+/// twice.
+///
+/// Set-based costing already pays a shared class once, but epilogue fusion creates a *different*
+/// class per consumer (`relu(conv + a)` and `conv + b` each absorb the conv), and with a launch
+/// overhead per kernel the cost model can find recomputing a small conv in two fused kernels
+/// cheaper than one conv and two elementwise kernels. Recomputation multiplies the dominant
+/// FLOPs and weight traffic on real sizes, so it is ruled out structurally: when two chosen
+/// kernels share a producer computation (same input, weights and geometry), the epilogue-fused
+/// forms (with a residual or an activation) of that computation are banned and extraction
+/// runs again, until no computation is duplicated.
 pub fn extract(eg: &OGraph, roots: &[Id], model: &dyn CostModel) -> Result<Extraction, String> {
+    let mut banned: BTreeSet<(Id, usize)> = BTreeSet::new();
+    loop {
+        let ex = extract_with_bans(eg, roots, model, &banned)?;
+        let mut seen: BTreeMap<[Id; 3], usize> = BTreeMap::new();
+        for node in ex.choice.values() {
+            if let Some((key, _)) = producer_key(eg, node) {
+                *seen.entry(key).or_insert(0) += 1;
+            }
+        }
+        let dup: BTreeSet<[Id; 3]> = seen.into_iter().filter(|(_, n)| *n > 1).map(|(k, _)| k).collect();
+        let before = banned.len();
+        if !dup.is_empty() {
+            for class in eg.classes() {
+                for (i, n) in class.nodes.iter().enumerate() {
+                    if let Some((key, true)) = producer_key(eg, n) {
+                        if dup.contains(&key) {
+                            banned.insert((class.id, i));
+                        }
+                    }
+                }
+            }
+        }
+        if banned.len() == before {
+            return Ok(ex);
+        }
+    }
+}
+
+/// The producer computation of a conv / gemm kernel node (canonical input, weights and
+/// attribute classes) and whether the node fuses an epilogue that belongs to one consumer
+/// (a residual add or an activation; a bias is part of the producer).
+fn producer_key(eg: &OGraph, node: &ONode) -> Option<([Id; 3], bool)> {
+    let none = |id: Id| eg[id].nodes.iter().any(|n| matches!(n, ONode::Leaf(s) if s.as_str() == "none"));
+    match node {
+        ONode::KConv([x, w, _b, r, g, a]) | ONode::Gemm([x, w, _b, r, g, a]) => {
+            Some(([eg.find(*x), eg.find(*w), eg.find(*g)], !none(*r) || !none(*a)))
+        }
+        _ => None,
+    }
+}
+
+fn extract_with_bans(eg: &OGraph, roots: &[Id], model: &dyn CostModel, banned: &BTreeSet<(Id, usize)>) -> Result<Extraction, String> {
     let roots: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
     // Per-node costs and the parents index.
     let mut node_costs: BTreeMap<Id, Vec<Option<u64>>> = BTreeMap::new();
@@ -208,7 +260,18 @@ pub fn extract(eg: &OGraph, roots: &[Id], model: &dyn CostModel) -> Result<Extra
     let mut queue: VecDeque<(Id, usize)> = VecDeque::new();
     let mut queued: BTreeSet<(Id, usize)> = BTreeSet::new();
     for class in eg.classes() {
-        let costs: Vec<Option<u64>> = class.nodes.iter().map(|n| node_cost_ps(eg, class.id, n, model)).collect();
+        let costs: Vec<Option<u64>> = class
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                if banned.contains(&(class.id, i)) {
+                    None
+                } else {
+                    node_cost_ps(eg, class.id, n, model)
+                }
+            })
+            .collect();
         for (i, n) in class.nodes.iter().enumerate() {
             if costs[i].is_none() {
                 continue;

@@ -73,14 +73,31 @@ pub fn from_ir(g: &Graph) -> Result<Imported> {
                 Some(v) => Some(value_class(&mut b, g, &mut class, *v)?),
             });
         }
+        if let Some(c) = static_reshape_target(&mut b, node, &children) {
+            children[1] = Some(c);
+        }
         let recognised = if node.outputs.len() == 1 {
             recognise(&mut b, node, ni, &children)
         } else {
             None
         };
 
+        // Inference Dropout with its mask output (opsets 7-11 exporters always declare it): the
+        // data output is an identity the cleanup rules remove; the mask stays an opaque output,
+        // computed only if something reads it.
+        let dropout_with_mask = node.outputs.len() == 2
+            && node.op.downcast_ref::<cast::DropoutOp>().is_some()
+            && children.first().copied().flatten().is_some();
         let outs: Vec<Id> = match recognised {
             Some(n) => vec![b.eg.add(n)],
+            None if dropout_with_mask => {
+                let x = children[0].unwrap_or_else(|| b.none());
+                let orig = b.leaf(&format!("op{ni}"));
+                let data = b.eg.add(ONode::Identity([x, orig]));
+                let ch: Vec<Id> = children.iter().map(|c| c.unwrap_or_else(|| b.none())).collect();
+                let mask = b.eg.add(ONode::Opaque(opaque_symbol(ni, 1), ch));
+                vec![data, mask]
+            }
             None => {
                 let ch: Vec<Id> = children.iter().map(|c| c.unwrap_or_else(|| b.none())).collect();
                 (0..node.outputs.len())
@@ -124,7 +141,38 @@ fn value_class(b: &mut Builder, g: &Graph, class: &mut [Option<Id>], v: usize) -
     Ok(id)
 }
 
-fn fact_of<'a>(b: &'a Builder, c: Option<Id>) -> Option<&'a Fact> {
+/// A Reshape whose target comes from a shape subgraph (`Shape → Gather → Unsqueeze → Concat`,
+/// as PyTorch exports `x.view(n, s, heads, d)` or `x.view(x.size(0), -1)`) reads a constant
+/// target instead when every target entry is either known or equal to the input dim at the
+/// same position (written 0, ONNX's "copy this dim"; `allowzero` must be off). The subgraph then has no reader left and disappears from the extracted
+/// graph, so no kernels are spent computing shapes at run time.
+fn static_reshape_target(b: &mut Builder, node: &Node, ch: &[Option<Id>]) -> Option<Id> {
+    let r = node.op.downcast_ref::<shape::Reshape>()?;
+    if r.allowzero || r.attr_shape.is_some() || ch.len() != 2 {
+        return None;
+    }
+    let x = fact_of(b, ch[0])?;
+    let target = fact_of(b, ch[1])?;
+    if target.konst.is_some() {
+        return None;
+    }
+    let dims = target.sym.as_ref()?;
+    let mut values = Vec::with_capacity(dims.len());
+    for (i, d) in dims.iter().enumerate() {
+        // Known entries (sizes, -1, 0) keep their meaning verbatim; a symbolic entry must be the
+        // input's dim at the same position, which 0 copies.
+        match d.as_known() {
+            Some(v) => values.push(v),
+            None if x.shape().get(i) == Some(d) => values.push(0),
+            None => return None,
+        }
+    }
+    let t = Tensor::from_i64s(&[values.len()], values);
+    let k = b.eg.analysis.add_const(Arc::new(t), None);
+    Some(b.leaf(&format!("c{k}")))
+}
+
+fn fact_of(b: &Builder, c: Option<Id>) -> Option<&Fact> {
     c.and_then(|c| b.eg[c].data.fact.as_ref())
 }
 
@@ -168,6 +216,39 @@ fn recognise(b: &mut Builder, node: &Node, ni: usize, ch: &[Option<Id>]) -> Opti
             BinaryKind::Min => Some(ONode::Min(c)),
             BinaryKind::Mod { .. } => None,
         };
+    }
+    // Variadic Sum / Max / Min of two or more inputs are left-folded chains of the binary op
+    // (Caffe2 exports write residual additions as `Sum`): the rules then see an ordinary `add`.
+    if let Some(v) = op.downcast_ref::<arithmetic::VariadicOp>() {
+        let wrap: fn([Id; 2]) -> ONode = match v.kind {
+            arithmetic::VariadicKind::Sum => ONode::Add,
+            arithmetic::VariadicKind::Max => ONode::Max,
+            arithmetic::VariadicKind::Min => ONode::Min,
+            arithmetic::VariadicKind::Mean => return None,
+        };
+        if !is_float || ch.len() < 2 {
+            return None;
+        }
+        let ids: Vec<Id> = ch.iter().copied().collect::<Option<_>>()?;
+        let mut acc = ids[0];
+        for &c in &ids[1..ids.len() - 1] {
+            acc = b.eg.add(wrap([acc, c]));
+        }
+        return Some(wrap([acc, ids[ids.len() - 1]]));
+    }
+    // Float concatenations (channel concats of inception/densenet branches) are visible to the
+    // layout rules; int64 shape-tensor concats stay opaque.
+    if let Some(c) = op.downcast_ref::<crate::ir::ops::indexing::Concat>() {
+        let rank = fact_of(b, x)?.rank() as i64;
+        let axis = if c.axis < 0 { c.axis + rank } else { c.axis };
+        if !is_float || !(0..rank).contains(&axis) || ch.is_empty() {
+            return None;
+        }
+        let mut children = vec![b.leaf(&axis.to_string())];
+        for c in ch {
+            children.push((*c)?);
+        }
+        return Some(ONode::Concat(children.into_boxed_slice()));
     }
     if let Some(p) = op.downcast_ref::<arithmetic::PowOp>() {
         let same = fact_of(b, ch.get(1).copied().flatten()).map(|f| f.dtype()) == fact_of(b, x).map(|f| f.dtype());
@@ -326,10 +407,17 @@ fn recognise_kernel(
         let g = b.leaf(&c.geom.to_string());
         let (bias, res) = (opt(b, 2), opt(b, 3));
         return match c.layout {
-            Layout::Nchw if c.act.is_none() && ch.get(3).copied().flatten().is_none() => Some(ONode::Conv([x?, ch[1]?, bias, g])),
+            Layout::Nchw if c.act.is_none() && c.pre_act.is_none() && ch.get(3).copied().flatten().is_none() => {
+                Some(ONode::Conv([x?, ch[1]?, bias, g]))
+            }
             Layout::Nchw => None,
+            // The language holds one activation per kconv: before or after the residual add.
+            Layout::Nhwc if c.pre_act.is_some() && c.act.is_some() => None,
             Layout::Nhwc => {
-                let a = act_tok(b, c.act);
+                let a = match c.pre_act {
+                    Some(f) => b.leaf(&format!("pre:{f}")),
+                    None => act_tok(b, c.act),
+                };
                 Some(ONode::KConv([x?, ch[1]?, bias, res, g, a]))
             }
         };

@@ -54,6 +54,8 @@ define_language! {
         "gap" = Gap(Id),
         "gap_nhwc" = GapNhwc(Id),
         "gap_flat_nhwc" = GapFlatNhwc(Id),
+        // axis x1 x2 … — ONNX Concat of floating-point tensors along a non-negative axis.
+        "concat" = Concat(Box<[Id]>),
         // x scale bias eps — layernorm over the last axis (bias may be `none`).
         "layernorm" = LayerNorm([Id; 4]),
         Leaf(Symbol),

@@ -312,7 +312,7 @@ fn fact<'a>(eg: &'a OGraph, subst: &Subst, a: &PredArg) -> Option<&'a Fact> {
     eg[var_id(subst, a)?].data.fact.as_ref()
 }
 
-fn lit<'a>(a: &'a PredArg) -> Option<&'a str> {
+fn lit(a: &PredArg) -> Option<&str> {
     match a {
         PredArg::Lit(s) => Some(s),
         PredArg::Var(_) => None,

@@ -130,3 +130,24 @@ fn conv2d_nhwc(geom: &ConvGeom, x: &ArrayD<f32>, w: &ArrayD<f32>) -> OpResult<Ar
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `act(pre_act(conv + bias) + residual)`: the activation before the residual add sees the
+    /// conv result only.
+    #[test]
+    fn pre_activation_applies_before_the_residual() {
+        let geom = ConvGeom::parse("s1,1:p0,0,0,0:d1,1:g1").unwrap();
+        // NHWC 1x1x2x1 input, one 1x1 filter of weight 1, bias -1, residual 3.
+        let x = ArrayD::from_shape_vec(IxDyn(&[1, 1, 2, 1]), vec![-2.0f32, 4.0]).unwrap();
+        let w = ArrayD::from_shape_vec(IxDyn(&[1, 1, 1, 1]), vec![1.0f32]).unwrap();
+        let b = ArrayD::from_shape_vec(IxDyn(&[1]), vec![-1.0f32]).unwrap();
+        let r = ArrayD::from_shape_vec(IxDyn(&[1, 1, 2, 1]), vec![3.0f32, 3.0]).unwrap();
+        let pre = conv2d(Layout::Nhwc, &geom, &x, &w, Some(&b), Some(&r), Some(Act::Relu), None).unwrap();
+        assert_eq!(pre.iter().copied().collect::<Vec<_>>(), vec![3.0, 6.0]);
+        let post = conv2d(Layout::Nhwc, &geom, &x, &w, Some(&b), Some(&r), None, Some(Act::Relu)).unwrap();
+        assert_eq!(post.iter().copied().collect::<Vec<_>>(), vec![0.0, 6.0]);
+    }
+}

@@ -42,7 +42,7 @@ impl Gemm {
             fmt_shape(b)
         );
         op_ensure!(
-            !(self.trans_a && a.len() < 2) && !(self.trans_b && b.len() < 2),
+            !(self.trans_a && a.len() < 2 || self.trans_b && b.len() < 2),
             "transposed operands must have rank ≥ 2"
         );
         let one = Dim::known(1);
