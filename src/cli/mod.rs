@@ -7,6 +7,7 @@
 mod compile;
 mod explain;
 mod inspect;
+mod ops;
 mod validate;
 
 use clap::{Args, Parser, Subcommand};
@@ -44,6 +45,8 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Optimise the model and report fusions, kernel counts, e-graph statistics and cost.
     Explain(explain::ExplainArgs),
+    /// List every supported ONNX op, by family.
+    Ops(ops::OpsArgs),
 }
 
 /// A command's failure: what to print and the exit code.
@@ -131,6 +134,7 @@ fn run_cli() -> ExitCode {
         (Some(Command::Inspect(a)), _, _) => inspect::run(&a),
         (Some(Command::Validate(a)), _, _) => validate::run(&a),
         (Some(Command::Explain(a)), _, _) => explain::run(&a),
+        (Some(Command::Ops(a)), _, _) => ops::run(&a),
         (None, Some(model), Some(out)) => compile::run(&compile::CompileArgs { model: ModelArg { model }, out }),
         // clap enforces MODEL and -o without a subcommand; kept total rather than unwrapped.
         (None, _, _) => Err(Failure::new(1, "usage: onnx2ait MODEL -o OUT (see onnx2ait --help)")),
