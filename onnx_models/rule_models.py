@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes onnx_models/rules/<file>.onnx: for each optimiser rule file (rewrites/<file>.rules), one
-tiny model on which EVERY rule of that file fires (tests/egraph_models.rs asserts it from the
-explain report's `rules_applied`, and checks the optimised graph against the original).
+tiny model on which the rules of that file fire, plus `epilogue_acts.onnx` (every epilogue activation
+after a conv and after a gemm, in the forms exporters write them), on which the activation rules of
+layout.rules and fusion.rules fire. tests/egraph_models.rs asserts that EVERY rule fires on one of
+its file's models (from the explain report's `rules_applied`) and checks the optimised graphs
+against the originals.
 
 Deterministic (models seeded from their names, via generate.py's ModelBuilder). Each model is
 checked and run once with ONNX Runtime before it is written.
@@ -133,6 +136,72 @@ def fusion():
     return b
 
 
+def scalar(b, base, v):
+    return b.init(base, np.array(v, np.float32))
+
+
+def gelu_tanh(b, x, cube, half_first, const_left):
+    """GELU, Tanh form, as exporters write it: 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))).
+
+    cube: x^3 as Pow(x, 3) or x*x*x; half_first: (x*0.5)*(1 + t) (HF NewGELU) or (x*(1 + t))*0.5
+    (torch.onnx); const_left: scalar constants as the first operand (Mul(0.5, x), as torch.onnx
+    writes them) or the second."""
+    def mul(u, v):
+        return b.node("Mul", [v, u] if const_left else [u, v])
+
+    def add(u, v):
+        return b.node("Add", [v, u] if const_left else [u, v])
+
+    x3 = (b.node("Pow", [x, scalar(b, "three", 3.0)]) if cube == "pow"
+          else b.node("Mul", [b.node("Mul", [x, x]), x]))
+    inner = mul(b.node("Add", [x, mul(x3, scalar(b, "kappa", 0.044715))]), scalar(b, "beta", math.sqrt(2.0 / math.pi)))
+    t = add(b.node("Tanh", [inner]), scalar(b, "one", 1.0))
+    if half_first:
+        return b.node("Mul", [mul(x, scalar(b, "half", 0.5)), t])
+    return mul(b.node("Mul", [x, t]), scalar(b, "half", 0.5))
+
+
+def hardswish_clip(b, x, by):
+    """HardSwish written out: x * Clip(x + 3, 0, 6) / 6 (by="div") or * (1/6) (by="mul")."""
+    c = b.node("Clip", [b.node("Add", [x, scalar(b, "three", 3.0)]), scalar(b, "zero", 0.0), scalar(b, "six", 6.0)])
+    xc = b.node("Mul", [x, c])
+    if by == "div":
+        return b.node("Div", [xc, scalar(b, "six", 6.0)])
+    return b.node("Mul", [scalar(b, "sixth", 1.0 / 6.0), xc])
+
+
+# Every epilogue activation, in the form(s) exporters write it; `epilogue_acts` applies each
+# after a conv and after a gemm (MatMul + Add). Names are the kernel detail spellings.
+EPILOGUE_ACTS = [
+    ("relu", lambda b, y, conv: b.node("Relu", [y])),
+    ("clip:0:6", lambda b, y, conv: b.node("Clip", [y, scalar(b, "zero", 0.0), scalar(b, "six", 6.0)])),
+    ("sigmoid", lambda b, y, conv: b.node("Sigmoid", [y])),
+    ("silu", lambda b, y, conv: b.node("Mul", [y, b.node("Sigmoid", [y])])),
+    ("gelu", lambda b, y, conv: gelu_erf(b, y)),
+    # The four Tanh-GELU spellings, two after convs and two after gemms.
+    ("gelu_tanh", lambda b, y, conv: gelu_tanh(b, y, "pow", half_first=conv, const_left=conv)),
+    ("gelu_tanh", lambda b, y, conv: gelu_tanh(b, y, "cube", half_first=not conv, const_left=conv)),
+    ("hardswish", lambda b, y, conv: b.node("HardSwish", [y])),
+    ("hardswish", lambda b, y, conv: hardswish_clip(b, y, "div" if conv else "mul")),
+    ("hardswish", lambda b, y, conv: b.node("Mul", [y, b.node("HardSigmoid", [y], alpha=1.0 / 6.0, beta=0.5)])),
+    ("tanh", lambda b, y, conv: b.node("Tanh", [y])),
+    ("leaky:0.1", lambda b, y, conv: b.node("LeakyRelu", [y], alpha=0.1)),
+]
+
+
+def epilogue_acts():
+    b = ModelBuilder("epilogue_acts", "Every epilogue activation (relu, relu6, sigmoid, silu, Erf and Tanh GELU, "
+                     "hardswish in its op and written-out forms, tanh, leaky relu) after a conv and after a gemm: "
+                     "each fuses into the kernel's epilogue.")
+    y = b.input("x", [1, 4, 6, 6])
+    h = b.input("m", [3, 8])
+    for _, act in EPILOGUE_ACTS:
+        y = act(b, conv(b, y, 4, 4, bias=True), True)
+        h = act(b, b.node("Add", [b.node("MatMul", [h, b.he("w", (8, 8), 8)]), b.small("bias", (8,))]), False)
+    b.output(y, h)
+    return b
+
+
 def shared_producer():
     b = ModelBuilder("shared_producer", "A conv+BN feeding two residual adds (each then Relu): the conv must stay one "
                      "kernel, not be duplicated into two fused epilogues.")
@@ -149,7 +218,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "rules")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for fn in (cleanup, layout, fusion, shared_producer):
+    for fn in (cleanup, layout, fusion, epilogue_acts, shared_producer):
         m = fn().build()
         onnx.checker.check_model(m, full_check=True)
         smoke_run(m, None)

@@ -139,16 +139,27 @@ fn fired(r: &ExplainReport, phase: &str) -> BTreeMap<String, usize> {
     out
 }
 
-/// Per rule file, a tiny model (onnx_models/rules/<file>.onnx, written by
-/// onnx_models/rule_models.py) on which every rule of the file fires; the optimised graph
-/// computes what the original computes within 1e-5 relative.
+/// Per rule file, tiny models (onnx_models/rules/<model>.onnx, written by
+/// onnx_models/rule_models.py) on which every rule of the file fires; the optimised graphs
+/// compute what the originals compute within 1e-5 relative. The activation rules (decomposed
+/// GELU / HardSwish, the scalar transpose sinks they need after a conv) fire on
+/// `epilogue_acts`, which counts for both layout.rules and fusion.rules.
 #[test]
 fn every_rule_fires_on_its_rule_model() {
     let opts = OptimizeOptions::standard().expect("embedded rules load");
     let mut missing = Vec::new();
-    for file in ["cleanup", "layout", "fusion"] {
-        let r = check(&format!("onnx_models/rules/{file}.onnx"), &opts, 1e-5);
-        let counts = fired(&r, file);
+    for (file, models) in [
+        ("cleanup", &["cleanup"][..]),
+        ("layout", &["layout", "epilogue_acts"][..]),
+        ("fusion", &["fusion", "epilogue_acts"][..]),
+    ] {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for m in models {
+            let r = check(&format!("onnx_models/rules/{m}.onnx"), &opts, 1e-5);
+            for (rule, n) in fired(&r, file) {
+                *counts.entry(rule).or_insert(0) += n;
+            }
+        }
         assert!(!counts.is_empty(), "{file}: no phase named {file}");
         for (rule, n) in &counts {
             if *n == 0 {
@@ -156,7 +167,42 @@ fn every_rule_fires_on_its_rule_model() {
             }
         }
     }
-    assert!(missing.is_empty(), "rules that never fired on their rule model: {missing:#?}");
+    assert!(missing.is_empty(), "rules that never fired on their rule models: {missing:#?}");
+}
+
+/// Every epilogue activation of issue 4, in each form exporters write it (relu, relu6,
+/// sigmoid, x·sigmoid(x), Erf GELU, four Tanh-GELU spellings, HardSwish as an op, as
+/// x·clip(x+3,0,6)/6 and as x·HardSigmoid(x), tanh, leaky relu), fuses into the epilogue of the
+/// conv and of the gemm before it: 12 convs and 12 gemms, nothing else but the input/output
+/// layout transforms (onnx_models/rules/epilogue_acts.onnx, numerics within 1e-5).
+#[test]
+fn every_epilogue_activation_fuses_into_conv_and_gemm() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let r = check("onnx_models/rules/epilogue_acts.onnx", &opts, 1e-5);
+    assert_eq!(
+        r.kernels_after,
+        BTreeMap::from([("conv".to_string(), 12), ("gemm".to_string(), 12), ("transpose".to_string(), 2)]),
+        "{r}"
+    );
+    // Activation → how many of the chain's convs (and gemms) apply it.
+    let expected = [
+        ("relu", 1),
+        ("clip:0:6", 1),
+        ("sigmoid", 1),
+        ("silu", 1),
+        ("gelu", 1),
+        ("gelu_tanh", 2),
+        ("hardswish", 3),
+        ("tanh", 1),
+        ("leaky:0.1", 1),
+    ];
+    for (kernel, prefix) in [("conv", "conv[nhwc]+bias+"), ("gemm", "gemm+bias+")] {
+        for (act, n) in expected {
+            let want = format!("{prefix}{act}");
+            let got = r.fusions.iter().filter(|f| f.kernel == kernel && f.detail == want).count();
+            assert_eq!(got, n, "{want}\n{r}");
+        }
+    }
 }
 
 /// A conv feeding two residual adds stays one kernel (DAG-aware extraction), with both adds
@@ -214,6 +260,9 @@ fn light_models_match_after_optimisation() {
     for m in LIGHT {
         let r = check(&format!("{LIGHT_DIR}/{m}.onnx"), &opts, 1e-4);
         println!("== {m}: {:?} -> {:?}", r.ops_before, r.kernels_after);
+        // Every BatchNormalization becomes a per-channel scale+shift, folded into a conv or
+        // fused into an elementwise kernel, wherever it sits (DenseNet's follow Concats).
+        assert!(!r.kernels_after.contains_key("batchnormalization"), "{m}: standalone BatchNormalization left\n{r}");
         if *m == "light_resnet50" {
             // Caffe2 export: BatchNormalization folded, `Sum` fused as the residual epilogue.
             assert_eq!(r.kernels_after.get("conv"), Some(&53), "{r}");

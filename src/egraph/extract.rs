@@ -210,10 +210,28 @@ pub fn node_cost_ps(eg: &OGraph, class: Id, node: &ONode, model: &dyn CostModel)
 /// kernels share a producer computation (same input, weights and geometry), the epilogue-fused
 /// forms (with a residual or an activation) of that computation are banned and extraction
 /// runs again, until no computation is duplicated.
+///
+/// The original implementation of a BatchNormalization (the `bn` node) is a fallback: where its
+/// class also holds a well-typed rewrite (the per-channel scale+shift of cleanup.rules), the
+/// rewrite is extracted. The cost model alone would keep the one-kernel `bn` over the two
+/// elementwise kernels of x·S + T, not seeing that those fuse into one chain (or into a
+/// neighbour) after extraction. Should that ever leave a root unreachable, extraction falls back
+/// to letting the cost decide.
 pub fn extract(eg: &OGraph, roots: &[Id], model: &dyn CostModel) -> Result<Extraction, String> {
-    let mut banned: BTreeSet<(Id, usize)> = BTreeSet::new();
+    let fallbacks = rewritten_fallbacks(eg, model);
+    let mut banned: BTreeSet<(Id, usize)> = fallbacks.clone();
+    let mut first = true;
     loop {
-        let ex = extract_with_bans(eg, roots, model, &banned)?;
+        let ex = match extract_with_bans(eg, roots, model, &banned) {
+            Ok(ex) => ex,
+            Err(_) if first && !fallbacks.is_empty() => {
+                banned.retain(|b| !fallbacks.contains(b));
+                first = false;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        first = false;
         let mut seen: BTreeMap<[Id; 3], usize> = BTreeMap::new();
         for node in ex.choice.values() {
             if let Some((key, _)) = producer_key(eg, node) {
@@ -237,6 +255,26 @@ pub fn extract(eg: &OGraph, roots: &[Id], model: &dyn CostModel) -> Result<Extra
             return Ok(ex);
         }
     }
+}
+
+/// `bn` nodes whose class holds another well-typed, non-leaf node.
+fn rewritten_fallbacks(eg: &OGraph, model: &dyn CostModel) -> BTreeSet<(Id, usize)> {
+    let mut out = BTreeSet::new();
+    for class in eg.classes() {
+        let has_rewrite = class
+            .nodes
+            .iter()
+            .any(|n| !matches!(n, ONode::BatchNorm(_)) && !n.is_leaf() && node_cost_ps(eg, class.id, n, model).is_some());
+        if !has_rewrite {
+            continue;
+        }
+        for (i, n) in class.nodes.iter().enumerate() {
+            if matches!(n, ONode::BatchNorm(_)) {
+                out.insert((class.id, i));
+            }
+        }
+    }
+    out
 }
 
 /// The producer computation of a conv / gemm kernel node (canonical input, weights and

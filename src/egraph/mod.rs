@@ -7,11 +7,15 @@
 //! predicate registry), [`runner`] (phases), [`extract`] (cost model and DAG-aware extraction),
 //! [`from_ir`] / [`to_ir`], [`explain`] (the report and Graphviz output).
 //!
-//! Two steps happen outside the rewrite rules, on purpose:
+//! Three steps happen outside the rewrite rules, on purpose:
 //! - Extraction never computes a conv or gemm twice: when two chosen kernels would each absorb
 //!   the same producer into their epilogue, those fused forms are banned and extraction reruns
 //!   (see [`extract::extract`]); the cost model alone would accept recomputing a small conv to
 //!   save a launch.
+//! - A BatchNormalization's original implementation is only a fallback: where the cleanup
+//!   rules rewrote it into a per-channel scale+shift, extraction takes the rewrite (see
+//!   [`extract::extract`]), which the per-node cost model would otherwise price as two
+//!   elementwise kernels against one, not seeing the chain fusion below.
 //! - Chains of elementwise kernels are merged after extraction
 //!   ([`to_ir::fuse_elementwise_chains`]): a fused elementwise kernel is an expression over any
 //!   number of inputs, which fixed-arity patterns cannot express without one rule per shape of

@@ -428,6 +428,15 @@ fn p_reduce_last_axis(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
     r.keepdims && r.axes.len() == 1 && rank > 0 && (r.axes[0] == -1 || r.axes[0] == rank - 1)
 }
 
+/// `?c` is a one-element constant of `?x`'s dtype and no higher rank: broadcasting it commutes
+/// with any permutation of `?x`.
+fn p_scalar_const(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
+    let (Some(c), Some(x)) = (fact(eg, s, &a[0]), fact(eg, s, &a[1])) else {
+        return false;
+    };
+    c.konst.as_ref().is_some_and(|t| t.len() == 1) && c.rank() <= x.rank() && c.dtype() == x.dtype()
+}
+
 fn p_beta_one(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
     token(eg, s, &a[0])
         .and_then(|t| super::analysis::parse_gemm_attrs(&t).ok())
@@ -513,6 +522,12 @@ pub static PREDICATES: &[Predicate] = &[
         arity: 2,
         doc: "reduce-last-axis(?ax, ?x): ?ax reduces exactly ?x's last axis, keeping dims",
         check: p_reduce_last_axis,
+    },
+    Predicate {
+        name: "scalar-const",
+        arity: 2,
+        doc: "scalar-const(?c, ?x): ?c is a one-element constant of ?x's dtype and at most its rank",
+        check: p_scalar_const,
     },
     Predicate {
         name: "beta-one",

@@ -48,6 +48,11 @@ pub fn infer_graph(g: &mut Graph) -> Result<InferStats> {
         if outs.len() != node.outputs.len() {
             return Err(ctx(format!("op produced {} outputs, the node has {}", outs.len(), node.outputs.len())));
         }
+        // Malformed inputs (e.g. pads that crop more than a dim holds) can make shape arithmetic
+        // go negative; stop here rather than let later ops size tensors from it.
+        if let Some((k, f)) = outs.iter().enumerate().find(|(_, f)| f.shape().iter().any(|d| d.as_known().is_some_and(|v| v < 0))) {
+            return Err(ctx(format!("output {k} would have the negative shape {}", super::dim::fmt_shape(f.shape()))));
+        }
         let all_const = facts.iter().flatten().all(|f| f.konst.is_some());
         let small = outs.iter().all(|f| f.ty.known_shape().is_some_and(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_some_and(|n| n <= FOLD_LIMIT)));
         if all_const && small {
@@ -111,4 +116,41 @@ fn check_matches(fact: &Fact, t: &Tensor) -> std::result::Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::ops::shape::testutil::GraphBuilder;
+    use crate::ir::{DType, Dim, Fact, Op, OpResult};
+
+    /// An op whose shape arithmetic went negative (what a malformed model can cause).
+    #[derive(Clone, Debug)]
+    struct NegativeShape;
+
+    impl Op for NegativeShape {
+        fn op_type(&self) -> &'static str {
+            "NegativeShape"
+        }
+        fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
+            Ok(vec![Fact::new(inputs[0].map_or(DType::F32, |f| f.dtype()), vec![Dim::known(-1)])])
+        }
+        fn eval(&self, _inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+            Err(crate::ir::OpError("not evaluated".into()))
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn a_negative_inferred_dim_is_an_error() {
+        let mut b = GraphBuilder::new(13);
+        let x = b.input("x", DType::F32, "2");
+        let y = b.node("Shape", vec![], &[x], 1)[0];
+        b.g.nodes[0].op = Box::new(NegativeShape);
+        b.g.outputs.push(y);
+        let e = infer_graph(&mut b.g).unwrap_err().to_string();
+        assert!(e.contains("output 0 would have the negative shape [-1]"), "{e}");
+    }
 }

@@ -40,7 +40,7 @@ impl Geom3 {
         pad_end: &[usize],
         output: &[usize],
     ) -> OpResult<Geom3> {
-        Ok(Geom3 {
+        let g = Geom3 {
             input: lift(input, 1)?,
             kernel: lift(kernel, 1)?,
             strides: lift(strides, 1)?,
@@ -48,7 +48,34 @@ impl Geom3 {
             pad_begin: lift(pad_begin, 0)?,
             pad_end: lift(pad_end, 0)?,
             output: lift(output, 1)?,
-        })
+        };
+        g.check_extent()?;
+        Ok(g)
+    }
+
+    /// The kernels index with `o * stride + k * dilation - pad_begin` (and the reverse for
+    /// ConvTranspose) in isize, and multiply the per-axis sizes. The parameters come from the
+    /// model (an empty tensor may even carry huge dims), so every such value must fit.
+    fn check_extent(&self) -> OpResult<()> {
+        let fits = |v: Option<usize>| v.filter(|&v| isize::try_from(v).is_ok());
+        for a in 0..3 {
+            let reach = self.input[a]
+                .max(self.output[a])
+                .checked_mul(self.strides[a])
+                .zip(self.kernel[a].checked_mul(self.dilations[a]))
+                .and_then(|(p, k)| p.checked_add(k))
+                .and_then(|v| v.checked_add(self.pad_begin[a]))
+                .and_then(|v| v.checked_add(self.pad_end[a]));
+            if fits(reach).is_none() {
+                return Err(OpError(format!("window geometry overflows on spatial axis {a}: {self:?}")));
+            }
+        }
+        for (what, dims) in [("input", &self.input), ("output", &self.output), ("kernel", &self.kernel)] {
+            if fits(dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))).is_none() {
+                return Err(OpError(format!("{what} spatial size {dims:?} overflows")));
+            }
+        }
+        Ok(())
     }
 
     pub fn in_len(&self) -> usize {
@@ -99,14 +126,15 @@ pub fn conv(x: &[f32], n: usize, c: usize, w: &[f32], k: usize, bias: Option<&[f
     if let Some(b) = bias {
         check_len("B", b.len(), k)?;
     }
-    let mut y = vec![0.0f32; n * k * out_len];
+    let mut y = vec![0.0f32; out_size(n, k, out_len)?];
     if let Some(b) = bias {
         for (plane, &bv) in y.chunks_mut(out_len.max(1)).zip(b.iter().cycle()) {
             plane.fill(bv);
         }
     }
     let beta = if bias.is_some() { 1.0 } else { 0.0 };
-    if out_len == 0 {
+    // Nothing to compute; returning here also skips the im2col buffer sized by `out_len`.
+    if y.is_empty() {
         return Ok(y);
     }
     if cg == 1 && group == c {
@@ -131,6 +159,14 @@ pub fn conv(x: &[f32], n: usize, c: usize, w: &[f32], k: usize, bias: Option<&[f
         }
     }
     Ok(y)
+}
+
+/// `n * k * out_len` values of a conv output, checked: with an empty batch or channel axis the
+/// spatial size is not bounded by any real allocation.
+fn out_size(n: usize, k: usize, out_len: usize) -> OpResult<usize> {
+    n.checked_mul(k)
+        .and_then(|v| v.checked_mul(out_len))
+        .ok_or_else(|| OpError(format!("an output of {n} x {k} x {out_len} values overflows")))
 }
 
 fn check_len(what: &str, got: usize, want: usize) -> OpResult<()> {
@@ -268,13 +304,13 @@ pub fn conv_transpose(x: &[f32], n: usize, c: usize, w: &[f32], k: usize, bias: 
     if let Some(b) = bias {
         check_len("B", b.len(), k)?;
     }
-    let mut y = vec![0.0f32; n * k * out_len];
+    let mut y = vec![0.0f32; out_size(n, k, out_len)?];
     if let Some(b) = bias {
         for (plane, &bv) in y.chunks_mut(out_len.max(1)).zip(b.iter().cycle()) {
             plane.fill(bv);
         }
     }
-    if out_len == 0 || in_len == 0 {
+    if y.is_empty() || in_len == 0 {
         return Ok(y);
     }
     let rows = kg * ksz;
@@ -385,5 +421,19 @@ mod tests {
         let g = Geom3::lift(&[2], &[3], &[2], &[1], &[0], &[0], &[5]).unwrap();
         let y = conv_transpose(&[1.0, 2.0], 1, 1, &[1.0, 1.0, 1.0], 1, Some(&[0.5]), &g, 1).unwrap();
         assert_eq!(y, vec![1.5, 1.5, 3.5, 2.5, 2.5]);
+    }
+
+    #[test]
+    fn geometry_that_overflows_is_an_error() {
+        let huge = 1usize << 62;
+        // A stride whose product with the output size leaves isize.
+        let e = Geom3::lift(&[4], &[1], &[huge], &[1], &[0], &[0], &[4]).unwrap_err();
+        assert!(e.0.contains("overflows on spatial axis 2"), "{}", e.0);
+        // Per-axis sizes that fit, but whose product does not.
+        let e = Geom3::lift(&[1, 1, 1], &[1, 1, 1], &[1; 3], &[1; 3], &[0; 3], &[0; 3], &[1 << 30; 3]).unwrap_err();
+        assert!(e.0.contains("output spatial size"), "{}", e.0);
+        // An empty batch computes nothing, however large the output plane.
+        let g = Geom3::lift(&[1], &[1], &[1], &[1], &[1 << 20], &[1 << 20], &[(1 << 21) + 1]).unwrap();
+        assert!(conv(&[], 0, 1, &[1.0], 1, None, &g, 1).unwrap().is_empty());
     }
 }

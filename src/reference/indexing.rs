@@ -223,8 +223,9 @@ pub fn pad<T: Elem>(
     let mut v = a.view();
     for (axis, &(b, e)) in pads.iter().enumerate() {
         let n = v.shape()[axis] as i64;
-        let lo = (-b).max(0);
-        let hi = n - (-e).max(0);
+        // Pads come from the model: i64::MIN has no negation, so saturate.
+        let lo = b.saturating_neg().max(0);
+        let hi = n.saturating_sub(e.saturating_neg().max(0));
         if hi < lo {
             return Err(OpError(format!(
                 "pads ({b}, {e}) crop more than the {n} elements of axis {axis}"
@@ -249,7 +250,16 @@ pub fn pad<T: Elem>(
                 n.saturating_sub(1)
             )));
         }
-        out_shape.push(n + b.max(0) as usize + e.max(0) as usize);
+        let padded = n
+            .checked_add(b.max(0) as usize)
+            .and_then(|s| s.checked_add(e.max(0) as usize))
+            .filter(|&s| i64::try_from(s).is_ok())
+            .ok_or_else(|| OpError(format!("pads ({b}, {e}) of axis {axis} overflow")))?;
+        out_shape.push(padded);
+    }
+    // ndarray panics on a shape whose element count overflows isize.
+    if out_shape.iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d)).is_none_or(|n| n > isize::MAX as usize) {
+        return Err(OpError(format!("padded shape {out_shape:?} is too large")));
     }
     let mut src = vec![0usize; pads.len()];
     Ok(ArrayD::from_shape_fn(IxDyn(&out_shape), |idx| {
@@ -564,5 +574,17 @@ mod tests {
         let g = gather(&m, 1, &[2, 0], &[2]).unwrap();
         assert_eq!(g.shape(), &[2, 2]);
         assert_eq!(g.iter().copied().collect::<Vec<_>>(), vec![2, 0, 5, 3]);
+    }
+
+    #[test]
+    fn pad_amounts_from_the_model_do_not_overflow() {
+        let a = arr(&[2], vec![1, 2]);
+        let e = pad(&a, &[(i64::MIN, 0)], PadMode::Constant, 0).unwrap_err();
+        assert!(e.0.contains("crop more than"), "{}", e.0);
+        let e = pad(&a, &[(i64::MAX, i64::MAX)], PadMode::Constant, 0).unwrap_err();
+        assert!(e.0.contains("overflow"), "{}", e.0);
+        let b = arr(&[1, 1], vec![7]);
+        let e = pad(&b, &[(0, 1 << 40), (0, 1 << 40)], PadMode::Constant, 0).unwrap_err();
+        assert!(e.0.contains("too large"), "{}", e.0);
     }
 }

@@ -32,7 +32,12 @@ pub fn depth_to_space<T: Elem>(a: &ArrayD<T>, b: usize, crd: bool) -> OpResult<A
     let s = a.shape();
     let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
     let cb = c / (b * b);
-    let out = [n, cb, h * b, w * b];
+    // An empty tensor may carry any spatial size, so the scaled dims are checked.
+    let scale = |d: usize| {
+        d.checked_mul(b)
+            .ok_or_else(|| OpError(format!("DepthToSpace: dim {d} x blocksize {b} overflows")))
+    };
+    let out = [n, cb, scale(h)?, scale(w)?];
     if crd {
         reshape_transpose(a, &[n, cb, b, b, h, w], &[0, 1, 4, 2, 5, 3], &out)
     } else {
@@ -51,11 +56,17 @@ pub fn space_to_depth<T: Elem>(a: &ArrayD<T>, b: usize, crd: bool) -> OpResult<A
     } else {
         &[0, 3, 5, 1, 2, 4]
     };
+    let channels = c.checked_mul(b * b).ok_or_else(|| {
+        OpError(format!(
+            "SpaceToDepth: {c} channels x blocksize² {} overflows",
+            b * b
+        ))
+    })?;
     reshape_transpose(
         a,
         &[n, c, h / b, b, w / b, b],
         perm,
-        &[n, c * b * b, h / b, w / b],
+        &[n, channels, h / b, w / b],
     )
 }
 

@@ -40,6 +40,11 @@ fn spans(g: &Geom3, axis: usize) -> Vec<Span> {
 
 /// Runs `f(plane, out_index, spans_d, spans_h, spans_w)` for every output cell.
 fn for_each_window(planes: usize, g: &Geom3, mut f: impl FnMut(usize, usize, &Span, &Span, &Span)) {
+    // No planes, no windows: skip the per-axis spans, whose length (the output size) an empty
+    // input does not bound.
+    if planes == 0 {
+        return;
+    }
     let (sd, sh, sw) = (spans(g, 0), spans(g, 1), spans(g, 2));
     let mut o = 0;
     for plane in 0..planes {
@@ -183,5 +188,13 @@ mod tests {
         assert_eq!(avg_pool(&x, 1, &g, true), vec![0.0, 0.75, 2.25, 6.0]);
         assert_eq!(global_pool(&x, 1, 9, false), vec![4.0]);
         assert_eq!(global_pool(&x, 1, 9, true), vec![8.0]);
+    }
+
+    #[test]
+    fn no_planes_no_windows() {
+        // An empty input with a huge padded output: no per-axis spans are built.
+        let g = Geom3::lift(&[1], &[1], &[1], &[1], &[1 << 40], &[1 << 40], &[(1 << 41) + 1]).unwrap();
+        assert!(avg_pool(&[], 0, &g, true).is_empty());
+        assert!(max_pool(&[], 0, &g, true, false, 1).0.is_empty());
     }
 }

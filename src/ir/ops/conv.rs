@@ -38,15 +38,42 @@ impl AutoPad {
     }
 }
 
-/// Reads an INTS attribute whose values must all be `>= min`, as usize.
+/// Largest window attribute value (kernel size, stride, dilation, pad, output size) accepted.
+/// Real models stay far below it; the bound keeps the window arithmetic of the shape inference
+/// and the kernels (sums and products of a few such values in i64/isize) free of overflow.
+pub(crate) const MAX_WINDOW_ATTR: i64 = i32::MAX as i64;
+
+/// Reads an INTS attribute whose values must all be in `min..=MAX_WINDOW_ATTR`, as usize.
 pub(crate) fn ints_at_least(ctx: &NodeCtx, name: &str, min: i64) -> OpResult<Option<Vec<usize>>> {
     match ctx.ints(name)? {
         None => Ok(None),
         Some(v) => {
             op_ensure!(v.iter().all(|&x| x >= min), "attribute '{name}' = {v:?} must have values >= {min}");
+            op_ensure!(
+                v.iter().all(|&x| x <= MAX_WINDOW_ATTR),
+                "attribute '{name}' = {v:?} has a value above the supported maximum {MAX_WINDOW_ATTR}"
+            );
             Ok(Some(v.into_iter().map(|x| x as usize).collect()))
         }
     }
+}
+
+/// `dilation * (kernel - 1) + 1`, the cells one window covers. Both factors come from the
+/// model, so an overflow is a model error, not a panic; the result also fits in i64 (`Dim`).
+fn window_span(kernel: usize, dilation: usize) -> OpResult<usize> {
+    kernel
+        .checked_sub(1)
+        .and_then(|k| k.checked_mul(dilation))
+        .and_then(|s| s.checked_add(1))
+        .filter(|&s| i64::try_from(s).is_ok())
+        .ok_or_else(|| crate::ir::OpError(format!("a window of kernel {kernel} with dilation {dilation} overflows")))
+}
+
+/// `a + b` for model-controlled sizes (pads, paddings), bounded to i64 like a `Dim`.
+fn checked_sum(a: usize, b: usize, what: &str) -> OpResult<usize> {
+    a.checked_add(b)
+        .filter(|&s| i64::try_from(s).is_ok())
+        .ok_or_else(|| crate::ir::OpError(format!("{what} {a} + {b} overflows")))
 }
 
 /// Sliding-window geometry as written in the node; resolved against the input's spatial dims.
@@ -106,8 +133,8 @@ impl Window {
                 out.push(d.div_ceil(&stride));
                 continue;
             }
-            let span = p.dilations[i] * (kernel[i] - 1) + 1;
-            let padded = d.add(&Dim::from(p.pads[i] + p.pads[i + input.len()]));
+            let span = window_span(kernel[i], p.dilations[i])?;
+            let padded = d.add(&Dim::from(checked_sum(p.pads[i], p.pads[i + input.len()], "pads")?));
             if let Some(v) = padded.as_known() {
                 op_ensure!(
                     v >= span as i64,
@@ -121,7 +148,10 @@ impl Window {
             out.push(match (o.as_known(), d.as_known()) {
                 // ceil_mode: a last window starting in the end padding is dropped (as in ONNX
                 // Runtime and PyTorch).
-                (Some(ov), Some(dv)) if self.ceil_mode && (ov - 1) * p.strides[i] as i64 >= dv + p.pads[i] as i64 => Dim::known(ov - 1),
+                // i128: the stride and pad are model-controlled and may be near i64::MAX.
+                (Some(ov), Some(dv)) if self.ceil_mode && (ov as i128 - 1) * p.strides[i] as i128 >= dv as i128 + p.pads[i] as i128 => {
+                    Dim::known(ov - 1)
+                }
                 _ => o,
             });
         }
@@ -137,8 +167,12 @@ impl Window {
         let (mut begin, mut end) = (p.pads[..rank].to_vec(), p.pads[rank..].to_vec());
         if matches!(self.auto_pad, AutoPad::SameUpper | AutoPad::SameLower) {
             for i in 0..rank {
-                let span = p.dilations[i] * (kernel[i] - 1) + 1;
-                let total = ((out[i].max(1) - 1) * p.strides[i] + span).saturating_sub(input[i]);
+                let span = window_span(kernel[i], p.dilations[i])?;
+                let total = (out[i].max(1) - 1)
+                    .checked_mul(p.strides[i])
+                    .and_then(|t| t.checked_add(span))
+                    .ok_or_else(|| crate::ir::OpError(format!("SAME padding of spatial dim {i} overflows (stride {})", p.strides[i])))?
+                    .saturating_sub(input[i]);
                 let small = total / 2;
                 (begin[i], end[i]) = if self.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
             }
@@ -208,7 +242,10 @@ impl Op for Conv {
         let (c, cg, k) = (&x.shape()[1], &w.shape()[1], &w.shape()[0]);
         let g = self.group as i64;
         if let (Some(c), Some(cg)) = (c.as_known(), cg.as_known()) {
-            op_ensure!(c == cg * g, "Conv: the input has {c} channels but the weights expect {cg} per group x {g} groups");
+            let expected = cg
+                .checked_mul(g)
+                .ok_or_else(|| crate::ir::OpError(format!("Conv: group {g} x {cg} channels overflows")))?;
+            op_ensure!(c == expected, "Conv: the input has {c} channels but the weights expect {cg} per group x {g} groups");
         }
         if let Some(k) = k.as_known() {
             op_ensure!(k % g == 0, "Conv: {k} output channels do not divide into {g} groups");
@@ -294,11 +331,11 @@ impl ConvTranspose {
         };
         let mut out = Vec::with_capacity(rank);
         for i in 0..rank {
-            let span = p.dilations[i] * (kernel[i] - 1) + 1;
+            let span = window_span(kernel[i], p.dilations[i])?;
             let s = p.strides[i];
             op_ensure!(out_pad[i] < s.max(p.dilations[i]), "output_padding {} must be smaller than the stride {s} or dilation {}", out_pad[i], p.dilations[i]);
             // The full (unpadded) output size: stride * (in - 1) + output_padding + span.
-            let full = input[i].sub(&Dim::known(1)).mul(&Dim::from(s)).add(&Dim::from(out_pad[i] + span));
+            let full = input[i].sub(&Dim::known(1)).mul(&Dim::from(s)).add(&Dim::from(checked_sum(out_pad[i], span, "output_padding + window")?));
             let target = match (&requested, self.window.auto_pad) {
                 (Some(r), _) => Some(Dim::from(r[i])),
                 (None, AutoPad::SameUpper | AutoPad::SameLower) => Some(input[i].mul(&Dim::from(s))),
@@ -307,7 +344,7 @@ impl ConvTranspose {
             match target {
                 None => {
                     let (b, e) = (p.pads[i], p.pads[i + rank]);
-                    let o = full.sub(&Dim::from(b + e));
+                    let o = full.sub(&Dim::from(checked_sum(b, e, "pads")?));
                     if let Some(v) = o.as_known() {
                         op_ensure!(v > 0, "ConvTranspose: pads {:?} leave no output along spatial dim {i}", p.pads);
                     }
@@ -363,7 +400,9 @@ impl Op for ConvTranspose {
         let begin: Vec<usize> = sp.iter().map(|(b, _)| *b).collect();
         let out: Vec<usize> = sp.iter().map(|(_, d)| d.as_known().unwrap_or(0).max(0) as usize).collect();
         let geom = Geom3::lift(&xs[2..], &ws[2..], &p.strides, &p.dilations, &begin, &vec![0; rank], &out)?;
-        let k = ws[1] * self.group;
+        let k = ws[1]
+            .checked_mul(self.group)
+            .ok_or_else(|| crate::ir::OpError(format!("ConvTranspose: group {} x {} channels overflows", self.group, ws[1])))?;
         let bias = optional(inputs, 2).map(|b| b.to_f32());
         let bias_std = bias.as_ref().map(standard);
         let (x_std, w_std) = (standard(&x), standard(&w));
@@ -524,5 +563,39 @@ mod tests {
         assert_eq!(out[0].shape()[1], Dim::known(6));
         assert_eq!(out[0].shape()[2], Dim::sym("H").mul(&Dim::known(2)));
         assert_eq!(out[0].shape()[3], Dim::known(10));
+    }
+
+    #[test]
+    fn model_controlled_sizes_that_overflow_are_errors() {
+        let x = Fact::new(DType::F32, vec![Dim::known(1), Dim::known(3), Dim::known(8), Dim::known(8)]);
+        let w = Fact::new(DType::F32, vec![Dim::known(4), Dim::known(3), Dim::known(3), Dim::known(3)]);
+        let err = |op: &str, attrs: &[(&str, Attr)], w: &Fact| parse_op(op, attrs).infer(&[Some(&x), Some(w)]).unwrap_err().0;
+        let e = err("Conv", &[("group", Attr::Int(i64::MAX))], &w);
+        assert!(e.contains("group 9223372036854775807 x 3 channels overflows"), "{e}");
+        // Window attributes are bounded when parsed.
+        for name in ["strides", "dilations", "pads", "kernel_shape"] {
+            let attrs: Attributes = [(name.to_string(), ints(&[i64::MAX, 1, 1, 1]))].into_iter().collect();
+            let ctx = NodeCtx { name: "n", op_type: "Conv", domain: "", opset: 17, attrs: &attrs, inputs_present: &[true, true], num_outputs: 1 };
+            let e = parse_conv(&ctx).unwrap_err().0;
+            assert!(e.contains("above the supported maximum 2147483647"), "{name}: {e}");
+        }
+        // A kernel declared huge by the weights' type: dilation x kernel overflows.
+        let big = Fact::new(DType::F32, vec![Dim::known(4), Dim::known(3), Dim::known(1 << 62), Dim::known(3)]);
+        let e = err("Conv", &[("dilations", ints(&[4, 1]))], &big);
+        assert!(e.contains("a window of kernel 4611686018427387904 with dilation 4 overflows"), "{e}");
+        let big_t = Fact::new(DType::F32, vec![Dim::known(3), Dim::known(4), Dim::known(1 << 62), Dim::known(3)]);
+        let e = err("ConvTranspose", &[("dilations", ints(&[4, 1]))], &big_t);
+        assert!(e.contains("overflows"), "{e}");
+        // The largest stride gives one output cell and must not overflow the ceil_mode check or
+        // the SAME padding.
+        let mut window = Window { kernel: None, strides: Some(vec![MAX_WINDOW_ATTR as usize]), dilations: None, pads: None, auto_pad: AutoPad::NotSet, ceil_mode: true };
+        assert_eq!(window.out_dims(&[Dim::known(8)], &[3]).unwrap(), vec![Dim::known(1)]);
+        window.auto_pad = AutoPad::SameUpper;
+        assert_eq!(window.resolve(&[8], &[3]).unwrap().out_len(), 1);
+        // ConvTranspose's output channel count (weights' per-group channels x group).
+        let ct = parse_op("ConvTranspose", &[("group", Attr::Int(i64::MAX))]);
+        let t = |shape: &[usize]| Tensor::F32(ArrayD::zeros(IxDyn(shape)));
+        let e = ct.eval(&[Some(&t(&[1, 0, 2, 2])), Some(&t(&[0, 3, 1, 1]))]).unwrap_err().0;
+        assert!(e.contains("overflows"), "{e}");
     }
 }

@@ -96,6 +96,11 @@ impl Op for DepthToSpace {
 fn blocksize(ctx: &NodeCtx) -> OpResult<usize> {
     let b = ctx.req_int("blocksize")?;
     op_ensure!(b >= 1, "attribute 'blocksize' = {b} must be at least 1");
+    // The ops divide or multiply the channel count by b², so b² must be representable.
+    op_ensure!(
+        b.checked_mul(b).is_some(),
+        "attribute 'blocksize' = {b} overflows: blocksize² does not fit in 64 bits"
+    );
     Ok(b as usize)
 }
 
@@ -314,5 +319,40 @@ mod tests {
             ]
         )
         .is_err());
+    }
+
+    #[test]
+    fn huge_blocksize_is_an_error_not_an_overflow() {
+        // blocksize² overflows i64: rejected when the node is parsed.
+        for op in ["DepthToSpace", "SpaceToDepth"] {
+            let e = parse(op, 13, &[("blocksize", Attr::Int(i64::MAX))]).unwrap_err();
+            assert!(e.0.contains("overflows"), "{}", e.0);
+        }
+        // blocksize² fits but the scaled spatial dims do not: a symbolic overflow dim in
+        // inference, an error (not a panic) in the kernel.
+        let b = 3_000_000_000;
+        let d2s = parse("DepthToSpace", 13, &[("blocksize", Attr::Int(b))]).unwrap();
+        let x = Fact::new(
+            DType::F32,
+            vec![
+                Dim::known(1),
+                Dim::known(0),
+                Dim::known(i64::MAX / 2),
+                Dim::known(1),
+            ],
+        );
+        let out = d2s.infer(&[Some(&x)]).unwrap();
+        assert!(
+            !out[0].shape()[2].is_known(),
+            "{}",
+            fmt_shape(out[0].shape())
+        );
+        let e = kernels::depth_to_space(
+            &ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[1, 0, 1 << 40, 1])),
+            b as usize,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("overflows"), "{}", e.0);
     }
 }

@@ -744,7 +744,8 @@ impl Op for Tile {
             )
             .collect();
         let sym = match (sym_values(x), reps.first().and_then(Dim::as_known)) {
-            (Some(v), Some(r)) if x.rank() == 1 && (v.len() as i64) * r <= MAX_SYM_LEN => Some(
+            // `repeats` is model-controlled: a negative or huge count is no shape tensor to fold.
+            (Some(v), Some(r)) if x.rank() == 1 && r >= 0 && (v.len() as i64).checked_mul(r).is_some_and(|n| n <= MAX_SYM_LEN) => Some(
                 v.iter()
                     .cycle()
                     .take(v.len() * r as usize)
