@@ -11,6 +11,8 @@
 //!   ONNX nodes;
 //! - `phases`: `[{name, classes, nodes, iterations, time_ms, stop_reason, rules_applied}]`;
 //! - `cost_before`, `cost_after`: estimated run time in microseconds (default cost model);
+//!   `cost_after` is the extracted graph's cost before elementwise chains are merged, so it is an
+//!   upper bound (each merged chain is still priced as separate kernels);
 //! - `warnings`: type conflicts met in the e-graph (empty when every rule is sound).
 
 use super::runner::PhaseStats;
