@@ -34,7 +34,8 @@ pub struct UnsupportedOp {
 
 impl fmt::Display for UnsupportedOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = if self.domain.is_empty() { self.op_type.clone() } else { format!("{}::{}", self.domain, self.op_type) };
+        let name =
+            if self.domain.is_empty() { self.op_type.clone() } else { format!("{}::{}", self.domain, self.op_type) };
         let shown: Vec<&str> = self.nodes.iter().take(8).map(String::as_str).collect();
         let more = if self.nodes.len() > 8 { format!(", … ({} more)", self.nodes.len() - 8) } else { String::new() };
         write!(f, "{name} ({} node(s): {}{more})", self.nodes.len(), shown.join(", "))

@@ -4,11 +4,11 @@
 //! typed graph with shape inference and constant folding, [`reference`] executes it on the CPU,
 //! [`validate`] compares it with ONNX Runtime.
 
-pub mod error;
-pub mod onnx;
-pub mod ir;
-pub mod reference;
 pub mod egraph;
+pub mod error;
+pub mod ir;
+pub mod onnx;
+pub mod reference;
 pub mod validate;
 
 pub use error::{Error, Result};

@@ -43,7 +43,12 @@ fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<Attr
     }
 }
 
-fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>, inits: Vec<TensorProto>) -> ModelProto {
+fn model(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    inits: Vec<TensorProto>,
+) -> ModelProto {
     ModelProto {
         ir_version: Some(8),
         opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
@@ -73,7 +78,12 @@ fn error_of(path: &Path) -> String {
 }
 
 fn relu_model() -> ModelProto {
-    model(vec![node("Relu", "r", &["x"], &["y"], vec![])], vec![value_info("x", &[2, 3])], vec![value_info("y", &[2, 3])], vec![])
+    model(
+        vec![node("Relu", "r", &["x"], &["y"], vec![])],
+        vec![value_info("x", &[2, 3])],
+        vec![value_info("y", &[2, 3])],
+        vec![],
+    )
 }
 
 #[test]
@@ -89,7 +99,13 @@ fn truncated_file() {
         let p = tmp(&format!("truncated_{cut}.onnx"));
         std::fs::write(&p, &bytes[..cut]).unwrap();
         let e = error_of(&p);
-        assert!(e.contains("not a valid ONNX model") || e.contains("no graph") || e.contains("no outputs") || e.contains("empty"), "{e}");
+        assert!(
+            e.contains("not a valid ONNX model")
+                || e.contains("no graph")
+                || e.contains("no outputs")
+                || e.contains("empty"),
+            "{e}"
+        );
     }
 }
 
@@ -143,10 +159,7 @@ fn dangling_graph_output() {
 #[test]
 fn cycle() {
     let m = model(
-        vec![
-            node("Add", "a", &["x", "c"], &["b"], vec![]),
-            node("Relu", "r", &["b"], &["c"], vec![]),
-        ],
+        vec![node("Add", "a", &["x", "c"], &["b"], vec![]), node("Relu", "r", &["b"], &["c"], vec![])],
         vec![value_info("x", &[2])],
         vec![value_info("c", &[2])],
         vec![],
@@ -157,7 +170,8 @@ fn cycle() {
 
 #[test]
 fn wrong_attribute_type() {
-    let axis_as_float = AttributeProto { name: Some("axis".into()), r#type: Some(1), f: Some(1.0), ..Default::default() };
+    let axis_as_float =
+        AttributeProto { name: Some("axis".into()), r#type: Some(1), f: Some(1.0), ..Default::default() };
     let m = model(
         vec![node("Softmax", "sm", &["x"], &["y"], vec![axis_as_float])],
         vec![value_info("x", &[2, 3])],
@@ -203,7 +217,13 @@ fn shape_mismatch() {
 
 #[test]
 fn initializer_with_wrong_size() {
-    let w = TensorProto { name: Some("w".into()), data_type: Some(1), dims: vec![2, 3], float_data: vec![1.0; 5], ..Default::default() };
+    let w = TensorProto {
+        name: Some("w".into()),
+        data_type: Some(1),
+        dims: vec![2, 3],
+        float_data: vec![1.0; 5],
+        ..Default::default()
+    };
     let m = model(
         vec![node("Add", "add0", &["x", "w"], &["y"], vec![])],
         vec![value_info("x", &[2, 3])],

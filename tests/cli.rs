@@ -238,7 +238,8 @@ fn errors_are_one_line_messages_with_exit_1() {
 
 #[test]
 fn ops_lists_the_registry() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_onnx2ait")).args(["ops", "--json"]).output().expect("runs");
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_onnx2ait")).args(["ops", "--json"]).output().expect("runs");
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(rows.len(), onnx2ait::ir::ops::registry().ops().count());

@@ -366,12 +366,8 @@ fn explain_command_prints_json_and_writes_dot() {
     }
     assert_eq!(v["kernels_after"]["gemm"], 2);
     assert_eq!(v["ops_before"]["Gemm"], 2);
-    let phases: Vec<&str> = v["phases"]
-        .as_array()
-        .expect("phases is a list")
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .collect();
+    let phases: Vec<&str> =
+        v["phases"].as_array().expect("phases is a list").iter().filter_map(|p| p["name"].as_str()).collect();
     assert_eq!(phases, ["cleanup", "layout", "fusion", "cleanup"]);
     for f in ["before.dot", "after.dot"] {
         assert!(dir.join(f).exists(), "{f} not written");
@@ -392,9 +388,5 @@ fn explain_command_prints_json_and_writes_dot() {
 fn shape_subgraphs_become_static_reshapes() {
     let opts = OptimizeOptions::standard().expect("embedded rules load");
     let r = check("onnx_models/pattern_shape_subgraph.onnx", &opts, 1e-6);
-    assert_eq!(
-        r.kernels_after,
-        BTreeMap::from([("elementwise".to_string(), 1), ("reshape".to_string(), 2)]),
-        "{r}"
-    );
+    assert_eq!(r.kernels_after, BTreeMap::from([("elementwise".to_string(), 1), ("reshape".to_string(), 2)]), "{r}");
 }

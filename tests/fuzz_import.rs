@@ -156,7 +156,9 @@ fn exercise(bytes: &[u8], path: &Path) {
     // Execute only graphs whose inputs are small and fully static, so a mutated dim cannot make
     // the run allocate gigabytes.
     let huge = graph.values.iter().any(|v| {
-        v.ty.as_ref().and_then(|t| t.known_shape()).is_none_or(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 20))
+        v.ty.as_ref()
+            .and_then(|t| t.known_shape())
+            .is_none_or(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 20))
     });
     if huge {
         return;
@@ -176,7 +178,8 @@ fn exercise(bytes: &[u8], path: &Path) {
 
 #[test]
 fn mutated_models_never_panic() {
-    let budget = Duration::from_secs(std::env::var("ONNX2AIT_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20));
+    let budget =
+        Duration::from_secs(std::env::var("ONNX2AIT_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20));
     let seeds = seed_models();
     let seed = 0x5EED_0000_u64 ^ std::env::var("ONNX2AIT_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
     let mut rng = Rng(seed);
@@ -210,7 +213,8 @@ fn mutated_models_never_panic() {
         if std::panic::catch_unwind(move || exercise(&c, &p)).is_err() {
             let out = std::env::temp_dir().join(format!("onnx2ait-fuzz-crash-{tried}.onnx"));
             std::fs::write(&out, &candidate).ok();
-            failure = Some(format!("panic on mutation #{tried} of {} (input saved to {})", path.display(), out.display()));
+            failure =
+                Some(format!("panic on mutation #{tried} of {} (input saved to {})", path.display(), out.display()));
             break;
         }
     }

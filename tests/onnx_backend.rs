@@ -58,7 +58,11 @@ fn manifest_path() -> PathBuf {
 fn data_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("ONNX_BACKEND_DATA") {
         let d = PathBuf::from(d);
-        assert!(d.join("light").is_dir(), "ONNX_BACKEND_DATA={} has no light/ sub-directory: not the onnx backend test data", d.display());
+        assert!(
+            d.join("light").is_dir(),
+            "ONNX_BACKEND_DATA={} has no light/ sub-directory: not the onnx backend test data",
+            d.display()
+        );
         return d;
     }
     let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/lib");
@@ -114,7 +118,9 @@ fn read_manifest() -> BTreeMap<String, Action> {
                 }
             },
             _ => {
-                errors.push(format!("{MANIFEST}:{lineno}: expected 'run <case>' or 'skip <case>  # reason', got '{line}'"));
+                errors.push(format!(
+                    "{MANIFEST}:{lineno}: expected 'run <case>' or 'skip <case>  # reason', got '{line}'"
+                ));
                 continue;
             }
         };
@@ -241,7 +247,10 @@ fn light_data_set(g: &Graph, model: &Path) -> Result<DataSet, String> {
         let v = &g.values[id];
         let ty = g.ty(id);
         if ty.dtype != onnx2ait::ir::DType::F32 {
-            return Err(format!("light model input '{}' is {}: the onnx runner only generates float32 inputs", v.name, ty.dtype));
+            return Err(format!(
+                "light model input '{}' is {}: the onnx runner only generates float32 inputs",
+                v.name, ty.dtype
+            ));
         }
         let shape: Vec<usize> = ty.shape.iter().map(|d| d.as_known().map_or(1, |k| k as usize)).collect();
         let n: usize = shape.iter().product();
@@ -307,10 +316,16 @@ fn run_case(data: &Path, case: &str) -> Result<(), String> {
     let fed = fed_inputs(&g);
     for set in sets {
         if set.inputs.len() != fed.len() {
-            return Err(format!("{}: {} input files but the graph has {} inputs", set.name, set.inputs.len(), fed.len()));
+            return Err(format!(
+                "{}: {} input files but the graph has {} inputs",
+                set.name,
+                set.inputs.len(),
+                fed.len()
+            ));
         }
         // The backend runner feeds inputs by position; the pytorch-* files carry no names.
-        let feeds: BTreeMap<String, Tensor> = fed.iter().zip(set.inputs).map(|(&id, (_, t))| (g.values[id].name.clone(), t)).collect();
+        let feeds: BTreeMap<String, Tensor> =
+            fed.iter().zip(set.inputs).map(|(&id, (_, t))| (g.values[id].name.clone(), t)).collect();
         let outs = onnx2ait::reference::run(&g, &feeds).map_err(|e| format!("{}: run: {e}", set.name))?;
         if outs.len() != set.outputs.len() {
             return Err(format!("{}: graph has {} outputs, {} expected", set.name, outs.len(), set.outputs.len()));
@@ -359,7 +374,9 @@ fn run_case_isolated(data: &Path, case: &str) -> Result<(), String> {
         .map_err(|e| format!("cannot spawn case thread: {e}"))?;
     match handle.join() {
         Ok(r) => r,
-        Err(_) => Err(PANICS.lock().ok().and_then(|mut p| p.remove(&thread_name)).unwrap_or_else(|| "panicked".to_string())),
+        Err(_) => {
+            Err(PANICS.lock().ok().and_then(|mut p| p.remove(&thread_name)).unwrap_or_else(|| "panicked".to_string()))
+        }
     }
 }
 

@@ -40,7 +40,8 @@ struct Builder {
 impl Builder {
     fn konst(&mut self, t: Tensor) -> ValueId {
         let name = format!("c{}", self.g.values.len());
-        let id = self.g.add_value(name, Some(ValueType::new(t.dtype(), t.shape().iter().map(|&d| Dim::from(d)).collect())));
+        let id =
+            self.g.add_value(name, Some(ValueType::new(t.dtype(), t.shape().iter().map(|&d| Dim::from(d)).collect())));
         self.g.values[id].konst = Some(Arc::new(t));
         id
     }
@@ -50,7 +51,15 @@ impl Builder {
         let spec = registry().lookup("", op)?;
         let attrs: Attributes = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         let present = vec![true; inputs.len()];
-        let ctx = NodeCtx { name: op, op_type: op, domain: "", opset: 17, attrs: &attrs, inputs_present: &present, num_outputs: 1 };
+        let ctx = NodeCtx {
+            name: op,
+            op_type: op,
+            domain: "",
+            opset: 17,
+            attrs: &attrs,
+            inputs_present: &present,
+            num_outputs: 1,
+        };
         let parsed = (spec.parse)(&ctx).expect("bench node parses");
         self.count += 1;
         let out = self.g.add_value(format!("v{}", self.count), None);
@@ -82,7 +91,8 @@ impl Builder {
         let mean = self.rng.tensor(&[cout], 0.1);
         let var = Tensor::full(DType::F32, &[cout], 1.0);
         let ids: Vec<ValueId> = [gamma, beta, mean, var].into_iter().map(|t| self.konst(t)).collect();
-        self.node("BatchNormalization", &[y, ids[0], ids[1], ids[2], ids[3]], &[]).expect("BatchNormalization is registered")
+        self.node("BatchNormalization", &[y, ids[0], ids[1], ids[2], ids[3]], &[])
+            .expect("BatchNormalization is registered")
     }
 }
 
@@ -90,11 +100,18 @@ impl Builder {
 fn synthetic_resnet50() -> Graph {
     let mut b = Builder { g: Graph::default(), rng: Lcg(42), count: 0 };
     b.g.info.source = "synthetic-resnet50".into();
-    let x = b.g.add_value("input".into(), Some(ValueType::new(DType::F32, vec![Dim::known(1), Dim::known(3), Dim::known(224), Dim::known(224)])));
+    let x = b.g.add_value(
+        "input".into(),
+        Some(ValueType::new(DType::F32, vec![Dim::known(1), Dim::known(3), Dim::known(224), Dim::known(224)])),
+    );
     b.g.inputs.push(x);
     let mut h = b.conv_bn(x, 3, 64, 7, 2);
     h = b.relu(h);
-    let pool = [("kernel_shape", Attr::Ints(vec![3, 3])), ("strides", Attr::Ints(vec![2, 2])), ("pads", Attr::Ints(vec![1; 4]))];
+    let pool = [
+        ("kernel_shape", Attr::Ints(vec![3, 3])),
+        ("strides", Attr::Ints(vec![2, 2])),
+        ("pads", Attr::Ints(vec![1; 4])),
+    ];
     h = b.node("MaxPool", &[h], &pool).expect("MaxPool is registered");
     let mut cin = 64;
     for (stage, &(width, blocks)) in [(64, 3), (128, 4), (256, 6), (512, 3)].iter().enumerate() {

@@ -21,7 +21,8 @@ struct OpRow {
 }
 
 pub fn run(a: &OpsArgs) -> Result<u8, Failure> {
-    let rows: Vec<OpRow> = registry().ops().map(|(domain, op_type, family)| OpRow { domain, op_type, family }).collect();
+    let rows: Vec<OpRow> =
+        registry().ops().map(|(domain, op_type, family)| OpRow { domain, op_type, family }).collect();
     if a.json {
         let s = serde_json::to_string_pretty(&rows).map_err(|e| Failure::new(1, format!("cannot serialise: {e}")))?;
         emit(&format!("{s}\n"));

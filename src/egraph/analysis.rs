@@ -6,7 +6,8 @@
 use super::language::{leaf_kind, opaque_ref, LeafKind, ONode};
 use crate::ir::infer::FOLD_LIMIT;
 use crate::ir::ops::kernel::{
-    Act, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout, Pool, ReduceMean, Transpose,
+    Act, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout, Pool,
+    ReduceMean, Transpose,
 };
 use crate::ir::{Fact, Op, OpError, OpResult, Tensor};
 use crate::{op_bail, op_ensure};
@@ -169,8 +170,7 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
     };
     let usize_tok = |id: Id| -> OpResult<usize> {
         let t = tok(id)?;
-        t.parse::<usize>()
-            .map_err(|_| OpError(format!("'{node}': expected a non-negative integer, found '{t}'")))
+        t.parse::<usize>().map_err(|_| OpError(format!("'{node}': expected a non-negative integer, found '{t}'")))
     };
     let d = |op: Box<dyn Op>, inputs: Vec<Option<Id>>| Ok(Some(Denoted { op, inputs, output: 0 }));
     let bin = |op: BinOp, c: &[Id; 2]| d(Box::new(Elementwise::binary(op)), vec![Some(c[0]), Some(c[1])]);
@@ -179,12 +179,7 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
         ONode::Conv([x, w, b, g]) => {
             let geom = ConvGeom::parse(&tok(*g)?)?;
             d(
-                Box::new(Conv2d {
-                    layout: Layout::Nchw,
-                    geom,
-                    act: None,
-                    pre_act: None,
-                }),
+                Box::new(Conv2d { layout: Layout::Nchw, geom, act: None, pre_act: None }),
                 vec![Some(*x), Some(*w), opt(*b)],
             )
         }
@@ -197,12 +192,7 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
                 None => (None, act_of(*a)?),
             };
             d(
-                Box::new(Conv2d {
-                    layout: Layout::Nhwc,
-                    geom,
-                    act: post,
-                    pre_act: pre,
-                }),
+                Box::new(Conv2d { layout: Layout::Nhwc, geom, act: post, pre_act: pre }),
                 vec![Some(*x), Some(*w), opt(*b), opt(*r)],
             )
         }
@@ -223,83 +213,36 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
         ONode::Transpose([p, x]) => d(Box::new(Transpose::new(Transpose::parse_perm(&tok(*p)?)?)?), vec![Some(*x)]),
         ONode::Flatten([a, x]) => d(Box::new(Flatten { axis: usize_tok(*a)? }), vec![Some(*x)]),
         ONode::Concat(ch) => {
-            let Some((axis, xs)) = ch.split_first() else {
-                op_bail!("'concat' without an axis")
-            };
+            let Some((axis, xs)) = ch.split_first() else { op_bail!("'concat' without an axis") };
             op_ensure!(!xs.is_empty(), "'concat' without inputs");
             let axis = usize_tok(*axis)? as i64;
             d(Box::new(crate::ir::ops::indexing::Concat { axis }), xs.iter().map(|&x| Some(x)).collect())
         }
-        ONode::Chan([k, x]) => d(
-            Box::new(ChannelView {
-                trailing_ones: usize_tok(*k)?,
-            }),
-            vec![Some(*x)],
-        ),
+        ONode::Chan([k, x]) => d(Box::new(ChannelView { trailing_ones: usize_tok(*k)? }), vec![Some(*x)]),
         ONode::BatchNorm([x, s, b, m, v, _eps, orig]) => {
             let k = orig_index(eg, *orig).ok_or_else(|| OpError("'bn' without its original node".into()))?;
-            let o = eg
-                .analysis
-                .origs
-                .get(k)
-                .ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
+            let o = eg.analysis.origs.get(k).ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
             d(o.op.clone(), vec![Some(*x), Some(*s), Some(*b), Some(*m), Some(*v)])
         }
         ONode::Identity([x, orig]) => {
             let k = orig_index(eg, *orig).ok_or_else(|| OpError("'identity' without its original node".into()))?;
-            let o = eg
-                .analysis
-                .origs
-                .get(k)
-                .ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
+            let o = eg.analysis.origs.get(k).ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
             d(o.op.clone(), vec![Some(*x)])
         }
         ONode::Pool([g, x]) => d(Box::new(Pool::parse(&tok(*g)?, Layout::Nchw)?), vec![Some(*x)]),
         ONode::PoolNhwc([g, x]) => d(Box::new(Pool::parse(&tok(*g)?, Layout::Nhwc)?), vec![Some(*x)]),
-        ONode::Gap(x) => d(
-            Box::new(GlobalAvgPool {
-                layout: Layout::Nchw,
-                flatten: false,
-            }),
-            vec![Some(*x)],
-        ),
-        ONode::GapNhwc(x) => d(
-            Box::new(GlobalAvgPool {
-                layout: Layout::Nhwc,
-                flatten: false,
-            }),
-            vec![Some(*x)],
-        ),
-        ONode::GapFlatNhwc(x) => d(
-            Box::new(GlobalAvgPool {
-                layout: Layout::Nhwc,
-                flatten: true,
-            }),
-            vec![Some(*x)],
-        ),
-        ONode::LayerNorm([x, s, b, eps]) => d(
-            Box::new(LayerNorm {
-                axis: -1,
-                eps: konst_scalar(*eps)?,
-            }),
-            vec![Some(*x), Some(*s), opt(*b)],
-        ),
+        ONode::Gap(x) => d(Box::new(GlobalAvgPool { layout: Layout::Nchw, flatten: false }), vec![Some(*x)]),
+        ONode::GapNhwc(x) => d(Box::new(GlobalAvgPool { layout: Layout::Nhwc, flatten: false }), vec![Some(*x)]),
+        ONode::GapFlatNhwc(x) => d(Box::new(GlobalAvgPool { layout: Layout::Nhwc, flatten: true }), vec![Some(*x)]),
+        ONode::LayerNorm([x, s, b, eps]) => {
+            d(Box::new(LayerNorm { axis: -1, eps: konst_scalar(*eps)? }), vec![Some(*x), Some(*s), opt(*b)])
+        }
         ONode::Opaque(sym, children) => {
-            let Some((k, j)) = opaque_ref(sym.as_str()) else {
-                op_bail!("malformed opaque node '{sym}'")
-            };
-            let o = eg
-                .analysis
-                .origs
-                .get(k)
-                .ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
+            let Some((k, j)) = opaque_ref(sym.as_str()) else { op_bail!("malformed opaque node '{sym}'") };
+            let o = eg.analysis.origs.get(k).ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
             op_ensure!(j < o.num_outputs, "opaque node '{sym}': node has {} outputs", o.num_outputs);
             let inputs = children.iter().map(|&c| opt(c)).collect();
-            Ok(Some(Denoted {
-                op: o.op.clone(),
-                inputs,
-                output: j,
-            }))
+            Ok(Some(Denoted { op: o.op.clone(), inputs, output: j }))
         }
     }
 }
@@ -351,12 +294,7 @@ pub fn node_fact(eg: &OGraph, node: &ONode) -> OpResult<Option<Fact>> {
         }
     }
     let mut outs = den.op.infer(&facts)?;
-    op_ensure!(
-        den.output < outs.len(),
-        "'{node}' reads output {} of an op with {}",
-        den.output,
-        outs.len()
-    );
+    op_ensure!(den.output < outs.len(), "'{node}' reads output {} of an op with {}", den.output, outs.len());
     let mut fact = outs.swap_remove(den.output);
     let foldable = !matches!(node, ONode::Opaque(..))
         && facts.iter().flatten().all(|f| f.konst.is_some())
@@ -371,10 +309,8 @@ pub fn node_fact(eg: &OGraph, node: &ONode) -> OpResult<Option<Fact>> {
             ONode::Min([a, b]) => Some(ONode::Min([*b, *a])),
             _ => None,
         };
-        if let Some(k) = swapped
-            .and_then(|n| eg.lookup(n))
-            .and_then(|id| eg[id].data.fact.as_ref())
-            .and_then(|f| f.konst.clone())
+        if let Some(k) =
+            swapped.and_then(|n| eg.lookup(n)).and_then(|id| eg[id].data.fact.as_ref()).and_then(|f| f.konst.clone())
         {
             if k.dtype() == fact.dtype() {
                 return Ok(Some(Fact::constant(k)));
@@ -384,12 +320,7 @@ pub fn node_fact(eg: &OGraph, node: &ONode) -> OpResult<Option<Fact>> {
         let mut vals = den.op.eval(&tensors)?;
         op_ensure!(den.output < vals.len(), "'{node}': evaluation produced {} outputs", vals.len());
         let t = vals.swap_remove(den.output);
-        op_ensure!(
-            t.dtype() == fact.dtype(),
-            "'{node}': evaluation gave {} but inference {}",
-            t.dtype(),
-            fact.dtype()
-        );
+        op_ensure!(t.dtype() == fact.dtype(), "'{node}': evaluation gave {} but inference {}", t.dtype(), fact.dtype());
         fact = Fact::constant(Arc::new(t));
     }
     Ok(Some(fact))
@@ -408,10 +339,7 @@ impl egg::Analysis<ONode> for OptAnalysis {
 
     fn make(eg: &mut OGraph, node: &ONode, _id: Id) -> Data {
         match node_fact(eg, node) {
-            Ok(fact) => Data {
-                fact,
-                layout: layout_of(node),
-            },
+            Ok(fact) => Data { fact, layout: layout_of(node) },
             Err(e) => {
                 // An ill-typed node can only come from a rule whose condition is too weak; the
                 // class keeps no type from it and extraction never picks it.
@@ -482,9 +410,7 @@ impl egg::Analysis<ONode> for OptAnalysis {
 /// Whether every child of `node` has a type (attribute leaves aside): extraction only considers
 /// such nodes.
 pub fn children_typed(eg: &OGraph, node: &ONode) -> bool {
-    node.children()
-        .iter()
-        .all(|&c| eg[c].data.fact.is_some() || eg[c].nodes.iter().all(|n| n.is_leaf()))
+    node.children().iter().all(|&c| eg[c].data.fact.is_some() || eg[c].nodes.iter().all(|n| n.is_leaf()))
 }
 
 #[cfg(test)]

@@ -112,12 +112,8 @@ impl fmt::Display for ExplainReport {
                 "  {:<10} {:>6} classes {:>7} nodes {:>3} iterations {:>9.1} ms  {}",
                 p.name, p.classes, p.nodes, p.iterations, p.time_ms, p.stop_reason
             )?;
-            let fired: Vec<String> = p
-                .rules_applied
-                .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(|(r, n)| format!("{r}×{n}"))
-                .collect();
+            let fired: Vec<String> =
+                p.rules_applied.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{r}×{n}")).collect();
             if !fired.is_empty() {
                 writeln!(f, "             rules: {}", fired.join(", "))?;
             }
@@ -172,13 +168,7 @@ pub fn write_dot(g: &Graph, path: &Path) -> std::io::Result<()> {
     std::fs::write(path, to_dot(g))?;
     let svg = path.with_extension("svg");
     // `dot` is optional: without it only the .dot file is written.
-    if let Ok(status) = std::process::Command::new("dot")
-        .arg("-Tsvg")
-        .arg(path)
-        .arg("-o")
-        .arg(&svg)
-        .status()
-    {
+    if let Ok(status) = std::process::Command::new("dot").arg("-Tsvg").arg(path).arg("-o").arg(&svg).status() {
         if !status.success() {
             return Err(std::io::Error::other(format!("dot failed on {}", path.display())));
         }

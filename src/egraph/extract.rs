@@ -88,9 +88,7 @@ impl CostModel for AnalyticalCost {
                     return self.kernel(0.0, false, io_bytes);
                 };
                 let w = inputs.get(1).copied().flatten();
-                let per_out = w
-                    .map(|w| w.shape()[1..].iter().map(|d| self.dim(d)).product::<f64>())
-                    .unwrap_or(1.0);
+                let per_out = w.map(|w| w.shape()[1..].iter().map(|d| self.dim(d)).product::<f64>()).unwrap_or(1.0);
                 let flops = 2.0 * self.elems(out) * per_out;
                 let base = self.kernel(flops, true, io_bytes);
                 match conv.layout {
@@ -114,10 +112,7 @@ impl CostModel for AnalyticalCost {
                 self.kernel(2.0 * self.elems(out) * k, true, io_bytes)
             }
             _ => {
-                let flops = op
-                    .and_then(|o| o.downcast_ref::<Elementwise>())
-                    .map(|e| e.expr.flops())
-                    .unwrap_or(1.0)
+                let flops = op.and_then(|o| o.downcast_ref::<Elementwise>()).map(|e| e.expr.flops()).unwrap_or(1.0)
                     * self.elems(out);
                 self.kernel(flops, false, io_bytes)
             }
@@ -261,10 +256,9 @@ pub fn extract(eg: &OGraph, roots: &[Id], model: &dyn CostModel) -> Result<Extra
 fn rewritten_fallbacks(eg: &OGraph, model: &dyn CostModel) -> BTreeSet<(Id, usize)> {
     let mut out = BTreeSet::new();
     for class in eg.classes() {
-        let has_rewrite = class
-            .nodes
-            .iter()
-            .any(|n| !matches!(n, ONode::BatchNorm(_)) && !n.is_leaf() && node_cost_ps(eg, class.id, n, model).is_some());
+        let has_rewrite = class.nodes.iter().any(|n| {
+            !matches!(n, ONode::BatchNorm(_)) && !n.is_leaf() && node_cost_ps(eg, class.id, n, model).is_some()
+        });
         if !has_rewrite {
             continue;
         }
@@ -290,7 +284,12 @@ fn producer_key(eg: &OGraph, node: &ONode) -> Option<([Id; 3], bool)> {
     }
 }
 
-fn extract_with_bans(eg: &OGraph, roots: &[Id], model: &dyn CostModel, banned: &BTreeSet<(Id, usize)>) -> Result<Extraction, String> {
+fn extract_with_bans(
+    eg: &OGraph,
+    roots: &[Id],
+    model: &dyn CostModel,
+    banned: &BTreeSet<(Id, usize)>,
+) -> Result<Extraction, String> {
     let roots: Vec<Id> = roots.iter().map(|&r| eg.find(r)).collect();
     // Per-node costs and the parents index.
     let mut node_costs: BTreeMap<Id, Vec<Option<u64>>> = BTreeMap::new();
@@ -302,13 +301,7 @@ fn extract_with_bans(eg: &OGraph, roots: &[Id], model: &dyn CostModel, banned: &
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| {
-                if banned.contains(&(class.id, i)) {
-                    None
-                } else {
-                    node_cost_ps(eg, class.id, n, model)
-                }
-            })
+            .map(|(i, n)| if banned.contains(&(class.id, i)) { None } else { node_cost_ps(eg, class.id, n, model) })
             .collect();
         for (i, n) in class.nodes.iter().enumerate() {
             if costs[i].is_none() {
@@ -328,14 +321,7 @@ fn extract_with_bans(eg: &OGraph, roots: &[Id], model: &dyn CostModel, banned: &
     let mut best: BTreeMap<Id, ClassCost> = BTreeMap::new();
     for class in eg.classes() {
         if class.data.fact.is_none() && class.nodes.iter().all(|n| n.is_leaf()) {
-            best.insert(
-                class.id,
-                ClassCost {
-                    total: 0,
-                    set: Rc::new(BTreeMap::new()),
-                    node: 0,
-                },
-            );
+            best.insert(class.id, ClassCost { total: 0, set: Rc::new(BTreeMap::new()), node: 0 });
             for &(p, i) in parents.get(&class.id).into_iter().flatten() {
                 if queued.insert((p, i)) {
                     queue.push_back((p, i));
@@ -372,14 +358,7 @@ fn extract_with_bans(eg: &OGraph, roots: &[Id], model: &dyn CostModel, banned: &
             Some(b) => total < b.total,
         };
         if better {
-            best.insert(
-                cid,
-                ClassCost {
-                    total,
-                    set: Rc::new(set),
-                    node: ni,
-                },
-            );
+            best.insert(cid, ClassCost { total, set: Rc::new(set), node: ni });
             for &(p, i) in parents.get(&cid).into_iter().flatten() {
                 if queued.insert((p, i)) {
                     queue.push_back((p, i));

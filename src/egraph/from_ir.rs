@@ -44,9 +44,7 @@ impl Builder {
 /// Builds the e-graph of `g` (which must have been through inference).
 pub fn from_ir(g: &Graph) -> Result<Imported> {
     let path = g.info.source.clone();
-    let mut b = Builder {
-        eg: OGraph::new(OptAnalysis::default()),
-    };
+    let mut b = Builder { eg: OGraph::new(OptAnalysis::default()) };
     let mut class: Vec<Option<Id>> = vec![None; g.values.len()];
     for (i, &v) in g.inputs.iter().enumerate() {
         let ty = g.values[v]
@@ -76,11 +74,7 @@ pub fn from_ir(g: &Graph) -> Result<Imported> {
         if let Some(c) = static_reshape_target(&mut b, node, &children) {
             children[1] = Some(c);
         }
-        let recognised = if node.outputs.len() == 1 {
-            recognise(&mut b, node, ni, &children)
-        } else {
-            None
-        };
+        let recognised = if node.outputs.len() == 1 { recognise(&mut b, node, ni, &children) } else { None };
 
         // Inference Dropout with its mask output (opsets 7-11 exporters always declare it): the
         // data output is an identity the cleanup rules remove; the mask stays an opaque output,
@@ -100,9 +94,7 @@ pub fn from_ir(g: &Graph) -> Result<Imported> {
             }
             None => {
                 let ch: Vec<Id> = children.iter().map(|c| c.unwrap_or_else(|| b.none())).collect();
-                (0..node.outputs.len())
-                    .map(|j| b.eg.add(ONode::Opaque(opaque_symbol(ni, j), ch.clone())))
-                    .collect()
+                (0..node.outputs.len()).map(|j| b.eg.add(ONode::Opaque(opaque_symbol(ni, j), ch.clone()))).collect()
             }
         };
         for (&v, &c) in node.outputs.iter().zip(&outs) {
@@ -116,12 +108,7 @@ pub fn from_ir(g: &Graph) -> Result<Imported> {
         roots.push(value_class(&mut b, g, &mut class, o)?);
     }
     b.eg.rebuild();
-    Ok(Imported {
-        eg: b.eg,
-        roots,
-        node_classes,
-        node_inputs,
-    })
+    Ok(Imported { eg: b.eg, roots, node_classes, node_inputs })
 }
 
 fn value_class(b: &mut Builder, g: &Graph, class: &mut [Option<Id>], v: usize) -> Result<Id> {
@@ -130,10 +117,7 @@ fn value_class(b: &mut Builder, g: &Graph, class: &mut [Option<Id>], v: usize) -
     }
     let val = &g.values[v];
     let Some(t) = val.konst.clone() else {
-        return Err(Error::model(
-            &g.info.source,
-            format!("value '{}' is read before it is produced", val.name),
-        ));
+        return Err(Error::model(&g.info.source, format!("value '{}' is read before it is produced", val.name)));
     };
     let k = b.eg.analysis.add_const(t, Some(val.name.clone()));
     let id = b.leaf(&format!("c{k}"));
@@ -291,13 +275,7 @@ fn recognise(b: &mut Builder, node: &Node, ni: usize, ch: &[Option<Id>]) -> Opti
         if !is_float {
             return None;
         }
-        let attrs = k::Gemm {
-            trans_a: gm.trans_a,
-            trans_b: gm.trans_b,
-            alpha: gm.alpha,
-            beta: gm.beta,
-            act: None,
-        };
+        let attrs = k::Gemm { trans_a: gm.trans_a, trans_b: gm.trans_b, alpha: gm.alpha, beta: gm.beta, act: None };
         let at = b.leaf(&gemm_attrs_token(&attrs));
         let (bias, none, act) = (opt(b, 2), b.none(), b.none());
         return Some(ONode::Gemm([x?, ch.get(1).copied().flatten()?, bias, none, at, act]));
@@ -334,13 +312,7 @@ fn recognise(b: &mut Builder, node: &Node, ni: usize, ch: &[Option<Id>]) -> Opti
         if !matches!(r.kind, crate::reference::reduce::ReduceKind::Mean) || axes.is_empty() || !is_float {
             return None;
         }
-        let t = b.leaf(
-            &k::ReduceMean {
-                axes: axes.clone(),
-                keepdims: r.keepdims,
-            }
-            .token(),
-        );
+        let t = b.leaf(&k::ReduceMean { axes: axes.clone(), keepdims: r.keepdims }.token());
         return Some(ONode::ReduceMean([t, x?]));
     }
     if let Some(t) = op.downcast_ref::<shape::Transpose>() {
@@ -374,13 +346,7 @@ fn recognise(b: &mut Builder, node: &Node, ni: usize, ch: &[Option<Id>]) -> Opti
         };
         let kernel = [p.kernel[0], p.kernel[1]];
         let geom = resolve_window(&p.window, &xf.shape()[2..], kernel, 1)?;
-        let kp = k::Pool {
-            kind,
-            layout: Layout::Nchw,
-            kernel,
-            geom,
-            ceil_mode: p.window.ceil_mode,
-        };
+        let kp = k::Pool { kind, layout: Layout::Nchw, kernel, geom, ceil_mode: p.window.ceil_mode };
         let t = b.leaf(&kp.token());
         return Some(ONode::Pool([t, x?]));
     }
@@ -537,11 +503,7 @@ fn resolve_window(w: &conv::Window, spatial: &[Dim], kernel: [usize; 2], group: 
             vec![begin[0], begin[1], end[0], end[1]]
         }
     };
-    if pads.len() != 4
-        || w.kernel
-            .as_ref()
-            .is_some_and(|k| k.len() != 2 || k[0] != kernel[0] || k[1] != kernel[1])
-    {
+    if pads.len() != 4 || w.kernel.as_ref().is_some_and(|k| k.len() != 2 || k[0] != kernel[0] || k[1] != kernel[1]) {
         return None;
     }
     Some(ConvGeom {

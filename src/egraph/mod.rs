@@ -72,10 +72,7 @@ impl OptimizeOptions {
 
     /// No rewriting: the graph goes through the e-graph and back unchanged (a round-trip check).
     pub fn no_rules() -> OptimizeOptions {
-        OptimizeOptions {
-            phases: Vec::new(),
-            fuse_elementwise_chains: false,
-        }
+        OptimizeOptions { phases: Vec::new(), fuse_elementwise_chains: false }
     }
 }
 

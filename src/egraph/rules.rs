@@ -75,10 +75,7 @@ pub struct RuleDef {
 
 impl RuleDef {
     pub fn to_rewrite(&self) -> Result<Rewrite<ONode, OptAnalysis>, RuleError> {
-        let applier = CondApplier {
-            rhs: self.rhs.clone(),
-            conds: self.conds.clone(),
-        };
+        let applier = CondApplier { rhs: self.rhs.clone(), conds: self.conds.clone() };
         Rewrite::new(self.name.clone(), self.lhs.clone(), applier).map_err(|m| RuleError {
             file: self.file.clone(),
             line: self.line,
@@ -95,7 +92,14 @@ struct CondApplier {
 }
 
 impl Applier<ONode, OptAnalysis> for CondApplier {
-    fn apply_one(&self, eg: &mut OGraph, eclass: Id, subst: &Subst, ast: Option<&PatternAst<ONode>>, rule: Symbol) -> Vec<Id> {
+    fn apply_one(
+        &self,
+        eg: &mut OGraph,
+        eclass: Id,
+        subst: &Subst,
+        ast: Option<&PatternAst<ONode>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
         if !self.conds.iter().all(|c| (c.pred.check)(eg, eclass, subst, &c.args)) {
             return Vec::new();
         }
@@ -109,15 +113,11 @@ impl Applier<ONode, OptAnalysis> for CondApplier {
 
 /// Loads one of the embedded rule files by name (`cleanup.rules`).
 pub fn load_embedded(file: &str) -> Result<Vec<RuleDef>, RuleError> {
-    let text = RULE_FILES
-        .iter()
-        .find(|(n, _)| *n == file)
-        .map(|(_, t)| *t)
-        .ok_or_else(|| RuleError {
-            file: file.to_string(),
-            line: 0,
-            msg: "no such rules file in rewrites/".into(),
-        })?;
+    let text = RULE_FILES.iter().find(|(n, _)| *n == file).map(|(_, t)| *t).ok_or_else(|| RuleError {
+        file: file.to_string(),
+        line: 0,
+        msg: "no such rules file in rewrites/".into(),
+    })?;
     parse_rules(file, text)
 }
 
@@ -163,14 +163,8 @@ pub fn parse_rules(file: &str, text: &str) -> Result<Vec<RuleDef>, RuleError> {
 }
 
 fn parse_rule(file: &str, line: usize, text: &str) -> Result<RuleDef, RuleError> {
-    let err = |msg: String| RuleError {
-        file: file.to_string(),
-        line,
-        msg,
-    };
-    let (name, body) = text
-        .split_once(':')
-        .ok_or_else(|| err("expected 'name: LHS => RHS [if conditions]'".into()))?;
+    let err = |msg: String| RuleError { file: file.to_string(), line, msg };
+    let (name, body) = text.split_once(':').ok_or_else(|| err("expected 'name: LHS => RHS [if conditions]'".into()))?;
     let name = name.trim();
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         return Err(err(format!("rule name '{name}' must be letters, digits, '-' or '_'")));
@@ -197,10 +191,9 @@ fn parse_rule(file: &str, line: usize, text: &str) -> Result<RuleDef, RuleError>
                 .and_then(|c| c.split_once('('))
                 .ok_or_else(|| err(format!("rule '{name}': malformed condition '{c}' (expected pred(?a, …))")))?;
             let pname = pname.trim();
-            let pred = PREDICATES
-                .iter()
-                .find(|p| p.name == pname)
-                .ok_or_else(|| err(format!("rule '{name}': unknown condition '{pname}' (known: {})", predicate_names())))?;
+            let pred = PREDICATES.iter().find(|p| p.name == pname).ok_or_else(|| {
+                err(format!("rule '{name}': unknown condition '{pname}' (known: {})", predicate_names()))
+            })?;
             let args: Vec<PredArg> = args
                 .split(',')
                 .map(str::trim)
@@ -230,14 +223,7 @@ fn parse_rule(file: &str, line: usize, text: &str) -> Result<RuleDef, RuleError>
             conds.push(Cond { pred, args });
         }
     }
-    Ok(RuleDef {
-        name: name.to_string(),
-        file: file.to_string(),
-        line,
-        lhs,
-        rhs,
-        conds,
-    })
+    Ok(RuleDef { name: name.to_string(), file: file.to_string(), line, lhs, rhs, conds })
 }
 
 /// Splits `RHS if c1, c2` at the first ` if ` outside parentheses.
@@ -285,7 +271,9 @@ pub fn parse_pattern(s: &str) -> Result<Pattern<ONode>, String> {
         if let ENodeOrVar::ENode(ONode::Leaf(sym)) = n {
             if matches!(
                 super::language::leaf_kind(sym.as_str()),
-                super::language::LeafKind::Const(_) | super::language::LeafKind::Input(_) | super::language::LeafKind::Orig(_)
+                super::language::LeafKind::Const(_)
+                    | super::language::LeafKind::Input(_)
+                    | super::language::LeafKind::Orig(_)
             ) {
                 return Err(format!("leaf '{sym}' names a model-specific constant, input or node"));
             }
@@ -350,7 +338,9 @@ fn p_broadcasts_to_root(eg: &OGraph, root: Id, s: &Subst, a: &[PredArg]) -> bool
     let (Some(x), Some(r)) = (fact(eg, s, &a[0]), eg[root].data.fact.as_ref()) else {
         return false;
     };
-    x.dtype() == r.dtype() && x.rank() <= r.rank() && broadcast_shapes(&[x.shape(), r.shape()]).is_ok_and(|b| b == r.shape())
+    x.dtype() == r.dtype()
+        && x.rank() <= r.rank()
+        && broadcast_shapes(&[x.shape(), r.shape()]).is_ok_and(|b| b == r.shape())
 }
 
 /// `?c` holds one value per channel of the NCHW-style tensor `?x` (channel axis 1): every dim 1
@@ -364,10 +354,7 @@ fn p_per_channel(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
     }
     let offset = x.rank() - c.rank();
     let one = crate::ir::Dim::known(1);
-    c.shape()
-        .iter()
-        .enumerate()
-        .all(|(i, d)| if i + offset == 1 { *d == x.shape()[1] } else { *d == one })
+    c.shape().iter().enumerate().all(|(i, d)| if i + offset == 1 { *d == x.shape()[1] } else { *d == one })
 }
 
 /// `?c` holds one value per element of `?y`'s last axis (a bias row): `[C]`, `[1,C]`, ….
@@ -401,9 +388,7 @@ fn p_root_last_axis_vector(eg: &OGraph, root: Id, s: &Subst, a: &[PredArg]) -> b
 }
 
 fn p_epilogue_act(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
-    token(eg, s, &a[0])
-        .and_then(|t| Act::parse(&t).ok())
-        .is_some_and(|f| f.is_activation())
+    token(eg, s, &a[0]).and_then(|t| Act::parse(&t).ok()).is_some_and(|f| f.is_activation())
 }
 
 /// `?c` is a constant with one element equal to the literal (relative tolerance 1e-6, so
@@ -438,37 +423,15 @@ fn p_scalar_const(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
 }
 
 fn p_beta_one(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
-    token(eg, s, &a[0])
-        .and_then(|t| super::analysis::parse_gemm_attrs(&t).ok())
-        .is_some_and(|g| g.beta == 1.0)
+    token(eg, s, &a[0]).and_then(|t| super::analysis::parse_gemm_attrs(&t).ok()).is_some_and(|g| g.beta == 1.0)
 }
 
 /// Every condition rules may use. Names are kebab-case; arities are checked at load time.
 pub static PREDICATES: &[Predicate] = &[
-    Predicate {
-        name: "const",
-        arity: 1,
-        doc: "the class has a compile-time constant value",
-        check: p_const,
-    },
-    Predicate {
-        name: "float",
-        arity: 1,
-        doc: "the class holds a floating-point tensor",
-        check: p_float,
-    },
-    Predicate {
-        name: "rank",
-        arity: 2,
-        doc: "rank(?x, n): ?x has rank n",
-        check: p_rank,
-    },
-    Predicate {
-        name: "same-shape",
-        arity: 2,
-        doc: "both classes have the same dtype and shape",
-        check: p_same_shape,
-    },
+    Predicate { name: "const", arity: 1, doc: "the class has a compile-time constant value", check: p_const },
+    Predicate { name: "float", arity: 1, doc: "the class holds a floating-point tensor", check: p_float },
+    Predicate { name: "rank", arity: 2, doc: "rank(?x, n): ?x has rank n", check: p_rank },
+    Predicate { name: "same-shape", arity: 2, doc: "both classes have the same dtype and shape", check: p_same_shape },
     Predicate {
         name: "shape-of-root",
         arity: 1,
@@ -581,11 +544,9 @@ mod tests {
 
     #[test]
     fn continued_lines_and_conditions_parse() {
-        let r = parse_rules(
-            "t.rules",
-            "a: (add ?x \\\n  ?y) => (add ?y ?x) if same-shape(?x, ?y), rank(?x, 4) # note\n",
-        )
-        .unwrap();
+        let r =
+            parse_rules("t.rules", "a: (add ?x \\\n  ?y) => (add ?y ?x) if same-shape(?x, ?y), rank(?x, 4) # note\n")
+                .unwrap();
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].line, 1);
         assert_eq!(r[0].conds.len(), 2);

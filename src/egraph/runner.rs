@@ -53,7 +53,8 @@ pub struct PhaseStats {
 /// match often, and fusion rules match on every conv of a network, so they would be silently
 /// skipped.
 pub fn run_phase(eg: OGraph, phase: &Phase) -> Result<(OGraph, PhaseStats), RuleError> {
-    let rewrites: Vec<Rewrite<ONode, OptAnalysis>> = phase.rules.iter().map(|r| r.to_rewrite()).collect::<Result<_, _>>()?;
+    let rewrites: Vec<Rewrite<ONode, OptAnalysis>> =
+        phase.rules.iter().map(|r| r.to_rewrite()).collect::<Result<_, _>>()?;
     let start = std::time::Instant::now();
     let runner = Runner::<ONode, OptAnalysis, ()>::default()
         .with_egraph(eg)

@@ -20,19 +20,11 @@ pub struct Lowered {
 pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
     let path = src.info.source.clone();
     let err = |m: String| Error::model(&path, m);
-    let mut g = Graph {
-        info: src.info.clone(),
-        ..Default::default()
-    };
+    let mut g = Graph { info: src.info.clone(), ..Default::default() };
     let mut names: BTreeSet<String> = BTreeSet::new();
     for &v in &src.inputs {
         let val = &src.values[v];
-        g.values.push(Value {
-            name: val.name.clone(),
-            ty: val.ty.clone(),
-            konst: None,
-            sym: None,
-        });
+        g.values.push(Value { name: val.name.clone(), ty: val.ty.clone(), konst: None, sym: None });
         g.inputs.push(g.values.len() - 1);
         names.insert(val.name.clone());
     }
@@ -77,12 +69,7 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
                         },
                     };
                     let ty = Fact::constant(t.clone()).ty;
-                    g.values.push(Value {
-                        name,
-                        ty: Some(ty),
-                        konst: Some(t),
-                        sym: None,
-                    });
+                    g.values.push(Value { name, ty: Some(ty), konst: Some(t), sym: None });
                     value_of.insert(c, g.values.len() - 1);
                 }
                 LeafKind::Input(i) => {
@@ -98,30 +85,18 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
                     value_of.insert(c, outs[j]);
                     continue;
                 }
-                let orig = eg
-                    .analysis
-                    .origs
-                    .get(k)
-                    .ok_or_else(|| err(format!("original node {k} does not exist")))?;
-                let den = denote(eg, node)
-                    .map_err(|e| err(e.0))?
-                    .ok_or_else(|| err("opaque node denotes nothing".into()))?;
+                let orig = eg.analysis.origs.get(k).ok_or_else(|| err(format!("original node {k} does not exist")))?;
+                let den =
+                    denote(eg, node).map_err(|e| err(e.0))?.ok_or_else(|| err("opaque node denotes nothing".into()))?;
                 let inputs = map_inputs(&value_of, &den.inputs).map_err(err)?;
                 let facts = input_facts(&g, &inputs);
                 let refs: Vec<Option<&Fact>> = facts.iter().map(|f| f.as_ref()).collect();
-                let out_facts = den
-                    .op
-                    .infer(&refs)
-                    .map_err(|e| Error::node(&path, &orig.name, &orig.op_type, e.0))?;
+                let out_facts = den.op.infer(&refs).map_err(|e| Error::node(&path, &orig.name, &orig.op_type, e.0))?;
                 let mut outs = Vec::new();
                 for (jj, f) in out_facts.into_iter().enumerate() {
-                    let name = if jj == j { out_name.get(&c).cloned() } else { None }.unwrap_or_else(|| fresh(&mut names, "t"));
-                    g.values.push(Value {
-                        name,
-                        ty: Some(f.ty),
-                        konst: None,
-                        sym: f.sym,
-                    });
+                    let name = if jj == j { out_name.get(&c).cloned() } else { None }
+                        .unwrap_or_else(|| fresh(&mut names, "t"));
+                    g.values.push(Value { name, ty: Some(f.ty), konst: None, sym: f.sym });
                     outs.push(g.values.len() - 1);
                 }
                 g.nodes.push(Node {
@@ -144,12 +119,7 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
                 let inputs = map_inputs(&value_of, &den.inputs).map_err(err)?;
                 let kind = crate::ir::ops::kernel::kernel_kind(den.op.as_ref()).unwrap_or(den.op.op_type());
                 let name = out_name.get(&c).cloned().unwrap_or_else(|| fresh(&mut names, "t"));
-                g.values.push(Value {
-                    name,
-                    ty: Some(fact.ty.clone()),
-                    konst: None,
-                    sym: None,
-                });
+                g.values.push(Value { name, ty: Some(fact.ty.clone()), konst: None, sym: None });
                 let v = g.values.len() - 1;
                 let node_name = fresh(&mut names, kind);
                 let op_type = den.op.op_type().to_string();
@@ -167,9 +137,7 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
         }
     }
     for (&r, &o) in ex.roots.iter().zip(&src.outputs) {
-        let v = *value_of
-            .get(&r)
-            .ok_or_else(|| err(format!("output '{}' was not computed", src.values[o].name)))?;
+        let v = *value_of.get(&r).ok_or_else(|| err(format!("output '{}' was not computed", src.values[o].name)))?;
         let want = &src.values[o].name;
         if &g.values[v].name == want && !g.outputs.contains(&v) && !g.inputs.contains(&v) {
             g.outputs.push(v);
@@ -177,17 +145,9 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
         }
         // The output is a graph input, or another output's value: copy it under its own name
         // (a transpose with the identity permutation copies any dtype).
-        let ty = g.values[v]
-            .ty
-            .clone()
-            .ok_or_else(|| err(format!("value '{}' has no type", g.values[v].name)))?;
+        let ty = g.values[v].ty.clone().ok_or_else(|| err(format!("value '{}' has no type", g.values[v].name)))?;
         let perm: Vec<usize> = (0..ty.rank()).collect();
-        g.values.push(Value {
-            name: want.clone(),
-            ty: Some(ty),
-            konst: None,
-            sym: None,
-        });
+        g.values.push(Value { name: want.clone(), ty: Some(ty), konst: None, sym: None });
         let out = g.values.len() - 1;
         let node_name = fresh(&mut names, "copy");
         g.nodes.push(Node {
@@ -204,16 +164,17 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
     Ok(Lowered { graph: g, node_class })
 }
 
-fn map_inputs(value_of: &BTreeMap<Id, ValueId>, inputs: &[Option<Id>]) -> std::result::Result<Vec<Option<ValueId>>, String> {
+fn map_inputs(
+    value_of: &BTreeMap<Id, ValueId>,
+    inputs: &[Option<Id>],
+) -> std::result::Result<Vec<Option<ValueId>>, String> {
     inputs
         .iter()
         .map(|i| match i {
             None => Ok(None),
-            Some(c) => value_of
-                .get(c)
-                .copied()
-                .map(Some)
-                .ok_or_else(|| format!("class {c} is used before it is computed")),
+            Some(c) => {
+                value_of.get(c).copied().map(Some).ok_or_else(|| format!("class {c} is used before it is computed"))
+            }
         })
         .collect()
 }
@@ -257,14 +218,16 @@ pub fn fuse_elementwise_chains(g: &mut Graph, node_class: &mut Vec<Id>) -> usize
                 continue;
             }
             let mut inputs: Vec<Option<ValueId>> = Vec::new();
-            let index = |x: Option<ValueId>, inputs: &mut Vec<Option<ValueId>>| match inputs.iter().position(|y| *y == x) {
-                Some(i) => i,
-                None => {
-                    inputs.push(x);
-                    inputs.len() - 1
-                }
-            };
-            let cmap: Vec<Option<usize>> = c.inputs.iter().map(|&x| (x != Some(v)).then(|| index(x, &mut inputs))).collect();
+            let index =
+                |x: Option<ValueId>, inputs: &mut Vec<Option<ValueId>>| match inputs.iter().position(|y| *y == x) {
+                    Some(i) => i,
+                    None => {
+                        inputs.push(x);
+                        inputs.len() - 1
+                    }
+                };
+            let cmap: Vec<Option<usize>> =
+                c.inputs.iter().map(|&x| (x != Some(v)).then(|| index(x, &mut inputs))).collect();
             let pmap: Vec<usize> = p.inputs.iter().map(|&x| index(x, &mut inputs)).collect();
             let inlined = pe.expr.remap(&pmap);
             let expr = rewrite_inputs(&ce.expr, &|j| match cmap[j] {
@@ -295,7 +258,5 @@ fn rewrite_inputs(e: &EwExpr, f: &dyn Fn(usize) -> EwExpr) -> EwExpr {
 /// The op a node runs, for reports: the kernel kind of kernel-level ops, otherwise the ONNX
 /// op type in lower case (`softmax`).
 pub fn kernel_name(n: &Node) -> String {
-    crate::ir::ops::kernel::kernel_kind(n.op.as_ref())
-        .map(str::to_string)
-        .unwrap_or_else(|| n.op_type.to_lowercase())
+    crate::ir::ops::kernel::kernel_kind(n.op.as_ref()).map(str::to_string).unwrap_or_else(|| n.op_type.to_lowercase())
 }

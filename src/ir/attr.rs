@@ -58,11 +58,7 @@ macro_rules! getter {
             match self.attrs.get(name) {
                 None => Ok(None),
                 Some(Attr::$variant(v)) => Ok(Some(v.clone())),
-                Some(other) => Err(OpError(format!(
-                    "attribute '{name}' must be {}, found {}",
-                    $kind,
-                    other.kind()
-                ))),
+                Some(other) => Err(OpError(format!("attribute '{name}' must be {}, found {}", $kind, other.kind()))),
             }
         }
 

@@ -38,7 +38,8 @@ pub fn infer_graph(g: &mut Graph) -> Result<InferStats> {
                 None => None,
                 Some(v) => {
                     let val = &g.values[*v];
-                    let ty = val.ty.clone().ok_or_else(|| ctx(format!("input {i} '{}' has no known type", val.name)))?;
+                    let ty =
+                        val.ty.clone().ok_or_else(|| ctx(format!("input {i} '{}' has no known type", val.name)))?;
                     Some(Fact { ty, konst: val.konst.clone(), sym: val.sym.clone() })
                 }
             });
@@ -50,13 +51,19 @@ pub fn infer_graph(g: &mut Graph) -> Result<InferStats> {
         }
         // Malformed inputs (e.g. pads that crop more than a dim holds) can make shape arithmetic
         // go negative; stop here rather than let later ops size tensors from it.
-        if let Some((k, f)) = outs.iter().enumerate().find(|(_, f)| f.shape().iter().any(|d| d.as_known().is_some_and(|v| v < 0))) {
+        if let Some((k, f)) =
+            outs.iter().enumerate().find(|(_, f)| f.shape().iter().any(|d| d.as_known().is_some_and(|v| v < 0)))
+        {
             return Err(ctx(format!("output {k} would have the negative shape {}", super::dim::fmt_shape(f.shape()))));
         }
         let all_const = facts.iter().flatten().all(|f| f.konst.is_some());
-        let small = outs.iter().all(|f| f.ty.known_shape().is_some_and(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_some_and(|n| n <= FOLD_LIMIT)));
+        let small = outs.iter().all(|f| {
+            f.ty.known_shape()
+                .is_some_and(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_some_and(|n| n <= FOLD_LIMIT))
+        });
         if all_const && small {
-            let tensors: Vec<Option<&Tensor>> = facts.iter().map(|f| f.as_ref().map(|f| &**f.konst.as_ref().unwrap())).collect();
+            let tensors: Vec<Option<&Tensor>> =
+                facts.iter().map(|f| f.as_ref().map(|f| &**f.konst.as_ref().unwrap())).collect();
             let results = node.op.eval(&tensors).map_err(|e| ctx(format!("constant folding failed: {}", e.0)))?;
             if results.len() != outs.len() {
                 return Err(ctx(format!("evaluation produced {} outputs, inference {}", results.len(), outs.len())));
@@ -94,11 +101,7 @@ pub fn infer_graph(g: &mut Graph) -> Result<InferStats> {
     g.nodes.retain(|_| keep.next().unwrap());
     let after_fold = g.nodes.len();
     g.remove_dead_nodes();
-    Ok(InferStats {
-        nodes_before,
-        folded: nodes_before - after_fold,
-        removed_dead: after_fold - g.nodes.len(),
-    })
+    Ok(InferStats { nodes_before, folded: nodes_before - after_fold, removed_dead: after_fold - g.nodes.len() })
 }
 
 /// An evaluated constant must agree with what inference said about it.
@@ -121,7 +124,7 @@ fn check_matches(fact: &Fact, t: &Tensor) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::ops::shape::testutil::GraphBuilder;
+    use crate::ir::ops::testutil::GraphBuilder;
     use crate::ir::{DType, Dim, Fact, Op, OpResult};
 
     /// An op whose shape arithmetic went negative (what a malformed model can cause).

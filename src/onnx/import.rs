@@ -30,7 +30,8 @@ impl ModelFile {
         }
         let proto = if len >= MMAP_THRESHOLD {
             // SAFETY: read-only mapping of a file we only read; prost copies what it keeps.
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::model(&src, format!("cannot map: {e}")))?;
+            let map =
+                unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::model(&src, format!("cannot map: {e}")))?;
             decode(&map, &src)?
         } else {
             let bytes = std::fs::read(path).map_err(|e| Error::model(&src, format!("cannot read: {e}")))?;
@@ -92,7 +93,8 @@ fn decode(bytes: &[u8], src: &str) -> Result<ModelProto> {
     if bytes.is_empty() {
         return Err(Error::model(src, "file is empty, not an ONNX model"));
     }
-    ModelProto::decode(bytes).map_err(|e| Error::model(src, format!("not a valid ONNX model (protobuf decoding failed: {e})")))
+    ModelProto::decode(bytes)
+        .map_err(|e| Error::model(src, format!("not a valid ONNX model (protobuf decoding failed: {e})")))
 }
 
 /// Stable, unique node names: the model's own where present and unique, else `<OpType>_<index>`.
@@ -104,7 +106,8 @@ pub(super) fn node_names(graph: &GraphProto) -> Vec<String> {
         .enumerate()
         .map(|(i, n)| {
             let given = n.name.clone().unwrap_or_default();
-            let mut name = if given.is_empty() { format!("{}_{i}", n.op_type.as_deref().unwrap_or("node")) } else { given };
+            let mut name =
+                if given.is_empty() { format!("{}_{i}", n.op_type.as_deref().unwrap_or("node")) } else { given };
             if used.contains(&name) {
                 let base = name.clone();
                 let mut k = 1;
@@ -171,10 +174,9 @@ impl<'a> Importer<'a> {
         self.graph.nodes = self.topo_sort(nodes)?;
         for out in &gp.output {
             let name = out.name.as_deref().unwrap_or("");
-            let id = *self
-                .by_name
-                .get(name)
-                .ok_or_else(|| self.err(format!("graph output '{name}' is not produced by any node, initializer or input")))?;
+            let id = *self.by_name.get(name).ok_or_else(|| {
+                self.err(format!("graph output '{name}' is not produced by any node, initializer or input"))
+            })?;
             self.graph.outputs.push(id);
         }
         if self.graph.outputs.is_empty() {
@@ -195,7 +197,8 @@ impl<'a> Importer<'a> {
             if self.by_name.contains_key(&name) {
                 return Err(self.err(format!("initializer '{name}' is defined twice")));
             }
-            let tensor = tensor_from_proto(t, &self.base_dir).map_err(|e| self.err(format!("initializer '{name}': {e}")))?;
+            let tensor =
+                tensor_from_proto(t, &self.base_dir).map_err(|e| self.err(format!("initializer '{name}': {e}")))?;
             let ty = ValueType::new(tensor.dtype(), crate::ir::dim::dims_of(tensor.shape()));
             let id = self.graph.add_value(name.clone(), Some(ty));
             self.graph.values[id].konst = Some(Arc::new(tensor));
@@ -231,12 +234,19 @@ impl<'a> Importer<'a> {
         let tp = vi.r#type.as_ref().and_then(|t| t.value.as_ref());
         let tensor = match tp {
             Some(type_proto::Value::TensorType(t)) => t,
-            Some(_) => return Err(self.err(format!("{what} '{name}' is not a dense tensor (sequence, map, optional and sparse types are not supported)"))),
+            Some(_) => {
+                return Err(self.err(format!(
+                "{what} '{name}' is not a dense tensor (sequence, map, optional and sparse types are not supported)"
+            )))
+            }
             None => return Err(self.err(format!("{what} '{name}' has no type"))),
         };
         let code = tensor.elem_type.unwrap_or(0);
         let dtype = DType::from_onnx(code).ok_or_else(|| {
-            self.err(format!("{what} '{name}' has element type {} ({code}), which is not supported", DType::onnx_code_name(code)))
+            self.err(format!(
+                "{what} '{name}' has element type {} ({code}), which is not supported",
+                DType::onnx_code_name(code)
+            ))
         })?;
         let shape = tensor
             .shape
@@ -268,7 +278,9 @@ impl<'a> Importer<'a> {
             for (k, out) in node.output.iter().enumerate() {
                 let vname = if out.is_empty() { format!("{name}::unused_output_{k}") } else { out.clone() };
                 if self.by_name.contains_key(&vname) {
-                    return Err(self.err(format!("value '{vname}' is defined twice (again as output {k} of node '{name}')")));
+                    return Err(
+                        self.err(format!("value '{vname}' is defined twice (again as output {k} of node '{name}')"))
+                    );
                 }
                 let id = self.graph.add_value(vname.clone(), None);
                 self.by_name.insert(vname, id);
@@ -293,7 +305,9 @@ impl<'a> Importer<'a> {
                 } else if let Some(&id) = self.by_name.get(inp) {
                     inputs.push(Some(id));
                 } else {
-                    errors.push(node_err(format!("input '{inp}' is not produced by any node, initializer or graph input")));
+                    errors.push(node_err(format!(
+                        "input '{inp}' is not produced by any node, initializer or graph input"
+                    )));
                     inputs.push(None);
                 }
             }
@@ -336,12 +350,17 @@ impl<'a> Importer<'a> {
                 num_outputs: node.output.len(),
             };
             match (spec.parse)(&ctx) {
-                Ok(op) => nodes.push(Node { name: name.clone(), op_type: op_type.clone(), domain, op, inputs, outputs }),
+                Ok(op) => {
+                    nodes.push(Node { name: name.clone(), op_type: op_type.clone(), domain, op, inputs, outputs })
+                }
                 Err(e) => errors.push(node_err(e.0)),
             }
         }
         if !unsupported.is_empty() {
-            let ops = unsupported.into_iter().map(|((domain, op_type), nodes)| UnsupportedOp { domain, op_type, nodes }).collect();
+            let ops = unsupported
+                .into_iter()
+                .map(|((domain, op_type), nodes)| UnsupportedOp { domain, op_type, nodes })
+                .collect();
             errors.insert(0, Error::Unsupported { path: self.src.clone(), ops });
         }
         if !errors.is_empty() {
@@ -379,7 +398,8 @@ impl<'a> Importer<'a> {
             }
         }
         if order.len() != nodes.len() {
-            let stuck: Vec<&str> = (0..nodes.len()).filter(|n| indegree[*n] > 0).map(|n| nodes[n].name.as_str()).collect();
+            let stuck: Vec<&str> =
+                (0..nodes.len()).filter(|n| indegree[*n] > 0).map(|n| nodes[n].name.as_str()).collect();
             return Err(self.err(format!("the graph has a cycle through node(s): {}", stuck.join(", "))));
         }
         let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
@@ -395,15 +415,20 @@ impl<'a> Importer<'a> {
                 self.graph.info.warnings.push(format!("value_info names '{name}', which no node produces"));
                 continue;
             };
-            let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else { continue };
+            let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+                continue;
+            };
             let Some(inferred) = self.graph.values[id].ty.clone() else { continue };
             let dtype = DType::from_onnx(t.elem_type.unwrap_or(0));
             let dims: Option<Vec<Option<i64>>> = t.shape.as_ref().map(|s| {
                 use super::proto::tensor_shape_proto::dimension::Value as V;
-                s.dim.iter().map(|d| match d.value {
-                    Some(V::DimValue(v)) => Some(v),
-                    _ => None,
-                }).collect()
+                s.dim
+                    .iter()
+                    .map(|d| match d.value {
+                        Some(V::DimValue(v)) => Some(v),
+                        _ => None,
+                    })
+                    .collect()
             });
             let dims_agree = dims.as_ref().is_none_or(|dims| {
                 dims.len() == inferred.rank()

@@ -32,8 +32,7 @@
 
 use super::import::{node_names, ModelFile};
 use super::proto::{
-    attribute_proto::AttributeType, AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
-    ValueInfoProto,
+    attribute_proto::AttributeType, AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
 };
 use crate::error::{Error, Result};
 use crate::ir::ops::normalize_domain;
@@ -67,12 +66,8 @@ pub fn lower_sequences(mf: &ModelFile) -> Result<Option<ModelFile>> {
     let Some(gp) = mf.proto.graph.as_ref() else {
         return Ok(None);
     };
-    let uses_sequences = gp.node.iter().any(|n| {
-        is_sequence_op(
-            n.domain.as_deref().unwrap_or(""),
-            n.op_type.as_deref().unwrap_or(""),
-        )
-    });
+    let uses_sequences =
+        gp.node.iter().any(|n| is_sequence_op(n.domain.as_deref().unwrap_or(""), n.op_type.as_deref().unwrap_or("")));
     if !uses_sequences {
         return Ok(None);
     }
@@ -80,10 +75,7 @@ pub fn lower_sequences(mf: &ModelFile) -> Result<Option<ModelFile>> {
     // than piecemeal by whichever probe first meets one.
     let unsupported = mf.unsupported_ops();
     if !unsupported.is_empty() {
-        return Err(Error::Unsupported {
-            path: mf.source(),
-            ops: unsupported,
-        });
+        return Err(Error::Unsupported { path: mf.source(), ops: unsupported });
     }
     let opset = mf.opsets().get("").copied().unwrap_or(0);
     if opset < 11 {
@@ -94,20 +86,13 @@ pub fn lower_sequences(mf: &ModelFile) -> Result<Option<ModelFile>> {
     }
     let mut lowering = Lowering::new(mf, gp, opset);
     lowering.run()?;
-    let Lowering {
-        nodes,
-        new_initializers,
-        ..
-    } = lowering;
+    let Lowering { nodes, new_initializers, .. } = lowering;
     let mut proto = mf.proto.clone();
     if let Some(graph) = proto.graph.as_mut() {
         graph.node = nodes;
         graph.initializer.extend(new_initializers);
     }
-    Ok(Some(ModelFile {
-        path: mf.path.clone(),
-        proto,
-    }))
+    Ok(Some(ModelFile { path: mf.path.clone(), proto }))
 }
 
 /// One element of a tracked sequence.
@@ -165,12 +150,7 @@ impl<'a> Lowering<'a> {
             used_names.extend(n.name.clone());
         }
         used_names.extend(gp.initializer.iter().filter_map(|t| t.name.clone()));
-        used_names.extend(
-            gp.input
-                .iter()
-                .chain(&gp.output)
-                .filter_map(|v| v.name.clone()),
-        );
+        used_names.extend(gp.input.iter().chain(&gp.output).filter_map(|v| v.name.clone()));
         Lowering {
             mf,
             gp,
@@ -231,11 +211,7 @@ impl<'a> Lowering<'a> {
         let mut indegree = vec![0usize; nodes.len()];
         let mut users: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
         for (i, n) in nodes.iter().enumerate() {
-            let deps: BTreeSet<usize> = n
-                .input
-                .iter()
-                .filter_map(|v| producer.get(v.as_str()).copied())
-                .collect();
+            let deps: BTreeSet<usize> = n.input.iter().filter_map(|v| producer.get(v.as_str()).copied()).collect();
             indegree[i] = deps.len();
             for d in deps {
                 users[d].push(i);
@@ -254,16 +230,10 @@ impl<'a> Lowering<'a> {
         }
         if order.len() != nodes.len() {
             let names = node_names(self.gp);
-            let stuck: Vec<&str> = (0..nodes.len())
-                .filter(|&i| indegree[i] > 0)
-                .map(|i| names[i].as_str())
-                .collect();
+            let stuck: Vec<&str> = (0..nodes.len()).filter(|&i| indegree[i] > 0).map(|i| names[i].as_str()).collect();
             return Err(Error::model(
                 &self.src,
-                format!(
-                    "the graph has a cycle through node(s): {}",
-                    stuck.join(", ")
-                ),
+                format!("the graph has a cycle through node(s): {}", stuck.join(", ")),
             ));
         }
         Ok(order)
@@ -281,21 +251,14 @@ impl<'a> Lowering<'a> {
             }
             "SequenceConstruct" => {
                 op_inputs_are_tensors(self, node).map_err(err)?;
-                let items = node
-                    .input
-                    .iter()
-                    .map(|s| Element::Value(s.clone()))
-                    .collect();
+                let items = node.input.iter().map(|s| Element::Value(s.clone())).collect();
                 self.sequences.insert(output, items);
             }
             "SequenceInsert" => {
                 let mut seq = self.sequence(input(0), "input_sequence").map_err(err)?;
-                let tensor = input(1)
-                    .ok_or_else(|| err("input 1 (tensor) is required but missing".into()))?;
+                let tensor = input(1).ok_or_else(|| err("input 1 (tensor) is required but missing".into()))?;
                 if self.sequences.contains_key(&tensor) {
-                    return Err(err(format!(
-                        "input 'tensor' ('{tensor}') must be a tensor, found a sequence"
-                    )));
+                    return Err(err(format!("input 'tensor' ('{tensor}') must be a tensor, found a sequence")));
                 }
                 let len = seq.len() as i64;
                 let at = match input(2) {
@@ -304,9 +267,7 @@ impl<'a> Lowering<'a> {
                         let pos = self.position(&p, name, op_type)?;
                         // Insert positions range over [-n, n]; n appends.
                         if !(-len..=len).contains(&pos) {
-                            return Err(err(format!(
-                                "position {pos} is out of range for a sequence of length {len}"
-                            )));
+                            return Err(err(format!("position {pos} is out of range for a sequence of length {len}")));
                         }
                         if pos < 0 {
                             pos + len
@@ -330,18 +291,11 @@ impl<'a> Lowering<'a> {
             }
             "SequenceAt" => {
                 let seq = self.sequence(input(0), "input_sequence").map_err(err)?;
-                let p = input(1)
-                    .ok_or_else(|| err("input 1 (position) is required but missing".into()))?;
+                let p = input(1).ok_or_else(|| err("input 1 (position) is required but missing".into()))?;
                 let pos = self.position(&p, name, op_type)?;
                 let at = element_index(pos, seq.len()).map_err(err)?;
                 let value = self.materialize(&seq[at])?;
-                self.nodes.push(make_node(
-                    "Identity",
-                    &format!("{name}/Identity"),
-                    vec![value],
-                    vec![output],
-                    vec![],
-                ));
+                self.nodes.push(make_node("Identity", &format!("{name}/Identity"), vec![value], vec![output], vec![]));
             }
             "SequenceLength" => {
                 let seq = self.sequence(input(0), "input_sequence").map_err(err)?;
@@ -357,21 +311,11 @@ impl<'a> Lowering<'a> {
                     t: Some(value),
                     ..Default::default()
                 };
-                self.nodes.push(make_node(
-                    "Constant",
-                    &format!("{name}/Constant"),
-                    vec![],
-                    vec![output],
-                    vec![attr],
-                ));
+                self.nodes.push(make_node("Constant", &format!("{name}/Constant"), vec![], vec![output], vec![attr]));
             }
             "ConcatFromSequence" => self.lower_concat(node, name, op_type, output)?,
             "SplitToSequence" => self.lower_split(node, name, op_type, output)?,
-            other => {
-                return Err(err(format!(
-                    "'{other}' is not a sequence op this pass lowers"
-                )))
-            }
+            other => return Err(err(format!("'{other}' is not a sequence op this pass lowers"))),
         }
         Ok(())
     }
@@ -379,48 +323,26 @@ impl<'a> Lowering<'a> {
     /// ConcatFromSequence (opset 11): `Concat` along `axis`; with `new_axis=1` every element
     /// first gets a new dim at `axis` (in `[-r-1, r]`, negative counting from the output rank —
     /// the same convention as `Unsqueeze`), which makes it a stack.
-    fn lower_concat(
-        &mut self,
-        node: &NodeProto,
-        name: &str,
-        op_type: &str,
-        output: String,
-    ) -> Result<()> {
+    fn lower_concat(&mut self, node: &NodeProto, name: &str, op_type: &str, output: String) -> Result<()> {
         let src = self.src.clone();
         let err = |msg: String| Error::node(&src, name, op_type, msg);
-        let axis = int_attr(node, "axis")
-            .map_err(err)?
-            .ok_or_else(|| err("required attribute 'axis' is missing".into()))?;
+        let axis =
+            int_attr(node, "axis").map_err(err)?.ok_or_else(|| err("required attribute 'axis' is missing".into()))?;
         let new_axis = match int_attr(node, "new_axis").map_err(err)?.unwrap_or(0) {
             0 => false,
             1 => true,
-            v => {
-                return Err(err(format!(
-                    "attribute 'new_axis' must be 0 or 1, found {v}"
-                )))
-            }
+            v => return Err(err(format!("attribute 'new_axis' must be 0 or 1, found {v}"))),
         };
-        let seq = self
-            .sequence(node.input.first().cloned(), "input_sequence")
-            .map_err(err)?;
+        let seq = self.sequence(node.input.first().cloned(), "input_sequence").map_err(err)?;
         if seq.is_empty() {
-            return Err(err(
-                "the sequence is empty: ConcatFromSequence of no tensors has no defined type"
-                    .into(),
-            ));
+            return Err(err("the sequence is empty: ConcatFromSequence of no tensors has no defined type".into()));
         }
         let mut parts = Vec::with_capacity(seq.len());
         for (k, e) in seq.iter().enumerate() {
             let v = self.materialize(e)?;
             if new_axis {
                 let out = self.fresh(&format!("{name}/unsqueezed_{k}"));
-                let node = self.axes_node(
-                    "Unsqueeze",
-                    &format!("{name}/Unsqueeze_{k}"),
-                    v,
-                    out.clone(),
-                    axis,
-                );
+                let node = self.axes_node("Unsqueeze", &format!("{name}/Unsqueeze_{k}"), v, out.clone(), axis);
                 self.nodes.push(node);
                 parts.push(out);
             } else {
@@ -442,13 +364,7 @@ impl<'a> Lowering<'a> {
     /// size, the last one holding the rest (needs a static axis). `split` 1-D: one chunk per
     /// entry; its values may be run-time data when its length is static. `keepdims` is ignored
     /// when `split` is given, as the spec says.
-    fn lower_split(
-        &mut self,
-        node: &NodeProto,
-        name: &str,
-        op_type: &str,
-        output: String,
-    ) -> Result<()> {
+    fn lower_split(&mut self, node: &NodeProto, name: &str, op_type: &str, output: String) -> Result<()> {
         let src = self.src.clone();
         let err = |msg: String| Error::node(&src, name, op_type, msg);
         let x = node
@@ -461,11 +377,7 @@ impl<'a> Lowering<'a> {
         let keepdims = match int_attr(node, "keepdims").map_err(err)?.unwrap_or(1) {
             0 => false,
             1 => true,
-            v => {
-                return Err(err(format!(
-                    "attribute 'keepdims' must be 0 or 1, found {v}"
-                )))
-            }
+            v => return Err(err(format!("attribute 'keepdims' must be 0 or 1, found {v}"))),
         };
         let split = node.input.get(1).filter(|s| !s.is_empty()).cloned();
         let (x_ty, _) = self.probe(&x, name, op_type)?;
@@ -490,20 +402,11 @@ impl<'a> Lowering<'a> {
             }
         };
         let (sizes, squeeze) = match split {
-            None => (
-                SplitSizes::Known(vec![
-                    1;
-                    count_ok(static_dim("splitting into chunks of 1")?)?
-                ]),
-                !keepdims,
-            ),
+            None => (SplitSizes::Known(vec![1; count_ok(static_dim("splitting into chunks of 1")?)?]), !keepdims),
             Some(s) => {
                 let (s_ty, s_konst) = self.probe(&s, name, op_type)?;
                 if !s_ty.dtype.is_int() {
-                    return Err(err(format!(
-                        "input 'split' must be an integer tensor, found {}",
-                        s_ty.dtype
-                    )));
+                    return Err(err(format!("input 'split' must be an integer tensor, found {}", s_ty.dtype)));
                 }
                 match (s_ty.rank(), s_konst) {
                     (0, Some(k)) => {
@@ -555,20 +458,8 @@ impl<'a> Lowering<'a> {
             SplitSizes::Runtime { count, .. } => *count,
         };
         let split = self.pending.len();
-        self.pending.push(PendingSplit {
-            node: name.to_string(),
-            input: x,
-            axis,
-            sizes,
-            squeeze,
-            emitted: None,
-        });
-        self.sequences.insert(
-            output,
-            (0..count)
-                .map(|index| Element::Chunk { split, index })
-                .collect(),
-        );
+        self.pending.push(PendingSplit { node: name.to_string(), input: x, axis, sizes, squeeze, emitted: None });
+        self.sequences.insert(output, (0..count).map(|index| Element::Chunk { split, index }).collect());
         Ok(())
     }
 
@@ -586,9 +477,7 @@ impl<'a> Lowering<'a> {
             SplitSizes::Known(s) => s.len(),
             SplitSizes::Runtime { count, .. } => *count,
         };
-        let parts: Vec<String> = (0..count)
-            .map(|k| self.fresh(&format!("{}/chunk_{k}", p.node)))
-            .collect();
+        let parts: Vec<String> = (0..count).map(|k| self.fresh(&format!("{}/chunk_{k}", p.node))).collect();
         let split_node = format!("{}/Split", p.node);
         let mut attrs = vec![int_attr_proto("axis", p.axis)];
         let mut inputs = vec![p.input.clone()];
@@ -612,24 +501,12 @@ impl<'a> Lowering<'a> {
             }
             SplitSizes::Runtime { input, .. } => inputs.push(input.clone()),
         }
-        self.nodes.push(make_node(
-            "Split",
-            &split_node,
-            inputs,
-            parts.clone(),
-            attrs,
-        ));
+        self.nodes.push(make_node("Split", &split_node, inputs, parts.clone(), attrs));
         let names = if p.squeeze {
             let mut squeezed = Vec::with_capacity(count);
             for (k, part) in parts.into_iter().enumerate() {
                 let out = self.fresh(&format!("{}/item_{k}", p.node));
-                let node = self.axes_node(
-                    "Squeeze",
-                    &format!("{}/Squeeze_{k}", p.node),
-                    part,
-                    out.clone(),
-                    p.axis,
-                );
+                let node = self.axes_node("Squeeze", &format!("{}/Squeeze_{k}", p.node), part, out.clone(), p.axis);
                 self.nodes.push(node);
                 squeezed.push(out);
             }
@@ -643,22 +520,9 @@ impl<'a> Lowering<'a> {
     }
 
     /// A `Squeeze`/`Unsqueeze` of one axis: an attribute before opset 13, an input from 13.
-    fn axes_node(
-        &mut self,
-        op: &str,
-        name: &str,
-        input: String,
-        output: String,
-        axis: i64,
-    ) -> NodeProto {
+    fn axes_node(&mut self, op: &str, name: &str, input: String, output: String, axis: i64) -> NodeProto {
         if self.opset < 13 {
-            make_node(
-                op,
-                name,
-                vec![input],
-                vec![output],
-                vec![ints_attr_proto("axes", &[axis])],
-            )
+            make_node(op, name, vec![input], vec![output], vec![ints_attr_proto("axes", &[axis])])
         } else {
             let axes = self.fresh(&format!("{name}/axes"));
             self.new_initializers.push(int64_tensor(&axes, &[axis]));
@@ -666,14 +530,8 @@ impl<'a> Lowering<'a> {
         }
     }
 
-    fn sequence(
-        &self,
-        name: Option<String>,
-        what: &str,
-    ) -> std::result::Result<Vec<Element>, String> {
-        let name = name
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| format!("input '{what}' is required but missing"))?;
+    fn sequence(&self, name: Option<String>, what: &str) -> std::result::Result<Vec<Element>, String> {
+        let name = name.filter(|n| !n.is_empty()).ok_or_else(|| format!("input '{what}' is required but missing"))?;
         self.sequences.get(&name).cloned().ok_or_else(|| {
             format!("input '{what}' ('{name}') is not a sequence built in this graph (sequence graph inputs are not supported)")
         })
@@ -684,9 +542,7 @@ impl<'a> Lowering<'a> {
         let (ty, konst) = self.probe(value, node, op_type)?;
         let err = |msg: String| Error::node(&self.src, node, op_type, msg);
         if !ty.dtype.is_int() || ty.rank() > 1 || ty.shape.iter().any(|d| d.as_known() != Some(1)) {
-            return Err(err(format!(
-                "input 'position' ('{value}') must be an integer scalar, found {ty}"
-            )));
+            return Err(err(format!("input 'position' ('{value}') must be an integer scalar, found {ty}")));
         }
         match konst {
             Some(t) => Ok(t.to_i64_vec()[0]),
@@ -698,12 +554,7 @@ impl<'a> Lowering<'a> {
 
     /// Type and (if constant) contents of a tensor value, by importing the lowered nodes that
     /// produce it, so inference and constant folding decide exactly as they will in the model.
-    fn probe(
-        &mut self,
-        value: &str,
-        node: &str,
-        op_type: &str,
-    ) -> Result<(ValueType, Option<Arc<Tensor>>)> {
+    fn probe(&mut self, value: &str, node: &str, op_type: &str) -> Result<(ValueType, Option<Arc<Tensor>>)> {
         if self.sequences.contains_key(value) {
             return Err(Error::node(
                 &self.src,
@@ -712,21 +563,9 @@ impl<'a> Lowering<'a> {
                 format!("'{value}' is a sequence where a tensor is expected"),
             ));
         }
-        let known = self
-            .nodes
-            .iter()
-            .any(|n| n.output.iter().any(|o| o == value))
-            || self
-                .gp
-                .initializer
-                .iter()
-                .chain(&self.new_initializers)
-                .any(|t| t.name.as_deref() == Some(value))
-            || self
-                .gp
-                .input
-                .iter()
-                .any(|v| v.name.as_deref() == Some(value));
+        let known = self.nodes.iter().any(|n| n.output.iter().any(|o| o == value))
+            || self.gp.initializer.iter().chain(&self.new_initializers).any(|t| t.name.as_deref() == Some(value))
+            || self.gp.input.iter().any(|v| v.name.as_deref() == Some(value));
         if !known {
             return Err(Error::node(
                 &self.src,
@@ -754,20 +593,9 @@ impl<'a> Lowering<'a> {
                 k += 1;
             }
         };
-        let mut nodes: Vec<NodeProto> = self
-            .nodes
-            .iter()
-            .zip(&slice)
-            .filter(|(_, s)| **s)
-            .map(|(n, _)| n.clone())
-            .collect();
-        nodes.push(make_node(
-            "Identity",
-            &probe_name,
-            vec![value.to_string()],
-            vec![probe_name.clone()],
-            vec![],
-        ));
+        let mut nodes: Vec<NodeProto> =
+            self.nodes.iter().zip(&slice).filter(|(_, s)| **s).map(|(n, _)| n.clone()).collect();
+        nodes.push(make_node("Identity", &probe_name, vec![value.to_string()], vec![probe_name.clone()], vec![]));
         let initializer = self
             .gp
             .initializer
@@ -781,10 +609,7 @@ impl<'a> Lowering<'a> {
             name: self.gp.name.clone(),
             initializer,
             input: self.gp.input.clone(),
-            output: vec![ValueInfoProto {
-                name: Some(probe_name),
-                ..Default::default()
-            }],
+            output: vec![ValueInfoProto { name: Some(probe_name), ..Default::default() }],
             ..Default::default()
         };
         let proto = ModelProto {
@@ -793,21 +618,12 @@ impl<'a> Lowering<'a> {
             graph: Some(graph),
             ..Default::default()
         };
-        let g = ModelFile {
-            path: self.mf.path.clone(),
-            proto,
-        }
-        .to_graph()?;
+        let g = ModelFile { path: self.mf.path.clone(), proto }.to_graph()?;
         let out = g.outputs[0];
         let v = &g.values[out];
-        let ty = v.ty.clone().ok_or_else(|| {
-            Error::node(
-                &self.src,
-                node,
-                op_type,
-                format!("no type was inferred for '{value}'"),
-            )
-        })?;
+        let ty =
+            v.ty.clone()
+                .ok_or_else(|| Error::node(&self.src, node, op_type, format!("no type was inferred for '{value}'")))?;
         Ok((ty, v.konst.clone()))
     }
 
@@ -827,14 +643,10 @@ impl<'a> Lowering<'a> {
 fn op_inputs_are_tensors(l: &Lowering, node: &NodeProto) -> std::result::Result<(), String> {
     for (k, i) in node.input.iter().enumerate() {
         if i.is_empty() {
-            return Err(format!(
-                "input {k} is empty: every element of SequenceConstruct must be a tensor"
-            ));
+            return Err(format!("input {k} is empty: every element of SequenceConstruct must be a tensor"));
         }
         if l.sequences.contains_key(i) {
-            return Err(format!(
-                "input {k} ('{i}') is a sequence: sequences of sequences are not supported"
-            ));
+            return Err(format!("input {k} ('{i}') is a sequence: sequences of sequences are not supported"));
         }
     }
     Ok(())
@@ -844,23 +656,15 @@ fn op_inputs_are_tensors(l: &Lowering, node: &NodeProto) -> std::result::Result<
 fn element_index(pos: i64, len: usize) -> std::result::Result<usize, String> {
     let n = len as i64;
     if !(-n..n).contains(&pos) {
-        return Err(format!(
-            "position {pos} is out of range for a sequence of length {len}"
-        ));
+        return Err(format!("position {pos} is out of range for a sequence of length {len}"));
     }
     Ok(if pos < 0 { pos + n } else { pos } as usize)
 }
 
 fn int_attr(node: &NodeProto, name: &str) -> std::result::Result<Option<i64>, String> {
-    match node
-        .attribute
-        .iter()
-        .find(|a| a.name.as_deref() == Some(name))
-    {
+    match node.attribute.iter().find(|a| a.name.as_deref() == Some(name)) {
         None => Ok(None),
-        Some(a) if a.r#type.is_none_or(|t| t == AttributeType::Int as i32) => {
-            Ok(Some(a.i.unwrap_or(0)))
-        }
+        Some(a) if a.r#type.is_none_or(|t| t == AttributeType::Int as i32) => Ok(Some(a.i.unwrap_or(0))),
         Some(_) => Err(format!("attribute '{name}' must be INT")),
     }
 }
@@ -912,9 +716,7 @@ fn int64_tensor(name: &str, v: &[i64]) -> TensorProto {
 
 #[cfg(test)]
 mod tests {
-    use super::super::proto::{
-        tensor_shape_proto, type_proto, OperatorSetIdProto, TensorShapeProto, TypeProto,
-    };
+    use super::super::proto::{tensor_shape_proto, type_proto, OperatorSetIdProto, TensorShapeProto, TypeProto};
     use super::*;
     use std::path::PathBuf;
 
@@ -951,12 +753,7 @@ mod tests {
     }
 
     fn scalar(name: &str, v: i64) -> TensorProto {
-        TensorProto {
-            name: Some(name.into()),
-            data_type: Some(7),
-            int64_data: vec![v],
-            ..Default::default()
-        }
+        TensorProto { name: Some(name.into()), data_type: Some(7), int64_data: vec![v], ..Default::default() }
     }
 
     /// A model of float32 inputs `[2,3]` named in `inputs`, with `outputs` untyped.
@@ -974,39 +771,23 @@ mod tests {
             input: inputs.iter().map(|n| tensor_vi(n, 1, &[2, 3])).collect(),
             output: outputs
                 .iter()
-                .map(|n| ValueInfoProto {
-                    name: Some(n.to_string()),
-                    ..Default::default()
-                })
+                .map(|n| ValueInfoProto { name: Some(n.to_string()), ..Default::default() })
                 .collect(),
             ..Default::default()
         };
         let proto = ModelProto {
             ir_version: Some(8),
-            opset_import: vec![OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(opset),
-            }],
+            opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
             graph: Some(graph),
             ..Default::default()
         };
-        ModelFile {
-            path: PathBuf::from("seq.onnx"),
-            proto,
-        }
+        ModelFile { path: PathBuf::from("seq.onnx"), proto }
     }
 
     fn run(mf: &ModelFile, feeds: &[(&str, Tensor)]) -> Vec<Tensor> {
         let g = mf.to_graph().unwrap_or_else(|e| panic!("{e}"));
-        let feeds = feeds
-            .iter()
-            .map(|(n, t)| (n.to_string(), t.clone()))
-            .collect();
-        crate::reference::run(&g, &feeds)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .into_iter()
-            .map(|(_, t)| t)
-            .collect()
+        let feeds = feeds.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+        crate::reference::run(&g, &feeds).unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(_, t)| t).collect()
     }
 
     fn iota(offset: f32) -> Tensor {
@@ -1037,10 +818,7 @@ mod tests {
                 vec![scalar("minus_one", -1), scalar("zero", 0)],
                 &["at", "stacked", "len"],
             );
-            let out = run(
-                &mf,
-                &[("x", iota(0.0)), ("y", iota(10.0)), ("z", iota(20.0))],
-            );
+            let out = run(&mf, &[("x", iota(0.0)), ("y", iota(10.0)), ("z", iota(20.0))]);
             assert_eq!(out[0], iota(10.0), "opset {opset}");
             assert_eq!(out[1].shape(), &[2, 3, 2]);
             assert_eq!(out[1].to_f64_vec()[..4], [20.0, 10.0, 21.0, 11.0]);
@@ -1055,34 +833,17 @@ mod tests {
             let mf = model(
                 opset,
                 vec![
-                    node(
-                        "SplitToSequence",
-                        &["x"],
-                        &["s"],
-                        vec![int_attr_proto("keepdims", 0)],
-                    ),
+                    node("SplitToSequence", &["x"], &["s"], vec![int_attr_proto("keepdims", 0)]),
                     node("SequenceAt", &["s", "one"], &["row"], vec![]),
-                    node(
-                        "ConcatFromSequence",
-                        &["s"],
-                        &["cat"],
-                        vec![int_attr_proto("axis", 0)],
-                    ),
+                    node("ConcatFromSequence", &["s"], &["cat"], vec![int_attr_proto("axis", 0)]),
                 ],
                 &["x"],
                 vec![scalar("one", 1)],
                 &["row", "cat"],
             );
             let out = run(&mf, &[("x", iota(0.0))]);
-            assert_eq!(
-                out[0],
-                Tensor::from_f32s(&[3], vec![3.0, 4.0, 5.0]),
-                "opset {opset}"
-            );
-            assert_eq!(
-                out[1],
-                Tensor::from_f32s(&[6], (0..6).map(|v| v as f32).collect())
-            );
+            assert_eq!(out[0], Tensor::from_f32s(&[3], vec![3.0, 4.0, 5.0]), "opset {opset}");
+            assert_eq!(out[1], Tensor::from_f32s(&[6], (0..6).map(|v| v as f32).collect()));
             // A scalar split of 2 along axis 1 (size 3): chunks of 2 and 1; keepdims is ignored.
             let mf = model(
                 opset,
@@ -1101,11 +862,7 @@ mod tests {
                 &["last", "len"],
             );
             let out = run(&mf, &[("x", iota(0.0))]);
-            assert_eq!(
-                out[0],
-                Tensor::from_f32s(&[2, 1], vec![2.0, 5.0]),
-                "opset {opset}"
-            );
+            assert_eq!(out[0], Tensor::from_f32s(&[2, 1], vec![2.0, 5.0]), "opset {opset}");
             assert_eq!(out[1], Tensor::from_i64s(&[], vec![2]));
         }
     }
@@ -1114,12 +871,7 @@ mod tests {
     fn runtime_split_sizes() {
         let nodes = |read: bool| {
             let mut v = vec![
-                node(
-                    "SplitToSequence",
-                    &["x", "sizes"],
-                    &["s"],
-                    vec![int_attr_proto("axis", 1)],
-                ),
+                node("SplitToSequence", &["x", "sizes"], &["s"], vec![int_attr_proto("axis", 1)]),
                 node("SequenceLength", &["s"], &["len"], vec![]),
             ];
             if read {
@@ -1128,45 +880,20 @@ mod tests {
             v
         };
         let with_sizes = |mut mf: ModelFile| {
-            mf.proto
-                .graph
-                .as_mut()
-                .unwrap()
-                .input
-                .push(tensor_vi("sizes", 7, &[2]));
+            mf.proto.graph.as_mut().unwrap().input.push(tensor_vi("sizes", 7, &[2]));
             mf
         };
-        let feeds = [
-            ("x", iota(0.0)),
-            ("sizes", Tensor::from_i64s(&[2], vec![1, 2])),
-        ];
+        let feeds = [("x", iota(0.0)), ("sizes", Tensor::from_i64s(&[2], vec![1, 2]))];
         // The length is the static length of `sizes`, at any opset.
         let mf = with_sizes(model(12, nodes(false), &["x"], vec![], &["len"]));
         assert_eq!(run(&mf, &feeds)[0], Tensor::from_i64s(&[], vec![2]));
         // Reading a chunk needs Split's `split` input (opset 13).
-        let mf = with_sizes(model(
-            13,
-            nodes(true),
-            &["x"],
-            vec![scalar("one", 1)],
-            &["len", "second"],
-        ));
+        let mf = with_sizes(model(13, nodes(true), &["x"], vec![scalar("one", 1)], &["len", "second"]));
         let out = run(&mf, &feeds);
         assert_eq!(out[1], Tensor::from_f32s(&[2, 2], vec![1.0, 2.0, 4.0, 5.0]));
-        let mf = with_sizes(model(
-            12,
-            nodes(true),
-            &["x"],
-            vec![scalar("one", 1)],
-            &["len", "second"],
-        ));
+        let mf = with_sizes(model(12, nodes(true), &["x"], vec![scalar("one", 1)], &["len", "second"]));
         let msg = mf.to_graph().unwrap_err().to_string();
-        assert!(
-            msg.contains(
-                "(SplitToSequence): reading the chunks of a run-time 'split' needs opset 13"
-            ),
-            "{msg}"
-        );
+        assert!(msg.contains("(SplitToSequence): reading the chunks of a run-time 'split' needs opset 13"), "{msg}");
     }
 
     #[test]
@@ -1182,35 +909,18 @@ mod tests {
             vec![],
             &["out"],
         );
-        mf.proto
-            .graph
-            .as_mut()
-            .unwrap()
-            .input
-            .push(tensor_vi("pos", 7, &[]));
+        mf.proto.graph.as_mut().unwrap().input.push(tensor_vi("pos", 7, &[]));
         let msg = mf.to_graph().unwrap_err().to_string();
         assert!(msg.contains("node 'SequenceAt_1' (SequenceAt)"), "{msg}");
-        assert!(
-            msg.contains("input 'position' ('pos') is only known at run time"),
-            "{msg}"
-        );
+        assert!(msg.contains("input 'position' ('pos') is only known at run time"), "{msg}");
         // A graph output cannot be a sequence.
-        let mf = model(
-            13,
-            vec![node("SequenceConstruct", &["x"], &["s"], vec![])],
-            &["x"],
-            vec![],
-            &["s"],
-        );
+        let mf = model(13, vec![node("SequenceConstruct", &["x"], &["s"], vec![])], &["x"], vec![], &["s"]);
         let msg = mf.to_graph().unwrap_err().to_string();
         assert!(msg.contains("graph output 's' is a sequence"), "{msg}");
         // Nor can a tensor op read one.
         let mf = model(
             13,
-            vec![
-                node("SequenceConstruct", &["x"], &["s"], vec![]),
-                node("Relu", &["s"], &["r"], vec![]),
-            ],
+            vec![node("SequenceConstruct", &["x"], &["s"], vec![]), node("Relu", &["s"], &["r"], vec![])],
             &["x"],
             vec![],
             &["r"],
@@ -1230,10 +940,7 @@ mod tests {
             &["n"],
         );
         let msg = mf.to_graph().unwrap_err().to_string();
-        assert!(
-            msg.contains("(SequenceErase): position 2 is out of range for a sequence of length 1"),
-            "{msg}"
-        );
+        assert!(msg.contains("(SequenceErase): position 2 is out of range for a sequence of length 1"), "{msg}");
     }
 
     #[test]
@@ -1241,46 +948,28 @@ mod tests {
         let mut mf = model(
             13,
             vec![
-                node(
-                    "SplitToSequence",
-                    &["big"],
-                    &["s"],
-                    vec![int_attr_proto("axis", 1)],
-                ),
+                node("SplitToSequence", &["big"], &["s"], vec![int_attr_proto("axis", 1)]),
                 node("SequenceLength", &["s"], &["n"], vec![]),
             ],
             &[],
             vec![],
             &["n"],
         );
-        mf.proto
-            .graph
-            .as_mut()
-            .unwrap()
-            .input
-            .push(tensor_vi("big", 1, &[1, 70_000]));
+        mf.proto.graph.as_mut().unwrap().input.push(tensor_vi("big", 1, &[1, 70_000]));
         let msg = mf.to_graph().unwrap_err().to_string();
         assert!(msg.contains("70000 elements; at most 65536"), "{msg}");
         let mf = model(
             13,
             vec![
                 node("SequenceEmpty", &[], &["s"], vec![]),
-                node(
-                    "ConcatFromSequence",
-                    &["s"],
-                    &["c"],
-                    vec![int_attr_proto("axis", 0)],
-                ),
+                node("ConcatFromSequence", &["s"], &["c"], vec![int_attr_proto("axis", 0)]),
             ],
             &["x"],
             vec![],
             &["c"],
         );
         let msg = mf.to_graph().unwrap_err().to_string();
-        assert!(
-            msg.contains("(ConcatFromSequence): the sequence is empty"),
-            "{msg}"
-        );
+        assert!(msg.contains("(ConcatFromSequence): the sequence is empty"), "{msg}");
     }
 
     #[test]
@@ -1300,30 +989,21 @@ mod tests {
             );
             let out = &mut mf.proto.graph.as_mut().unwrap().output[0];
             out.r#type = Some(TypeProto {
-                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                    elem_type: Some(elem),
-                    shape: None,
-                })),
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: Some(elem), shape: None })),
                 ..Default::default()
             });
             mf
         };
         assert!(declare(1).to_graph().is_ok());
         let msg = declare(7).to_graph().unwrap_err().to_string();
-        assert!(
-            msg.contains("graph output 'o' is declared int64 but inference gives float32[2,3]"),
-            "{msg}"
-        );
+        assert!(msg.contains("graph output 'o' is declared int64 but inference gives float32[2,3]"), "{msg}");
     }
 
     #[test]
     fn sequence_ops_are_not_reported_unsupported() {
         let mf = model(
             13,
-            vec![
-                node("SequenceConstruct", &["x"], &["s"], vec![]),
-                node("SequenceAt", &["s", "zero"], &["o"], vec![]),
-            ],
+            vec![node("SequenceConstruct", &["x"], &["s"], vec![]), node("SequenceAt", &["s", "zero"], &["o"], vec![])],
             &["x"],
             vec![scalar("zero", 0)],
             &["o"],

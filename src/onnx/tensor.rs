@@ -48,8 +48,12 @@ fn read_external(t: &TensorProto, base_dir: &Path, expected: usize) -> Result<Ve
         let value = kv.value.as_deref().unwrap_or("");
         match key {
             "location" => location = Some(value.to_string()),
-            "offset" => offset = value.parse().map_err(|_| format!("external data offset '{value}' is not a number"))?,
-            "length" => length = Some(value.parse().map_err(|_| format!("external data length '{value}' is not a number"))?),
+            "offset" => {
+                offset = value.parse().map_err(|_| format!("external data offset '{value}' is not a number"))?
+            }
+            "length" => {
+                length = Some(value.parse().map_err(|_| format!("external data length '{value}' is not a number"))?)
+            }
             _ => {}
         }
     }
@@ -60,7 +64,8 @@ fn read_external(t: &TensorProto, base_dir: &Path, expected: usize) -> Result<Ve
         return Err(format!("external data location '{location}' must be a relative path inside the model's folder"));
     }
     let path = base_dir.join(rel);
-    let file = std::fs::File::open(&path).map_err(|e| format!("cannot open external data file '{}': {e}", path.display()))?;
+    let file =
+        std::fs::File::open(&path).map_err(|e| format!("cannot open external data file '{}': {e}", path.display()))?;
     let file_len = file.metadata().map_err(|e| format!("'{}': {e}", path.display()))?.len();
     let length = length.unwrap_or(file_len.saturating_sub(offset));
     if offset.checked_add(length).is_none_or(|end| end > file_len) {
@@ -85,11 +90,7 @@ fn array<T: Elem>(shape: &[usize], v: Vec<T>) -> Result<Tensor, String> {
 fn from_le_bytes(dtype: DType, shape: &[usize], count: usize, raw: &[u8]) -> Result<Tensor, String> {
     let need = count.checked_mul(dtype.size_bytes()).ok_or_else(|| format!("{count} elements overflow"))?;
     if raw.len() != need {
-        return Err(format!(
-            "raw data has {} bytes, but {count} {} elements need {need}",
-            raw.len(),
-            dtype.name()
-        ));
+        return Err(format!("raw data has {} bytes, but {count} {} elements need {need}", raw.len(), dtype.name()));
     }
     macro_rules! le {
         ($t:ty, $n:literal) => {
@@ -209,7 +210,10 @@ mod tests {
         std::fs::write(dir.join("w.bin"), data).unwrap();
         let mut t = proto(DType::F32, vec![2]);
         t.data_location = Some(1);
-        let kv = |k: &str, v: &str| super::super::proto::StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+        let kv = |k: &str, v: &str| super::super::proto::StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v.into()),
+        };
         t.external_data = vec![kv("location", "w.bin"), kv("offset", "8"), kv("length", "8")];
         assert_eq!(tensor_from_proto(&t, &dir).unwrap().to_f64_vec(), vec![7.0, 8.0]);
         t.external_data[0] = kv("location", "../w.bin");

@@ -155,9 +155,7 @@ impl Activation {
             Activation::Gelu { tanh_approx: false } => {
                 half * x
                     * (one
-                        + c64::<F>(erf((x * c64::<F>(std::f64::consts::FRAC_1_SQRT_2))
-                            .to_f64()
-                            .unwrap_or(f64::NAN))))
+                        + c64::<F>(erf((x * c64::<F>(std::f64::consts::FRAC_1_SQRT_2)).to_f64().unwrap_or(f64::NAN))))
             }
             Activation::Gelu { tanh_approx: true } => {
                 let k = c64::<F>((2.0 / std::f64::consts::PI).sqrt());
@@ -226,19 +224,12 @@ impl Activation {
             return Ok(t);
         }
         if self.accepts_signed_int() && x.dtype().is_int() && x.dtype().is_signed() {
-            if let Some(t) = int_tensor!(x, |a| a.mapv(|v| if v < Default::default() {
-                Default::default()
-            } else {
-                v
-            })) {
+            if let Some(t) = int_tensor!(x, |a| a.mapv(|v| if v < Default::default() { Default::default() } else { v }))
+            {
                 return Ok(t);
             }
         }
-        Err(OpError(format!(
-            "{}: element type {} is not supported",
-            self.name(),
-            x.dtype()
-        )))
+        Err(OpError(format!("{}: element type {} is not supported", self.name(), x.dtype())))
     }
 }
 
@@ -307,18 +298,9 @@ pub fn clip_array<T: Copy + PartialOrd>(a: &ArrayD<T>, lo: T, hi: T) -> ArrayD<T
 pub fn clip(x: &Tensor, min: Option<&Tensor>, max: Option<&Tensor>) -> OpResult<Tensor> {
     fn bound<T: crate::ir::Elem>(t: Option<&Tensor>, what: &str) -> OpResult<Option<T>> {
         let Some(t) = t else { return Ok(None) };
-        let a = T::view(t).ok_or_else(|| {
-            OpError(format!(
-                "'{what}' has element type {}, expected {}",
-                t.dtype(),
-                T::DTYPE
-            ))
-        })?;
-        crate::op_ensure!(
-            a.len() == 1,
-            "'{what}' must have exactly one element, got shape {:?}",
-            a.shape()
-        );
+        let a = T::view(t)
+            .ok_or_else(|| OpError(format!("'{what}' has element type {}, expected {}", t.dtype(), T::DTYPE)))?;
+        crate::op_ensure!(a.len() == 1, "'{what}' must have exactly one element, got shape {:?}", a.shape());
         Ok(a.iter().next().copied())
     }
     macro_rules! go {
@@ -355,12 +337,8 @@ pub fn prelu(x: &Tensor, slope: &Tensor) -> OpResult<Tensor> {
         slope.dtype(),
         x.dtype()
     );
-    let out = match zip_float(
-        x,
-        slope,
-        |v, s| if v < 0.0 { v * s } else { v },
-        |v, s| if v < 0.0 { v * s } else { v },
-    )? {
+    let out = match zip_float(x, slope, |v, s| if v < 0.0 { v * s } else { v }, |v, s| if v < 0.0 { v * s } else { v })?
+    {
         Some(t) => t,
         None => same_int_tensors!(x, slope, |a, s| zip_broadcast(a, s, |v, k| {
             if v < Default::default() {
@@ -405,11 +383,7 @@ mod tests {
             (7.0, 1.0),
         ];
         for (x, want) in cases {
-            assert!(
-                close(erf(x), want, 1e-13),
-                "erf({x}) = {} want {want}",
-                erf(x)
-            );
+            assert!(close(erf(x), want, 1e-13), "erf({x}) = {} want {want}", erf(x));
         }
         assert!(erf(f64::NAN).is_nan());
     }
@@ -419,85 +393,40 @@ mod tests {
         let xs = [-2.5f32, -0.5, 0.5, 2.5, -7.0];
         // Values from ONNX Runtime 1.32 (float32).
         let cases: [(Activation, [f32; 5]); 5] = [
-            (
-                Activation::Gelu { tanh_approx: false },
-                [-0.0155241, -0.15426877, 0.34573123, 2.484476, -0.0],
-            ),
-            (
-                Activation::Gelu { tanh_approx: true },
-                [-0.0150843, -0.154286, 0.345714, 2.4849157, -0.0],
-            ),
-            (
-                Activation::Celu { alpha: 2.0 },
-                [-1.4269904, -0.44239843, 0.5, 2.5, -1.9396052],
-            ),
-            (
-                Activation::HardSwish,
-                [-0.20833328, -0.20833333, 0.29166666, 2.2916667, -0.0],
-            ),
-            (
-                Activation::Clip {
-                    min: -1.0,
-                    max: 1.0,
-                },
-                [-1.0, -0.5, 0.5, 1.0, -1.0],
-            ),
+            (Activation::Gelu { tanh_approx: false }, [-0.0155241, -0.15426877, 0.34573123, 2.484476, -0.0]),
+            (Activation::Gelu { tanh_approx: true }, [-0.0150843, -0.154286, 0.345714, 2.4849157, -0.0]),
+            (Activation::Celu { alpha: 2.0 }, [-1.4269904, -0.44239843, 0.5, 2.5, -1.9396052]),
+            (Activation::HardSwish, [-0.20833328, -0.20833333, 0.29166666, 2.2916667, -0.0]),
+            (Activation::Clip { min: -1.0, max: 1.0 }, [-1.0, -0.5, 0.5, 1.0, -1.0]),
         ];
         for (act, want) in cases {
             for (x, w) in xs.iter().zip(want) {
                 let got = act.apply(*x);
-                assert!(
-                    (got - w).abs() <= 1e-6 * (1.0 + w.abs()),
-                    "{act:?}({x}) = {got} want {w}"
-                );
+                assert!((got - w).abs() <= 1e-6 * (1.0 + w.abs()), "{act:?}({x}) = {got} want {w}");
             }
         }
         assert!(Activation::Relu.apply(f32::NAN).is_nan());
-        assert!(Activation::Clip {
-            min: -1.0,
-            max: 1.0
-        }
-        .apply(f32::NAN)
-        .is_nan());
-        assert_eq!(
-            Activation::Clip {
-                min: 1.0,
-                max: -1.0
-            }
-            .apply(0.0),
-            -1.0
-        );
+        assert!(Activation::Clip { min: -1.0, max: 1.0 }.apply(f32::NAN).is_nan());
+        assert_eq!(Activation::Clip { min: 1.0, max: -1.0 }.apply(0.0), -1.0);
         let sp = Activation::Softplus;
         assert_eq!(sp.apply(100.0), 100.0);
         assert!((sp.apply(-1.0) - 0.313_261_7).abs() < 1e-7);
         assert!((Activation::Sigmoid.apply(-100.0)).abs() < 1e-40);
         assert_eq!(Activation::Sigmoid.apply(100.0), 1.0);
-        let selu = Activation::Selu {
-            alpha: 1.6732632,
-            gamma: 1.050701,
-        };
+        let selu = Activation::Selu { alpha: 1.6732632, gamma: 1.050701 };
         assert!((selu.apply(-1.0) - (-1.1113307)).abs() < 1e-6);
         assert_eq!(Activation::ThresholdedRelu { alpha: 1.0 }.apply(1.0), 0.0);
         assert_eq!(Activation::Softsign.apply(3.0), 0.75);
         assert!((Activation::Mish.apply(1.0) - 0.86509836).abs() < 1e-6);
-        let shrink = Activation::Shrink {
-            lambd: 1.5,
-            bias: 0.5,
-        };
-        assert_eq!(
-            [shrink.apply(-2.0), shrink.apply(1.0), shrink.apply(2.0)],
-            [-1.5, 0.0, 1.5]
-        );
+        let shrink = Activation::Shrink { lambd: 1.5, bias: 0.5 };
+        assert_eq!([shrink.apply(-2.0), shrink.apply(1.0), shrink.apply(2.0)], [-1.5, 0.0, 1.5]);
         assert_eq!(Activation::Elu { alpha: 1.0 }.name(), "Elu");
     }
 
     #[test]
     fn tensors_of_each_kind() {
         let i = Tensor::I32(ndarray::arr1(&[-3, 4]).into_dyn());
-        assert_eq!(
-            Activation::Relu.apply_tensor(&i).unwrap().to_i64_vec(),
-            vec![0, 4]
-        );
+        assert_eq!(Activation::Relu.apply_tensor(&i).unwrap().to_i64_vec(), vec![0, 4]);
         assert!(Activation::Sigmoid.apply_tensor(&i).is_err());
         let h = Tensor::from_f32s(&[2], vec![-1.0, 2.0]).cast(crate::ir::DType::BF16);
         let r = Activation::Relu.apply_tensor(&h).unwrap();
@@ -505,28 +434,15 @@ mod tests {
         assert_eq!(r.to_f64_vec(), vec![0.0, 2.0]);
         let x = Tensor::I32(ndarray::arr1(&[-3, 4, 9]).into_dyn());
         let lo = Tensor::I32(ndarray::arr0(0).into_dyn());
-        assert_eq!(
-            clip(&x, Some(&lo), None).unwrap().to_i64_vec(),
-            vec![0, 4, 9]
-        );
+        assert_eq!(clip(&x, Some(&lo), None).unwrap().to_i64_vec(), vec![0, 4, 9]);
         let inf = Tensor::from_f32s(&[2], vec![f32::INFINITY, f32::NEG_INFINITY]);
-        assert_eq!(
-            clip(&inf, None, None).unwrap().to_f64_vec(),
-            vec![f32::MAX as f64, f32::MIN as f64]
-        );
+        assert_eq!(clip(&inf, None, None).unwrap().to_f64_vec(), vec![f32::MAX as f64, f32::MIN as f64]);
         assert!(clip(&x, Some(&Tensor::from_f32s(&[], vec![0.0])), None).is_err());
         let p = prelu(&i, &Tensor::I32(ndarray::arr1(&[2]).into_dyn())).unwrap();
         assert_eq!(p.to_i64_vec(), vec![-6, 4]);
         let x = Tensor::from_f32s(&[2, 2], vec![-1.0, -1.0, 1.0, -2.0]);
         let p = prelu(&x, &Tensor::from_f32s(&[2], vec![0.1, 0.2])).unwrap();
-        assert_eq!(
-            p.to_f64_vec().iter().map(|v| *v as f32).collect::<Vec<_>>(),
-            vec![-0.1, -0.2, 1.0, -0.4]
-        );
-        assert!(prelu(
-            &Tensor::from_f32s(&[2], vec![1.0, 2.0]),
-            &Tensor::from_f32s(&[2, 2], vec![0.0; 4])
-        )
-        .is_err());
+        assert_eq!(p.to_f64_vec().iter().map(|v| *v as f32).collect::<Vec<_>>(), vec![-0.1, -0.2, 1.0, -0.4]);
+        assert!(prelu(&Tensor::from_f32s(&[2], vec![1.0, 2.0]), &Tensor::from_f32s(&[2, 2], vec![0.0; 4])).is_err());
     }
 }

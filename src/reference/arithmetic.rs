@@ -9,21 +9,12 @@ use crate::ir::broadcast::broadcast_usize;
 use crate::ir::{DType, Elem, OpError, OpResult, Tensor};
 use ndarray::{ArrayD, IxDyn, Zip};
 use num_traits::{
-    CheckedRem, CheckedShl, CheckedShr, Float, PrimInt, WrappingAdd, WrappingMul, WrappingNeg,
-    WrappingSub,
+    CheckedRem, CheckedShl, CheckedShr, Float, PrimInt, WrappingAdd, WrappingMul, WrappingNeg, WrappingSub,
 };
 
 /// Integer element types with the wrapping arithmetic the integer kernels need.
 pub trait IntElem:
-    Elem
-    + PrimInt
-    + CheckedRem
-    + CheckedShl
-    + CheckedShr
-    + WrappingAdd
-    + WrappingSub
-    + WrappingMul
-    + WrappingNeg
+    Elem + PrimInt + CheckedRem + CheckedShl + CheckedShr + WrappingAdd + WrappingSub + WrappingMul + WrappingNeg
 {
 }
 impl IntElem for i8 {}
@@ -36,10 +27,7 @@ impl IntElem for u32 {}
 impl IntElem for u64 {}
 
 fn first<T: Copy>(a: &ArrayD<T>) -> OpResult<T> {
-    a.iter()
-        .next()
-        .copied()
-        .ok_or_else(|| OpError("empty tensor where one element was expected".into()))
+    a.iter().next().copied().ok_or_else(|| OpError("empty tensor where one element was expected".into()))
 }
 
 /// `f` applied elementwise over the numpy broadcast of `a` and `b`.
@@ -47,11 +35,7 @@ fn first<T: Copy>(a: &ArrayD<T>) -> OpResult<T> {
 /// Same shapes zip directly and a one-element operand is mapped over the other without any
 /// index arithmetic (the common cases: residual adds, bias/scale constants); everything else
 /// zips broadcast views.
-pub fn zip_broadcast<A: Copy, B: Copy, O>(
-    a: &ArrayD<A>,
-    b: &ArrayD<B>,
-    f: impl Fn(A, B) -> O,
-) -> OpResult<ArrayD<O>> {
+pub fn zip_broadcast<A: Copy, B: Copy, O>(a: &ArrayD<A>, b: &ArrayD<B>, f: impl Fn(A, B) -> O) -> OpResult<ArrayD<O>> {
     if a.shape() == b.shape() {
         return Ok(Zip::from(a).and(b).map_collect(|&x, &y| f(x, y)));
     }
@@ -64,12 +48,8 @@ pub fn zip_broadcast<A: Copy, B: Copy, O>(
         let x = first(a)?;
         return Ok(b.mapv(|y| f(x, y)));
     }
-    let av = a
-        .broadcast(IxDyn(&shape))
-        .ok_or_else(|| broadcast_error(&[a.shape(), b.shape()]))?;
-    let bv = b
-        .broadcast(IxDyn(&shape))
-        .ok_or_else(|| broadcast_error(&[a.shape(), b.shape()]))?;
+    let av = a.broadcast(IxDyn(&shape)).ok_or_else(|| broadcast_error(&[a.shape(), b.shape()]))?;
+    let bv = b.broadcast(IxDyn(&shape)).ok_or_else(|| broadcast_error(&[a.shape(), b.shape()]))?;
     Ok(Zip::from(&av).and(&bv).map_collect(|&x, &y| f(x, y)))
 }
 
@@ -81,26 +61,14 @@ pub fn zip3_broadcast<A: Copy, B: Copy, C: Copy, O>(
     f: impl Fn(A, B, C) -> O,
 ) -> OpResult<ArrayD<O>> {
     if a.shape() == b.shape() && b.shape() == c.shape() {
-        return Ok(Zip::from(a)
-            .and(b)
-            .and(c)
-            .map_collect(|&x, &y, &z| f(x, y, z)));
+        return Ok(Zip::from(a).and(b).and(c).map_collect(|&x, &y, &z| f(x, y, z)));
     }
     let shapes = [a.shape(), b.shape(), c.shape()];
     let shape = broadcast_usize(&shapes)?;
-    let av = a
-        .broadcast(IxDyn(&shape))
-        .ok_or_else(|| broadcast_error(&shapes))?;
-    let bv = b
-        .broadcast(IxDyn(&shape))
-        .ok_or_else(|| broadcast_error(&shapes))?;
-    let cv = c
-        .broadcast(IxDyn(&shape))
-        .ok_or_else(|| broadcast_error(&shapes))?;
-    Ok(Zip::from(&av)
-        .and(&bv)
-        .and(&cv)
-        .map_collect(|&x, &y, &z| f(x, y, z)))
+    let av = a.broadcast(IxDyn(&shape)).ok_or_else(|| broadcast_error(&shapes))?;
+    let bv = b.broadcast(IxDyn(&shape)).ok_or_else(|| broadcast_error(&shapes))?;
+    let cv = c.broadcast(IxDyn(&shape)).ok_or_else(|| broadcast_error(&shapes))?;
+    Ok(Zip::from(&av).and(&bv).and(&cv).map_collect(|&x, &y, &z| f(x, y, z)))
 }
 
 fn broadcast_error(shapes: &[&[usize]]) -> OpError {
@@ -113,30 +81,14 @@ fn broadcast_error(shapes: &[&[usize]]) -> OpError {
 macro_rules! same_int_tensors {
     ($a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
         match ($a, $b) {
-            ($crate::ir::Tensor::I8($x), $crate::ir::Tensor::I8($y)) => {
-                Some($crate::ir::Tensor::I8($body))
-            }
-            ($crate::ir::Tensor::I16($x), $crate::ir::Tensor::I16($y)) => {
-                Some($crate::ir::Tensor::I16($body))
-            }
-            ($crate::ir::Tensor::I32($x), $crate::ir::Tensor::I32($y)) => {
-                Some($crate::ir::Tensor::I32($body))
-            }
-            ($crate::ir::Tensor::I64($x), $crate::ir::Tensor::I64($y)) => {
-                Some($crate::ir::Tensor::I64($body))
-            }
-            ($crate::ir::Tensor::U8($x), $crate::ir::Tensor::U8($y)) => {
-                Some($crate::ir::Tensor::U8($body))
-            }
-            ($crate::ir::Tensor::U16($x), $crate::ir::Tensor::U16($y)) => {
-                Some($crate::ir::Tensor::U16($body))
-            }
-            ($crate::ir::Tensor::U32($x), $crate::ir::Tensor::U32($y)) => {
-                Some($crate::ir::Tensor::U32($body))
-            }
-            ($crate::ir::Tensor::U64($x), $crate::ir::Tensor::U64($y)) => {
-                Some($crate::ir::Tensor::U64($body))
-            }
+            ($crate::ir::Tensor::I8($x), $crate::ir::Tensor::I8($y)) => Some($crate::ir::Tensor::I8($body)),
+            ($crate::ir::Tensor::I16($x), $crate::ir::Tensor::I16($y)) => Some($crate::ir::Tensor::I16($body)),
+            ($crate::ir::Tensor::I32($x), $crate::ir::Tensor::I32($y)) => Some($crate::ir::Tensor::I32($body)),
+            ($crate::ir::Tensor::I64($x), $crate::ir::Tensor::I64($y)) => Some($crate::ir::Tensor::I64($body)),
+            ($crate::ir::Tensor::U8($x), $crate::ir::Tensor::U8($y)) => Some($crate::ir::Tensor::U8($body)),
+            ($crate::ir::Tensor::U16($x), $crate::ir::Tensor::U16($y)) => Some($crate::ir::Tensor::U16($body)),
+            ($crate::ir::Tensor::U32($x), $crate::ir::Tensor::U32($y)) => Some($crate::ir::Tensor::U32($body)),
+            ($crate::ir::Tensor::U64($x), $crate::ir::Tensor::U64($y)) => Some($crate::ir::Tensor::U64($body)),
             _ => None,
         }
     };
@@ -162,17 +114,11 @@ macro_rules! int_tensor {
 
 /// Applies a float function to a float tensor: f32/f64 natively, f16/bf16 through f32.
 /// `None` when the tensor is not floating point.
-pub fn map_float(
-    x: &Tensor,
-    f32fn: impl Fn(f32) -> f32,
-    f64fn: impl Fn(f64) -> f64,
-) -> Option<Tensor> {
+pub fn map_float(x: &Tensor, f32fn: impl Fn(f32) -> f32, f64fn: impl Fn(f64) -> f64) -> Option<Tensor> {
     match x {
         Tensor::F32(a) => Some(Tensor::F32(a.mapv(f32fn))),
         Tensor::F64(a) => Some(Tensor::F64(a.mapv(f64fn))),
-        Tensor::F16(_) | Tensor::BF16(_) => {
-            Some(Tensor::F32(x.to_f32().mapv(f32fn)).cast(x.dtype()))
-        }
+        Tensor::F16(_) | Tensor::BF16(_) => Some(Tensor::F32(x.to_f32().mapv(f32fn)).cast(x.dtype())),
         _ => None,
     }
 }
@@ -285,19 +231,12 @@ impl BinaryKind {
 /// `a ∘ b` with numpy broadcasting; both operands must have the same element type.
 pub fn binary(kind: BinaryKind, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
     if a.dtype() != b.dtype() {
-        crate::op_bail!(
-            "operands have different element types {} and {}",
-            a.dtype(),
-            b.dtype()
-        );
+        crate::op_bail!("operands have different element types {} and {}", a.dtype(), b.dtype());
     }
     if let Some(t) = zip_float(a, b, |x, y| kind.float(x, y), |x, y| kind.float(x, y))? {
         return Ok(t);
     }
-    if kind.divides()
-        && a.dtype().is_int()
-        && crate::with_tensor!(b, y => y.iter().any(|v| v.to_i64() == 0))
-    {
+    if kind.divides() && a.dtype().is_int() && crate::with_tensor!(b, y => y.iter().any(|v| v.to_i64() == 0)) {
         crate::op_bail!("integer division by zero");
     }
     let out = same_int_tensors!(a, b, |x, y| zip_broadcast(x, y, |p, q| kind.int(p, q))?);
@@ -307,9 +246,7 @@ pub fn binary(kind: BinaryKind, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
 /// Folds `kind` over several operands with multidirectional broadcasting (`Sum`, `Max`,
 /// `Min`); half-precision inputs are accumulated in f32 and rounded once.
 pub fn variadic(kind: BinaryKind, inputs: &[&Tensor]) -> OpResult<Tensor> {
-    let (head, rest) = inputs
-        .split_first()
-        .ok_or_else(|| OpError("at least one input is required".into()))?;
+    let (head, rest) = inputs.split_first().ok_or_else(|| OpError("at least one input is required".into()))?;
     let dtype = head.dtype();
     let widen = matches!(dtype, DType::F16 | DType::BF16);
     let lift = |t: &Tensor| {
@@ -322,11 +259,7 @@ pub fn variadic(kind: BinaryKind, inputs: &[&Tensor]) -> OpResult<Tensor> {
     let mut acc = lift(head);
     for t in rest {
         if t.dtype() != dtype {
-            crate::op_bail!(
-                "operands have different element types {} and {}",
-                dtype,
-                t.dtype()
-            );
+            crate::op_bail!("operands have different element types {} and {}", dtype, t.dtype());
         }
         acc = binary(kind, &acc, &lift(t))?;
     }
@@ -335,17 +268,11 @@ pub fn variadic(kind: BinaryKind, inputs: &[&Tensor]) -> OpResult<Tensor> {
 
 /// Arithmetic mean of several float operands with broadcasting.
 pub fn mean(inputs: &[&Tensor]) -> OpResult<Tensor> {
-    let dtype = inputs
-        .first()
-        .map(|t| t.dtype())
-        .ok_or_else(|| OpError("at least one input is required".into()))?;
+    let dtype = inputs.first().map(|t| t.dtype()).ok_or_else(|| OpError("at least one input is required".into()))?;
     let sum = variadic(BinaryKind::Add, inputs)?;
     let n = inputs.len();
-    map_float(&sum, |x| x / n as f32, |x| x / n as f64).ok_or_else(|| {
-        OpError(format!(
-            "element type {dtype} is not supported (floating point only)"
-        ))
-    })
+    map_float(&sum, |x| x / n as f32, |x| x / n as f64)
+        .ok_or_else(|| OpError(format!("element type {dtype} is not supported (floating point only)")))
 }
 
 /// Integer `b^e`, exact with wrap-around. Negative exponents give the truncated reciprocal
@@ -397,34 +324,23 @@ pub fn pow(base: &Tensor, exp: &Tensor) -> OpResult<Tensor> {
             Ok(Tensor::F64(zip_broadcast(b, &e, f64::powf)?))
         }
         Tensor::F16(_) | Tensor::BF16(_) => {
-            Ok(
-                Tensor::F32(zip_broadcast(&base.to_f32(), &exp.to_f32(), f32::powf)?)
-                    .cast(base.dtype()),
-            )
+            Ok(Tensor::F32(zip_broadcast(&base.to_f32(), &exp.to_f32(), f32::powf)?).cast(base.dtype()))
         }
         _ if exp.dtype().is_float() => {
             let e = match exp.cast(DType::F64) {
                 Tensor::F64(e) => e,
                 _ => unreachable!("cast to F64 yields F64"),
             };
-            int_tensor!(base, |b| zip_broadcast(b, &e, int_pow_float)?).ok_or_else(|| {
-                OpError(format!(
-                    "base element type {} is not supported",
-                    base.dtype()
-                ))
-            })
+            int_tensor!(base, |b| zip_broadcast(b, &e, int_pow_float)?)
+                .ok_or_else(|| OpError(format!("base element type {} is not supported", base.dtype())))
         }
         _ => {
             let e = match exp.cast(DType::I64) {
                 Tensor::I64(e) => e,
                 _ => unreachable!("cast to I64 yields I64"),
             };
-            int_tensor!(base, |b| zip_broadcast(b, &e, int_pow)?).ok_or_else(|| {
-                OpError(format!(
-                    "base element type {} is not supported",
-                    base.dtype()
-                ))
-            })
+            int_tensor!(base, |b| zip_broadcast(b, &e, int_pow)?)
+                .ok_or_else(|| OpError(format!("base element type {} is not supported", base.dtype())))
         }
     }
 }
@@ -543,8 +459,7 @@ pub fn unary(kind: UnaryKind, x: &Tensor) -> OpResult<Tensor> {
     if let Some(t) = map_float(x, |v| kind.float(v), |v| kind.float(v)) {
         return Ok(t);
     }
-    let ok =
-        kind.accepts_int() && x.dtype().is_int() && (x.dtype().is_signed() || !kind.needs_signed());
+    let ok = kind.accepts_int() && x.dtype().is_int() && (x.dtype().is_signed() || !kind.needs_signed());
     if !ok {
         crate::op_bail!("element type {} is not supported", x.dtype());
     }
@@ -610,11 +525,7 @@ pub fn compare(kind: CompareKind, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
         a,
         b,
         |x, y| Ok(Tensor::Bool(zip_broadcast(x, y, |p, q| kind.test(p, q))?)),
-        Err(OpError(format!(
-            "operands have different element types {} and {}",
-            a.dtype(),
-            b.dtype()
-        )))
+        Err(OpError(format!("operands have different element types {} and {}", a.dtype(), b.dtype())))
     )
 }
 
@@ -639,22 +550,12 @@ pub fn logic(kind: LogicKind, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
 
 /// `Where`: `cond ? x : y` with three-way broadcasting; `x` and `y` share one type.
 pub fn where_select(cond: &Tensor, x: &Tensor, y: &Tensor) -> OpResult<Tensor> {
-    let c = cond
-        .as_bool()
-        .ok_or_else(|| OpError(format!("condition must be bool, got {}", cond.dtype())))?;
+    let c = cond.as_bool().ok_or_else(|| OpError(format!("condition must be bool, got {}", cond.dtype())))?;
     same_tensors!(
         x,
         y,
-        |p, q| Ok(Elem::wrap(zip3_broadcast(c, p, q, |k, u, v| if k {
-            u
-        } else {
-            v
-        })?)),
-        Err(OpError(format!(
-            "X and Y have different element types {} and {}",
-            x.dtype(),
-            y.dtype()
-        )))
+        |p, q| Ok(Elem::wrap(zip3_broadcast(c, p, q, |k, u, v| if k { u } else { v })?)),
+        Err(OpError(format!("X and Y have different element types {} and {}", x.dtype(), y.dtype())))
     )
 }
 
@@ -687,28 +588,16 @@ impl BitKind {
 /// `a <op> b` bitwise with broadcasting; integers of one type (bool for And/Or/Xor is logic).
 pub fn bitwise(kind: BitKind, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
     if a.dtype() != b.dtype() {
-        crate::op_bail!(
-            "operands have different element types {} and {}",
-            a.dtype(),
-            b.dtype()
-        );
+        crate::op_bail!("operands have different element types {} and {}", a.dtype(), b.dtype());
     }
-    same_int_tensors!(a, b, |x, y| zip_broadcast(x, y, |p, q| kind.int(p, q))?).ok_or_else(|| {
-        OpError(format!(
-            "element type {} is not supported (integer types only)",
-            a.dtype()
-        ))
-    })
+    same_int_tensors!(a, b, |x, y| zip_broadcast(x, y, |p, q| kind.int(p, q))?)
+        .ok_or_else(|| OpError(format!("element type {} is not supported (integer types only)", a.dtype())))
 }
 
 /// Bitwise complement of an integer tensor (`BitwiseNot`).
 pub fn bitwise_not(x: &Tensor) -> OpResult<Tensor> {
-    int_tensor!(x, |a| a.mapv(|v| !v)).ok_or_else(|| {
-        OpError(format!(
-            "element type {} is not supported (integer types only)",
-            x.dtype()
-        ))
-    })
+    int_tensor!(x, |a| a.mapv(|v| !v))
+        .ok_or_else(|| OpError(format!("element type {} is not supported (integer types only)", x.dtype())))
 }
 
 #[cfg(test)]
@@ -741,53 +630,23 @@ mod tests {
     fn integer_division_and_mod_match_onnxruntime() {
         let a = i64s(&[4], &[-7, 7, -7, 7]);
         let b = i64s(&[4], &[2, -2, -2, 2]);
-        assert_eq!(
-            binary(BinaryKind::Div, &a, &b).unwrap().to_i64_vec(),
-            vec![-3, -3, 3, 3]
-        );
-        assert_eq!(
-            binary(BinaryKind::Mod { fmod: false }, &a, &b)
-                .unwrap()
-                .to_i64_vec(),
-            vec![1, -1, -1, 1]
-        );
-        assert_eq!(
-            binary(BinaryKind::Mod { fmod: true }, &a, &b)
-                .unwrap()
-                .to_i64_vec(),
-            vec![-1, 1, -1, 1]
-        );
+        assert_eq!(binary(BinaryKind::Div, &a, &b).unwrap().to_i64_vec(), vec![-3, -3, 3, 3]);
+        assert_eq!(binary(BinaryKind::Mod { fmod: false }, &a, &b).unwrap().to_i64_vec(), vec![1, -1, -1, 1]);
+        assert_eq!(binary(BinaryKind::Mod { fmod: true }, &a, &b).unwrap().to_i64_vec(), vec![-1, 1, -1, 1]);
         let zero = i64s(&[1], &[0]);
-        assert!(binary(BinaryKind::Div, &a, &zero)
-            .unwrap_err()
-            .0
-            .contains("division by zero"));
+        assert!(binary(BinaryKind::Div, &a, &zero).unwrap_err().0.contains("division by zero"));
         let min = i64s(&[1], &[i64::MIN]);
-        assert_eq!(
-            binary(BinaryKind::Div, &min, &i64s(&[1], &[-1]))
-                .unwrap()
-                .to_i64_vec(),
-            vec![i64::MIN]
-        );
-        assert_eq!(
-            binary(BinaryKind::Mod { fmod: false }, &min, &i64s(&[1], &[-1]))
-                .unwrap()
-                .to_i64_vec(),
-            vec![0]
-        );
+        assert_eq!(binary(BinaryKind::Div, &min, &i64s(&[1], &[-1])).unwrap().to_i64_vec(), vec![i64::MIN]);
+        assert_eq!(binary(BinaryKind::Mod { fmod: false }, &min, &i64s(&[1], &[-1])).unwrap().to_i64_vec(), vec![0]);
     }
 
     #[test]
     fn float_mod_and_nan_propagation() {
         let a = f32s(&[3], &[-2.5, 2.5, f32::NAN]);
         let b = f32s(&[3], &[-2.0, -2.0, 0.0]);
-        let r = binary(BinaryKind::Mod { fmod: true }, &a, &b)
-            .unwrap()
-            .to_f64_vec();
+        let r = binary(BinaryKind::Mod { fmod: true }, &a, &b).unwrap().to_f64_vec();
         assert_eq!(&r[..2], &[-0.5, 0.5]);
-        let r = binary(BinaryKind::Mod { fmod: false }, &a, &b)
-            .unwrap()
-            .to_f64_vec();
+        let r = binary(BinaryKind::Mod { fmod: false }, &a, &b).unwrap().to_f64_vec();
         assert_eq!(&r[..2], &[-0.5, -1.5]);
         let m = binary(BinaryKind::Max, &a, &b).unwrap().to_f64_vec();
         assert_eq!(&m[..2], &[-2.0, 2.5]);
@@ -821,18 +680,9 @@ mod tests {
         assert_eq!(&s[..6], &[-1.0, -1.0, -1.0, 1.0, 1.0, 1.0]);
         assert!(s[6].is_nan());
         let i = Tensor::I8(ndarray::arr1(&[-128i8, 5, 0]).into_dyn());
-        assert_eq!(
-            unary(UnaryKind::Neg, &i).unwrap().to_i64_vec(),
-            vec![-128, -5, 0]
-        );
-        assert_eq!(
-            unary(UnaryKind::Abs, &i).unwrap().to_i64_vec(),
-            vec![-128, 5, 0]
-        );
-        assert_eq!(
-            unary(UnaryKind::Sign, &i).unwrap().to_i64_vec(),
-            vec![-1, 1, 0]
-        );
+        assert_eq!(unary(UnaryKind::Neg, &i).unwrap().to_i64_vec(), vec![-128, -5, 0]);
+        assert_eq!(unary(UnaryKind::Abs, &i).unwrap().to_i64_vec(), vec![-128, 5, 0]);
+        assert_eq!(unary(UnaryKind::Sign, &i).unwrap().to_i64_vec(), vec![-1, 1, 0]);
         assert!(unary(UnaryKind::Sqrt, &i).is_err());
         let u = Tensor::U8(ndarray::arr1(&[3u8]).into_dyn());
         assert!(unary(UnaryKind::Neg, &u).is_err());
@@ -854,40 +704,18 @@ mod tests {
         assert_eq!(m.to_f64_vec(), vec![5.5, 10.5, 6.0, 11.0]);
         assert!(mean(&[&i64s(&[1], &[1])]).is_err());
         let h = a.cast(DType::F16);
-        assert_eq!(
-            variadic(BinaryKind::Max, &[&h, &b.cast(DType::F16)])
-                .unwrap()
-                .dtype(),
-            DType::F16
-        );
+        assert_eq!(variadic(BinaryKind::Max, &[&h, &b.cast(DType::F16)]).unwrap().dtype(), DType::F16);
     }
 
     #[test]
     fn bit_operations() {
         let a = Tensor::U8(ndarray::arr1(&[0b1100u8, 1, 255]).into_dyn());
         let b = Tensor::U8(ndarray::arr1(&[0b1010u8, 9, 1]).into_dyn());
-        assert_eq!(
-            bitwise(BitKind::And, &a, &b).unwrap().to_i64_vec(),
-            vec![0b1000, 1, 1]
-        );
-        assert_eq!(
-            bitwise(BitKind::Xor, &a, &b).unwrap().to_i64_vec(),
-            vec![0b0110, 8, 254]
-        );
-        assert_eq!(
-            bitwise(BitKind::ShiftLeft, &a, &b).unwrap().to_i64_vec(),
-            vec![0, 0, 254]
-        );
-        assert_eq!(
-            bitwise(BitKind::ShiftRight, &a, &b).unwrap().to_i64_vec(),
-            vec![0, 0, 127]
-        );
-        assert_eq!(
-            bitwise_not(&Tensor::from_i64s(&[1], vec![5]))
-                .unwrap()
-                .to_i64_vec(),
-            vec![-6]
-        );
+        assert_eq!(bitwise(BitKind::And, &a, &b).unwrap().to_i64_vec(), vec![0b1000, 1, 1]);
+        assert_eq!(bitwise(BitKind::Xor, &a, &b).unwrap().to_i64_vec(), vec![0b0110, 8, 254]);
+        assert_eq!(bitwise(BitKind::ShiftLeft, &a, &b).unwrap().to_i64_vec(), vec![0, 0, 254]);
+        assert_eq!(bitwise(BitKind::ShiftRight, &a, &b).unwrap().to_i64_vec(), vec![0, 0, 127]);
+        assert_eq!(bitwise_not(&Tensor::from_i64s(&[1], vec![5])).unwrap().to_i64_vec(), vec![-6]);
         assert!(bitwise(BitKind::Or, &f32s(&[1], &[1.0]), &f32s(&[1], &[1.0])).is_err());
     }
 
@@ -895,23 +723,12 @@ mod tests {
     fn compare_logic_where() {
         let a = f32s(&[3], &[1.0, f32::NAN, 3.0]);
         let b = f32s(&[], &[1.0]);
-        assert_eq!(
-            compare(CompareKind::Equal, &a, &b).unwrap().to_i64_vec(),
-            vec![1, 0, 0]
-        );
-        assert_eq!(
-            compare(CompareKind::GreaterOrEqual, &a, &b)
-                .unwrap()
-                .to_i64_vec(),
-            vec![1, 0, 1]
-        );
+        assert_eq!(compare(CompareKind::Equal, &a, &b).unwrap().to_i64_vec(), vec![1, 0, 0]);
+        assert_eq!(compare(CompareKind::GreaterOrEqual, &a, &b).unwrap().to_i64_vec(), vec![1, 0, 1]);
         assert!(compare(CompareKind::Less, &a, &i64s(&[], &[1])).is_err());
         let t = Tensor::Bool(ndarray::arr1(&[true, false]).into_dyn());
         let f = Tensor::Bool(ndarray::arr2(&[[false], [true]]).into_dyn());
-        assert_eq!(
-            logic(LogicKind::Xor, &t, &f).unwrap().to_i64_vec(),
-            vec![1, 0, 0, 1]
-        );
+        assert_eq!(logic(LogicKind::Xor, &t, &f).unwrap().to_i64_vec(), vec![1, 0, 0, 1]);
         let r = where_select(&t, &i64s(&[2, 1], &[1, 2]), &i64s(&[], &[-1])).unwrap();
         assert_eq!(r.shape(), &[2, 2]);
         assert_eq!(r.to_i64_vec(), vec![1, -1, 2, -1]);

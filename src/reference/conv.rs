@@ -115,7 +115,16 @@ impl Geom3 {
 ///
 /// `x` is `[n, c, input...]`, `w` is `[k, c / group, kernel...]`, `bias` has `k` values; the
 /// result is `[n, k, output...]`, row-major.
-pub fn conv(x: &[f32], n: usize, c: usize, w: &[f32], k: usize, bias: Option<&[f32]>, g: &Geom3, group: usize) -> OpResult<Vec<f32>> {
+pub fn conv(
+    x: &[f32],
+    n: usize,
+    c: usize,
+    w: &[f32],
+    k: usize,
+    bias: Option<&[f32]>,
+    g: &Geom3,
+    group: usize,
+) -> OpResult<Vec<f32>> {
     if group == 0 || c % group != 0 || k % group != 0 {
         return Err(OpError(format!("{c} input and {k} output channels do not divide into {group} groups")));
     }
@@ -293,7 +302,16 @@ fn depthwise(x: &[f32], n: usize, c: usize, w: &[f32], kg: usize, g: &Geom3, y: 
 /// `x` is `[n, c, input...]`, `w` is `[c, k / group, kernel...]`, `bias` has `k` values. The
 /// geometry is read the transposed way: `g.input` is the ConvTranspose input, `g.output` its
 /// output, and output position `i * stride + tap * dilation - pad_begin` receives input `i`.
-pub fn conv_transpose(x: &[f32], n: usize, c: usize, w: &[f32], k: usize, bias: Option<&[f32]>, g: &Geom3, group: usize) -> OpResult<Vec<f32>> {
+pub fn conv_transpose(
+    x: &[f32],
+    n: usize,
+    c: usize,
+    w: &[f32],
+    k: usize,
+    bias: Option<&[f32]>,
+    g: &Geom3,
+    group: usize,
+) -> OpResult<Vec<f32>> {
     if group == 0 || c % group != 0 || k % group != 0 {
         return Err(OpError(format!("{c} input and {k} output channels do not divide into {group} groups")));
     }
@@ -320,7 +338,8 @@ pub fn conv_transpose(x: &[f32], n: usize, c: usize, w: &[f32], k: usize, bias: 
     let [od_, oh_, ow_] = g.output;
     for img in 0..n {
         for gi in 0..group {
-            let xg = MatRef::row_major(&x[(img * c + gi * cg) * in_len..(img * c + (gi + 1) * cg) * in_len], cg, in_len);
+            let xg =
+                MatRef::row_major(&x[(img * c + gi * cg) * in_len..(img * c + (gi + 1) * cg) * in_len], cg, in_len);
             let wg = MatRef::row_major(&w[gi * cg * rows..(gi + 1) * cg * rows], cg, rows);
             sgemm(1.0, wg.t(), xg, 0.0, &mut cols);
             // col2im: scatter-add every (channel, tap) row into the output planes.
@@ -337,14 +356,16 @@ pub fn conv_transpose(x: &[f32], n: usize, c: usize, w: &[f32], k: usize, bias: 
                                     continue;
                                 }
                                 for i_h in 0..ih_ {
-                                    let o_h = (i_h * g.strides[1] + kh * g.dilations[1]) as isize - g.pad_begin[1] as isize;
+                                    let o_h =
+                                        (i_h * g.strides[1] + kh * g.dilations[1]) as isize - g.pad_begin[1] as isize;
                                     if o_h < 0 || o_h >= oh_ as isize {
                                         continue;
                                     }
                                     let srow = &src[(i_d * ih_ + i_h) * iw_..(i_d * ih_ + i_h + 1) * iw_];
                                     let obase = (o_d as usize * oh_ + o_h as usize) * ow_;
                                     for (i_w, &v) in srow.iter().enumerate() {
-                                        let o_w = (i_w * g.strides[2] + kw * g.dilations[2]) as isize - g.pad_begin[2] as isize;
+                                        let o_w = (i_w * g.strides[2] + kw * g.dilations[2]) as isize
+                                            - g.pad_begin[2] as isize;
                                         if o_w >= 0 && o_w < ow_ as isize {
                                             out[obase + o_w as usize] += v;
                                         }
@@ -383,7 +404,8 @@ mod tests {
                                 let y_ = (p * g.strides[1] + r * g.dilations[1]) as isize - g.pad_begin[1] as isize;
                                 let x_ = (q * g.strides[2] + s * g.dilations[2]) as isize - g.pad_begin[2] as isize;
                                 if y_ >= 0 && x_ >= 0 && (y_ as usize) < ih && (x_ as usize) < iw {
-                                    acc += x[((gi * cg + ci) * ih + y_ as usize) * iw + x_ as usize] * w[((o * cg + ci) * kh + r) * kw + s];
+                                    acc += x[((gi * cg + ci) * ih + y_ as usize) * iw + x_ as usize]
+                                        * w[((o * cg + ci) * kh + r) * kw + s];
                                 }
                             }
                         }
@@ -402,7 +424,9 @@ mod tests {
 
     #[test]
     fn im2col_gemm_matches_definition() {
-        for &(c, k, group, s, d, p) in &[(4, 6, 1, 1, 1, 1), (4, 6, 2, 2, 1, 0), (3, 5, 1, 2, 2, 2), (4, 4, 4, 1, 1, 1), (4, 8, 4, 2, 1, 1)] {
+        for &(c, k, group, s, d, p) in
+            &[(4, 6, 1, 1, 1, 1), (4, 6, 2, 2, 1, 0), (3, 5, 1, 2, 2, 2), (4, 4, 4, 1, 1, 1), (4, 8, 4, 2, 1, 1)]
+        {
             let g = geom([7, 6], [3, 3], s, d, p);
             let x: Vec<f32> = (0..c * 42).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1).collect();
             let w: Vec<f32> = (0..k * (c / group) * 9).map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1).collect();

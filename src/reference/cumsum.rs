@@ -7,12 +7,7 @@ use ndarray::{ArrayD, Axis};
 
 /// Cumulative sum of every lane along `axis`. `exclusive` leaves the current element out of
 /// its own sum (the first output of a lane is 0); `reverse` sums from the end of the lane.
-pub fn cumsum<T: Reducible>(
-    a: &ArrayD<T>,
-    axis: usize,
-    exclusive: bool,
-    reverse: bool,
-) -> ArrayD<T> {
+pub fn cumsum<T: Reducible>(a: &ArrayD<T>, axis: usize, exclusive: bool, reverse: bool) -> ArrayD<T> {
     let mut out = a.to_owned();
     for mut lane in out.lanes_mut(Axis(axis)) {
         let n = lane.len();

@@ -24,8 +24,7 @@ struct Labeled<T> {
 
 fn reshaped<T: Reducible>(a: &ArrayD<T>, shape: &[usize]) -> OpResult<ArrayD<T>> {
     let data: Vec<T> = a.iter().copied().collect();
-    ArrayD::from_shape_vec(IxDyn(shape), data)
-        .map_err(|e| OpError(format!("internal shape error: {e}")))
+    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError(format!("internal shape error: {e}")))
 }
 
 /// Collapses repeated labels to their diagonal: `a[i, i, j]` with labels `[x, x, y]` becomes
@@ -39,24 +38,11 @@ fn diagonal<T: Reducible>(a: &ArrayD<T>, labels: &[usize]) -> Labeled<T> {
         }
     }
     if uniq.len() == labels.len() {
-        return Labeled {
-            data: a.to_owned(),
-            labels: uniq,
-        };
+        return Labeled { data: a.to_owned(), labels: uniq };
     }
-    let pos: Vec<usize> = labels
-        .iter()
-        .map(|l| uniq.iter().position(|u| u == l).expect("label is in uniq"))
-        .collect();
-    let dims: Vec<usize> = uniq
-        .iter()
-        .map(|u| {
-            a.shape()[labels
-                .iter()
-                .position(|l| l == u)
-                .expect("label is in labels")]
-        })
-        .collect();
+    let pos: Vec<usize> = labels.iter().map(|l| uniq.iter().position(|u| u == l).expect("label is in uniq")).collect();
+    let dims: Vec<usize> =
+        uniq.iter().map(|u| a.shape()[labels.iter().position(|l| l == u).expect("label is in labels")]).collect();
     let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
         let src: Vec<usize> = pos.iter().map(|&p| idx[p]).collect();
         a[IxDyn(&src)]
@@ -68,9 +54,7 @@ fn diagonal<T: Reducible>(a: &ArrayD<T>, labels: &[usize]) -> Labeled<T> {
 fn sum_out<T: Reducible>(mut op: Labeled<T>, keep: impl Fn(usize) -> bool) -> Labeled<T> {
     for k in (0..op.labels.len()).rev() {
         if !keep(op.labels[k]) {
-            op.data = op
-                .data
-                .fold_axis(Axis(k), T::default(), |acc, &v| acc.add(v));
+            op.data = op.data.fold_axis(Axis(k), T::default(), |acc, &v| acc.add(v));
             op.labels.remove(k);
         }
     }
@@ -79,15 +63,8 @@ fn sum_out<T: Reducible>(mut op: Labeled<T>, keep: impl Fn(usize) -> bool) -> La
 
 /// Permutes `op` so its labels come in the order `order` (a permutation of its labels).
 fn permute_to<T: Reducible>(op: &Labeled<T>, order: &[usize]) -> ArrayD<T> {
-    let perm: Vec<usize> = order
-        .iter()
-        .map(|l| {
-            op.labels
-                .iter()
-                .position(|x| x == l)
-                .expect("order lists op's labels")
-        })
-        .collect();
+    let perm: Vec<usize> =
+        order.iter().map(|l| op.labels.iter().position(|x| x == l).expect("order lists op's labels")).collect();
     transpose(&op.data, &perm)
 }
 
@@ -101,59 +78,21 @@ fn contract<T: Reducible>(
 ) -> OpResult<Labeled<T>> {
     let a = sum_out(a, |l| needed(l) || b.labels.contains(&l));
     let b = sum_out(b, |l| needed(l) || a.labels.contains(&l));
-    let shared: Vec<usize> = a
-        .labels
-        .iter()
-        .copied()
-        .filter(|l| b.labels.contains(l))
-        .collect();
+    let shared: Vec<usize> = a.labels.iter().copied().filter(|l| b.labels.contains(l)).collect();
     let batch: Vec<usize> = shared.iter().copied().filter(|&l| needed(l)).collect();
     let contracted: Vec<usize> = shared.iter().copied().filter(|&l| !needed(l)).collect();
-    let a_free: Vec<usize> = a
-        .labels
-        .iter()
-        .copied()
-        .filter(|l| !shared.contains(l))
-        .collect();
-    let b_free: Vec<usize> = b
-        .labels
-        .iter()
-        .copied()
-        .filter(|l| !shared.contains(l))
-        .collect();
+    let a_free: Vec<usize> = a.labels.iter().copied().filter(|l| !shared.contains(l)).collect();
+    let b_free: Vec<usize> = b.labels.iter().copied().filter(|l| !shared.contains(l)).collect();
     let size = |ls: &[usize]| ls.iter().map(|&l| dims[l]).product::<usize>();
-    let (bt, m, k, n) = (
-        size(&batch),
-        size(&a_free),
-        size(&contracted),
-        size(&b_free),
-    );
-    let a_order: Vec<usize> = batch
-        .iter()
-        .chain(&a_free)
-        .chain(&contracted)
-        .copied()
-        .collect();
-    let b_order: Vec<usize> = batch
-        .iter()
-        .chain(&contracted)
-        .chain(&b_free)
-        .copied()
-        .collect();
+    let (bt, m, k, n) = (size(&batch), size(&a_free), size(&contracted), size(&b_free));
+    let a_order: Vec<usize> = batch.iter().chain(&a_free).chain(&contracted).copied().collect();
+    let b_order: Vec<usize> = batch.iter().chain(&contracted).chain(&b_free).copied().collect();
     let am = reshaped(&permute_to(&a, &a_order), &[bt, m, k])?;
     let bm = reshaped(&permute_to(&b, &b_order), &[bt, k, n])?;
     let prod = bmm(&am, &bm)?;
-    let labels: Vec<usize> = batch
-        .iter()
-        .chain(&a_free)
-        .chain(&b_free)
-        .copied()
-        .collect();
+    let labels: Vec<usize> = batch.iter().chain(&a_free).chain(&b_free).copied().collect();
     let shape: Vec<usize> = labels.iter().map(|&l| dims[l]).collect();
-    Ok(Labeled {
-        data: reshaped(&prod, &shape)?,
-        labels,
-    })
+    Ok(Labeled { data: reshaped(&prod, &shape)?, labels })
 }
 
 /// Einstein summation. `operands[i]` has one label per axis (labels may repeat: diagonal);
@@ -171,25 +110,18 @@ pub fn einsum<T: Reducible>(
         let full: Vec<usize> = op.labels.iter().map(|&l| dims[l]).collect();
         if op.data.shape() != full.as_slice() {
             let b = op.data.broadcast(IxDyn(&full)).ok_or_else(|| {
-                OpError(format!(
-                    "Einsum: operand of shape {:?} cannot be broadcast to {full:?}",
-                    op.data.shape()
-                ))
+                OpError(format!("Einsum: operand of shape {:?} cannot be broadcast to {full:?}", op.data.shape()))
             })?;
             op.data = b.as_standard_layout().into_owned();
         }
         ops.push(op);
     }
     let mut rest = ops.into_iter();
-    let mut acc = rest
-        .next()
-        .ok_or_else(|| OpError("Einsum needs at least one operand".into()))?;
+    let mut acc = rest.next().ok_or_else(|| OpError("Einsum needs at least one operand".into()))?;
     let later: Vec<Labeled<T>> = rest.collect();
     let later_labels: Vec<Vec<usize>> = later.iter().map(|o| o.labels.clone()).collect();
     for (i, b) in later.into_iter().enumerate() {
-        let needed = |l: usize| {
-            output.contains(&l) || later_labels[i + 1..].iter().any(|ls| ls.contains(&l))
-        };
+        let needed = |l: usize| output.contains(&l) || later_labels[i + 1..].iter().any(|ls| ls.contains(&l));
         acc = contract(acc, b, needed, dims, bmm)?;
     }
     let acc = sum_out(acc, |l| output.contains(&l));
@@ -215,18 +147,9 @@ mod tests {
         let tr = einsum(&[(&a, vec![0, 0])], &[], &[2], bmm_f32).unwrap();
         assert_eq!(tr.iter().copied().collect::<Vec<_>>(), vec![5.0]);
         let b = arr(&[2, 3], (0..6).map(|v| v as f32).collect());
-        let y = einsum(
-            &[(&a, vec![0, 1]), (&b, vec![1, 2])],
-            &[2, 0],
-            &[2, 2, 3],
-            bmm_f32,
-        )
-        .unwrap();
+        let y = einsum(&[(&a, vec![0, 1]), (&b, vec![1, 2])], &[2, 0], &[2, 2, 3], bmm_f32).unwrap();
         // numpy: (a @ b).T
         assert_eq!(y.shape(), &[3, 2]);
-        assert_eq!(
-            y.iter().copied().collect::<Vec<_>>(),
-            vec![6.0, 12.0, 9.0, 19.0, 12.0, 26.0]
-        );
+        assert_eq!(y.iter().copied().collect::<Vec<_>>(), vec![6.0, 12.0, 9.0, 19.0, 12.0, 26.0]);
     }
 }

@@ -69,26 +69,19 @@ macro_rules! with_dtype {
 /// Copies a (possibly strided) view into a standard-layout array of the given shape.
 fn collect_into<T: Elem>(v: ArrayViewD<'_, T>, shape: &[usize]) -> OpResult<ArrayD<T>> {
     let data: Vec<T> = v.iter().copied().collect();
-    ArrayD::from_shape_vec(IxDyn(shape), data)
-        .map_err(|e| OpError(format!("internal shape error: {e}")))
+    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError(format!("internal shape error: {e}")))
 }
 
 /// Permutes axes (`perm` is a validated permutation).
 pub fn transpose<T: Elem>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
-    a.view()
-        .permuted_axes(IxDyn(perm))
-        .as_standard_layout()
-        .into_owned()
+    a.view().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned()
 }
 
 /// Broadcasts `a` to `shape` (numpy rules; `shape` is the already-broadcast output shape).
 pub fn expand<T: Elem>(a: &ArrayD<T>, shape: &[usize]) -> OpResult<ArrayD<T>> {
-    let v = a.broadcast(IxDyn(shape)).ok_or_else(|| {
-        OpError(format!(
-            "shape {:?} cannot be broadcast to {shape:?}",
-            a.shape()
-        ))
-    })?;
+    let v = a
+        .broadcast(IxDyn(shape))
+        .ok_or_else(|| OpError(format!("shape {:?} cannot be broadcast to {shape:?}", a.shape())))?;
     collect_into(v, shape)
 }
 
@@ -105,8 +98,7 @@ pub fn tile<T: Elem>(a: &ArrayD<T>, reps: &[usize]) -> ArrayD<T> {
 /// Concatenates arrays of equal rank along `axis` (other dims already checked equal).
 pub fn concat<T: Elem>(arrays: &[&ArrayD<T>], axis: usize) -> OpResult<ArrayD<T>> {
     let views: Vec<ArrayViewD<'_, T>> = arrays.iter().map(|a| a.view()).collect();
-    ndarray::concatenate(Axis(axis), &views)
-        .map_err(|e| OpError(format!("cannot concatenate: {e}")))
+    ndarray::concatenate(Axis(axis), &views).map_err(|e| OpError(format!("cannot concatenate: {e}")))
 }
 
 /// Splits `a` along `axis` into consecutive chunks of the given sizes (summing to the dim).
@@ -115,9 +107,7 @@ pub fn split<T: Elem>(a: &ArrayD<T>, axis: usize, sizes: &[usize]) -> Vec<ArrayD
     sizes
         .iter()
         .map(|&n| {
-            let part = a
-                .slice_axis(Axis(axis), Slice::from(start..start + n))
-                .to_owned();
+            let part = a.slice_axis(Axis(axis), Slice::from(start..start + n)).to_owned();
             start += n;
             part
         })
@@ -144,11 +134,7 @@ pub fn slice<T: Elem>(a: &ArrayD<T>, axes: &[AxisSlice]) -> ArrayD<T> {
             // A single element needs no stride (and huge strides would overflow ndarray's).
             let step = if s.len == 1 { 1 } else { s.step };
             let last = s.first as i64 + step * (s.len as i64 - 1);
-            let (lo, hi) = if step > 0 {
-                (s.first as i64, last)
-            } else {
-                (last, s.first as i64)
-            };
+            let (lo, hi) = if step > 0 { (s.first as i64, last) } else { (last, s.first as i64) };
             Slice::new(lo as isize, Some(hi as isize + 1), step as isize)
         };
         v.slice_axis_inplace(Axis(axis), slice);
@@ -157,12 +143,7 @@ pub fn slice<T: Elem>(a: &ArrayD<T>, axes: &[AxisSlice]) -> ArrayD<T> {
 }
 
 /// `numpy.take(a, indices, axis)`: indices are normalised to `[0, dim)` and shaped `idx_shape`.
-pub fn gather<T: Elem>(
-    a: &ArrayD<T>,
-    axis: usize,
-    indices: &[usize],
-    idx_shape: &[usize],
-) -> OpResult<ArrayD<T>> {
+pub fn gather<T: Elem>(a: &ArrayD<T>, axis: usize, indices: &[usize], idx_shape: &[usize]) -> OpResult<ArrayD<T>> {
     let picked = a.select(Axis(axis), indices);
     let mut out_shape: Vec<usize> = a.shape()[..axis].to_vec();
     out_shape.extend_from_slice(idx_shape);
@@ -214,12 +195,7 @@ fn pad_source(i: i64, n: i64, mode: PadMode) -> Option<i64> {
 /// Pads (positive amounts) and crops (negative amounts) each axis by `(begin, end)`.
 /// Cropping is applied first, then the border is filled from the cropped array, as ONNX
 /// Runtime does.
-pub fn pad<T: Elem>(
-    a: &ArrayD<T>,
-    pads: &[(i64, i64)],
-    mode: PadMode,
-    value: T,
-) -> OpResult<ArrayD<T>> {
+pub fn pad<T: Elem>(a: &ArrayD<T>, pads: &[(i64, i64)], mode: PadMode, value: T) -> OpResult<ArrayD<T>> {
     let mut v = a.view();
     for (axis, &(b, e)) in pads.iter().enumerate() {
         let n = v.shape()[axis] as i64;
@@ -227,9 +203,7 @@ pub fn pad<T: Elem>(
         let lo = b.saturating_neg().max(0);
         let hi = n.saturating_sub(e.saturating_neg().max(0));
         if hi < lo {
-            return Err(OpError(format!(
-                "pads ({b}, {e}) crop more than the {n} elements of axis {axis}"
-            )));
+            return Err(OpError(format!("pads ({b}, {e}) crop more than the {n} elements of axis {axis}")));
         }
         v.slice_axis_inplace(Axis(axis), Slice::from(lo as usize..hi as usize));
     }
@@ -238,9 +212,7 @@ pub fn pad<T: Elem>(
     for (axis, &(b, e)) in pads.iter().enumerate() {
         let n = cropped.shape()[axis];
         if n == 0 && mode != PadMode::Constant && (b > 0 || e > 0) {
-            return Err(OpError(format!(
-                "cannot pad the empty axis {axis} in {mode:?} mode"
-            )));
+            return Err(OpError(format!("cannot pad the empty axis {axis} in {mode:?} mode")));
         }
         // Reflection of more than n-1 elements would repeat the border; ONNX Runtime rejects it.
         let widest = b.max(e).max(0) as usize;
@@ -258,7 +230,12 @@ pub fn pad<T: Elem>(
         out_shape.push(padded);
     }
     // ndarray panics on a shape whose element count overflows isize.
-    if out_shape.iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d)).is_none_or(|n| n > isize::MAX as usize) {
+    if out_shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .is_none_or(|n| n > isize::MAX as usize)
+    {
         return Err(OpError(format!("padded shape {out_shape:?} is too large")));
     }
     let mut src = vec![0usize; pads.len()];
@@ -277,23 +254,22 @@ pub fn pad<T: Elem>(
 /// A 2-D array with ones on the diagonal offset by `k` (above the main one when positive).
 pub fn eye<T: Elem>(rows: usize, cols: usize, k: i64) -> ArrayD<T> {
     let one = T::from_i64(1);
-    ArrayD::from_shape_fn(IxDyn(&[rows, cols]), |idx| {
-        if idx[1] as i64 - idx[0] as i64 == k {
-            one
-        } else {
-            T::default()
-        }
-    })
+    ArrayD::from_shape_fn(
+        IxDyn(&[rows, cols]),
+        |idx| {
+            if idx[1] as i64 - idx[0] as i64 == k {
+                one
+            } else {
+                T::default()
+            }
+        },
+    )
 }
 
 /// `n` copies of the single element of `value`, shaped `shape` (ConstantOfShape).
 pub fn fill(value: &Tensor, shape: &[usize]) -> OpResult<Tensor> {
     fn go<T: Elem>(a: &ArrayD<T>, shape: &[usize]) -> OpResult<Tensor> {
-        let v = a
-            .iter()
-            .next()
-            .copied()
-            .ok_or_else(|| OpError("the fill value has no element".into()))?;
+        let v = a.iter().next().copied().ok_or_else(|| OpError("the fill value has no element".into()))?;
         Ok(T::wrap(ArrayD::from_elem(IxDyn(shape), v)))
     }
     crate::with_tensor!(value, a => go(a, shape))
@@ -306,9 +282,7 @@ pub fn range_len_f64(start: f64, limit: f64, delta: f64) -> OpResult<usize> {
     }
     let n = ((limit - start) / delta).ceil();
     if !n.is_finite() {
-        return Err(OpError(format!(
-            "Range({start}, {limit}, {delta}) has no finite length"
-        )));
+        return Err(OpError(format!("Range({start}, {limit}, {delta}) has no finite length")));
     }
     Ok(n.max(0.0) as usize)
 }
@@ -321,14 +295,8 @@ pub fn range_i64(start: i64, limit: i64, delta: i64) -> OpResult<Vec<i64>> {
     let span = limit as i128 - start as i128;
     let d = delta as i128;
     // ceil(span / d) for either sign of d.
-    let n = if d > 0 {
-        (span + d - 1).div_euclid(d)
-    } else {
-        (-span + (-d) - 1).div_euclid(-d)
-    }
-    .max(0);
-    let n = usize::try_from(n)
-        .map_err(|_| OpError(format!("Range({start}, {limit}, {delta}) is too long")))?;
+    let n = if d > 0 { (span + d - 1).div_euclid(d) } else { (-span + (-d) - 1).div_euclid(-d) }.max(0);
+    let n = usize::try_from(n).map_err(|_| OpError(format!("Range({start}, {limit}, {delta}) is too long")))?;
     Ok((0..n as i64).map(|i| start + i * delta).collect())
 }
 
@@ -375,12 +343,7 @@ pub fn concat_tensors(ts: &[&Tensor], axis: usize) -> OpResult<Tensor> {
 }
 
 /// Pads a tensor; `value` is the constant fill (already of the tensor's dtype) or `None` for 0.
-pub fn pad_tensor(
-    t: &Tensor,
-    pads: &[(i64, i64)],
-    mode: PadMode,
-    value: Option<&Tensor>,
-) -> OpResult<Tensor> {
+pub fn pad_tensor(t: &Tensor, pads: &[(i64, i64)], mode: PadMode, value: Option<&Tensor>) -> OpResult<Tensor> {
     let dtype = t.dtype();
     with_dtype!(dtype, T => {
         let a = T::view(t).ok_or_else(|| OpError("internal dtype mismatch".into()))?;
@@ -408,13 +371,7 @@ pub fn nonzero<T: Elem>(a: &ArrayD<T>) -> ArrayD<i64> {
     let hits: Vec<Vec<usize>> = a
         .indexed_iter()
         .filter(|(_, v)| **v != zero)
-        .map(|(idx, _)| {
-            if a.ndim() == 0 {
-                vec![0]
-            } else {
-                idx.slice().to_vec()
-            }
-        })
+        .map(|(idx, _)| if a.ndim() == 0 { vec![0] } else { idx.slice().to_vec() })
         .collect();
     ArrayD::from_shape_fn(IxDyn(&[rank, hits.len()]), |i| hits[i[1]][i[0]] as i64)
 }
@@ -432,21 +389,13 @@ fn topk_order<T: Elem + PartialOrd>(a: &T, b: &T) -> std::cmp::Ordering {
 
 /// `TopK` along `axis`: the `k` largest (or smallest) elements of every lane, sorted, ties by
 /// lower index first, with their int64 indices. `k` must not exceed the axis size.
-pub fn top_k<T: Elem + PartialOrd>(
-    a: &ArrayD<T>,
-    axis: usize,
-    k: usize,
-    largest: bool,
-) -> (ArrayD<T>, ArrayD<i64>) {
+pub fn top_k<T: Elem + PartialOrd>(a: &ArrayD<T>, axis: usize, k: usize, largest: bool) -> (ArrayD<T>, ArrayD<i64>) {
     let mut shape = a.shape().to_vec();
     shape[axis] = k;
     let mut values = ArrayD::from_elem(IxDyn(&shape), T::default());
     let mut indices = ArrayD::from_elem(IxDyn(&shape), 0i64);
     let lanes = a.lanes(Axis(axis)).into_iter();
-    let outs = values
-        .lanes_mut(Axis(axis))
-        .into_iter()
-        .zip(indices.lanes_mut(Axis(axis)));
+    let outs = values.lanes_mut(Axis(axis)).into_iter().zip(indices.lanes_mut(Axis(axis)));
     for (lane, (mut v_out, mut i_out)) in lanes.zip(outs) {
         let mut order: Vec<usize> = (0..lane.len()).collect();
         // A stable sort keeps equal elements in index order.
@@ -469,16 +418,9 @@ pub fn nonzero_tensor(t: &Tensor) -> Tensor {
 }
 
 /// `top_k` on any non-bool tensor: (values, int64 indices).
-pub fn top_k_tensor(
-    t: &Tensor,
-    axis: usize,
-    k: usize,
-    largest: bool,
-) -> OpResult<(Tensor, Tensor)> {
+pub fn top_k_tensor(t: &Tensor, axis: usize, k: usize, largest: bool) -> OpResult<(Tensor, Tensor)> {
     if t.dtype() == DType::Bool {
-        return Err(OpError(
-            "TopK of bool is not supported (numeric types are)".into(),
-        ));
+        return Err(OpError("TopK of bool is not supported (numeric types are)".into()));
     }
     with_dtype!(t.dtype(), E => {
         let a = E::view(t).ok_or_else(|| OpError("internal: tensor does not hold its dtype".into()))?;
@@ -499,32 +441,11 @@ mod tests {
     #[test]
     fn slice_negative_step_starts_at_first() {
         let a = arr(&[6], (0..6).collect());
-        let out = slice(
-            &a,
-            &[AxisSlice {
-                first: 5,
-                step: -2,
-                len: 3,
-            }],
-        );
+        let out = slice(&a, &[AxisSlice { first: 5, step: -2, len: 3 }]);
         assert_eq!(out.iter().copied().collect::<Vec<_>>(), vec![5, 3, 1]);
-        let out = slice(
-            &a,
-            &[AxisSlice {
-                first: 1,
-                step: 2,
-                len: 3,
-            }],
-        );
+        let out = slice(&a, &[AxisSlice { first: 1, step: 2, len: 3 }]);
         assert_eq!(out.iter().copied().collect::<Vec<_>>(), vec![1, 3, 5]);
-        let out = slice(
-            &a,
-            &[AxisSlice {
-                first: 3,
-                step: 1,
-                len: 0,
-            }],
-        );
+        let out = slice(&a, &[AxisSlice { first: 3, step: 1, len: 0 }]);
         assert_eq!(out.len(), 0);
     }
 
@@ -532,19 +453,10 @@ mod tests {
     fn pad_modes_match_numpy() {
         // numpy.pad([1,2,3], (2,3), mode) for each mode.
         let a = arr(&[3], vec![1, 2, 3]);
-        let run = |m| {
-            pad(&a, &[(2, 3)], m, 9)
-                .unwrap()
-                .iter()
-                .copied()
-                .collect::<Vec<_>>()
-        };
+        let run = |m| pad(&a, &[(2, 3)], m, 9).unwrap().iter().copied().collect::<Vec<_>>();
         assert_eq!(run(PadMode::Constant), vec![9, 9, 1, 2, 3, 9, 9, 9]);
         let reflect = pad(&a, &[(2, 2)], PadMode::Reflect, 0).unwrap();
-        assert_eq!(
-            reflect.iter().copied().collect::<Vec<_>>(),
-            vec![3, 2, 1, 2, 3, 2, 1]
-        );
+        assert_eq!(reflect.iter().copied().collect::<Vec<_>>(), vec![3, 2, 1, 2, 3, 2, 1]);
         assert!(pad(&a, &[(3, 0)], PadMode::Reflect, 0).is_err());
         assert_eq!(run(PadMode::Edge), vec![1, 1, 1, 2, 3, 3, 3, 3]);
         assert_eq!(run(PadMode::Wrap), vec![2, 3, 1, 2, 3, 1, 2, 3]);
@@ -556,20 +468,14 @@ mod tests {
     fn ranges() {
         assert_eq!(range_i64(10, 4, -3).unwrap(), vec![10, 7]);
         assert_eq!(range_i64(0, 0, 1).unwrap(), Vec::<i64>::new());
-        assert_eq!(
-            range_f32(0.0, 1.0, 0.25).unwrap(),
-            vec![0.0, 0.25, 0.5, 0.75]
-        );
+        assert_eq!(range_f32(0.0, 1.0, 0.25).unwrap(), vec![0.0, 0.25, 0.5, 0.75]);
         assert!(range_i64(0, 3, 0).is_err());
     }
 
     #[test]
     fn tile_and_gather() {
         let a = arr(&[2], vec![1, 2]);
-        assert_eq!(
-            tile(&a, &[3]).iter().copied().collect::<Vec<_>>(),
-            vec![1, 2, 1, 2, 1, 2]
-        );
+        assert_eq!(tile(&a, &[3]).iter().copied().collect::<Vec<_>>(), vec![1, 2, 1, 2, 1, 2]);
         let m = arr(&[2, 3], (0..6).collect());
         let g = gather(&m, 1, &[2, 0], &[2]).unwrap();
         assert_eq!(g.shape(), &[2, 2]);

@@ -128,7 +128,9 @@ pub fn gemm(
         if target != [m, n] {
             return Err(OpError(format!("Gemm: C of shape {:?} cannot be broadcast to [{m}, {n}]", c.shape())));
         }
-        let cb = c.broadcast(IxDyn(&[m, n])).ok_or_else(|| OpError(format!("Gemm: C of shape {:?} cannot be broadcast to [{m}, {n}]", c.shape())))?;
+        let cb = c
+            .broadcast(IxDyn(&[m, n]))
+            .ok_or_else(|| OpError(format!("Gemm: C of shape {:?} cannot be broadcast to [{m}, {n}]", c.shape())))?;
         for (o, v) in out.iter_mut().zip(cb.iter()) {
             *o = beta * v;
         }
@@ -302,7 +304,11 @@ mod tests {
         assert_eq!(y[[1, 2, 1, 0]], 424.0);
         assert_eq!(y[[1, 2, 1, 1]], 454.0);
         // Folded path: [2,2,3] @ [3,2]
-        let y2 = matmul(&arr(&[2, 2, 3], (0..12).map(|v| v as f32).collect()), &arr(&[3, 2], (12..18).map(|v| v as f32).collect())).unwrap();
+        let y2 = matmul(
+            &arr(&[2, 2, 3], (0..12).map(|v| v as f32).collect()),
+            &arr(&[3, 2], (12..18).map(|v| v as f32).collect()),
+        )
+        .unwrap();
         assert_eq!(y2[[1, 1, 0]], 424.0);
     }
 

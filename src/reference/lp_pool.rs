@@ -12,8 +12,7 @@ pub fn lp_pool(x: &[f32], planes: usize, g: &Geom3, p: f64) -> Vec<f32> {
     let mut out = Vec::with_capacity(planes * out_len);
     // Input coordinate of tap `k` of output `o` on one axis, when it lies inside the input.
     let tap = |axis: usize, o: usize, k: usize| -> Option<usize> {
-        let pos =
-            (o * g.strides[axis] + k * g.dilations[axis]) as isize - g.pad_begin[axis] as isize;
+        let pos = (o * g.strides[axis] + k * g.dilations[axis]) as isize - g.pad_begin[axis] as isize;
         (pos >= 0 && (pos as usize) < g.input[axis]).then_some(pos as usize)
     };
     for plane in 0..planes {
@@ -45,10 +44,7 @@ pub fn lp_pool(x: &[f32], planes: usize, g: &Geom3, p: f64) -> Vec<f32> {
 pub fn global_lp_pool(x: &[f32], planes: usize, len: usize, p: f64) -> Vec<f32> {
     (0..planes)
         .map(|i| {
-            let sum: f64 = x[i * len..(i + 1) * len]
-                .iter()
-                .map(|&v| (v as f64).abs().powf(p))
-                .sum();
+            let sum: f64 = x[i * len..(i + 1) * len].iter().map(|&v| (v as f64).abs().powf(p)).sum();
             sum.powf(1.0 / p) as f32
         })
         .collect()
@@ -62,10 +58,7 @@ mod tests {
     fn padded_strided_windows() {
         // ORT LpPool-11: x = [1,-2,3,4,-5], kernel 2, p 1, pads [1,1], strides 2 -> [1, 5, 9]
         let g = Geom3::lift(&[5], &[2], &[2], &[1], &[1], &[1], &[3]).unwrap();
-        assert_eq!(
-            lp_pool(&[1.0, -2.0, 3.0, 4.0, -5.0], 1, &g, 1.0),
-            vec![1.0, 5.0, 9.0]
-        );
+        assert_eq!(lp_pool(&[1.0, -2.0, 3.0, 4.0, -5.0], 1, &g, 1.0), vec![1.0, 5.0, 9.0]);
         assert_eq!(global_lp_pool(&[3.0, -4.0], 1, 2, 2.0), vec![5.0]);
     }
 }

@@ -65,7 +65,10 @@ pub fn run(g: &Graph, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<(String, 
         let args: Vec<Option<&Tensor>> = node
             .inputs
             .iter()
-            .map(|i| i.map(|v| slots[v].as_deref().ok_or_else(|| ctx(format!("input '{}' not computed", g.values[v].name)))).transpose())
+            .map(|i| {
+                i.map(|v| slots[v].as_deref().ok_or_else(|| ctx(format!("input '{}' not computed", g.values[v].name))))
+                    .transpose()
+            })
             .collect::<Result<_>>()?;
         let outs = node.op.eval(&args).map_err(|e| ctx(e.0))?;
         if outs.len() != node.outputs.len() {
@@ -74,7 +77,12 @@ pub fn run(g: &Graph, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<(String, 
         for (&v, t) in node.outputs.iter().zip(outs) {
             let ty = g.ty(v);
             if t.dtype() != ty.dtype {
-                return Err(ctx(format!("output '{}' is {}, inference said {}", g.values[v].name, t.dtype(), ty.dtype)));
+                return Err(ctx(format!(
+                    "output '{}' is {}, inference said {}",
+                    g.values[v].name,
+                    t.dtype(),
+                    ty.dtype
+                )));
             }
             bind_dims(&ty.shape, t.shape(), &mut env)
                 .map_err(|m| ctx(format!("output '{}' {}: {m}", g.values[v].name, ty)))?;
@@ -89,7 +97,9 @@ pub fn run(g: &Graph, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<(String, 
     g.outputs
         .iter()
         .map(|&o| {
-            let t = slots[o].as_ref().ok_or_else(|| Error::model(path, format!("output '{}' not computed", g.values[o].name)))?;
+            let t = slots[o]
+                .as_ref()
+                .ok_or_else(|| Error::model(path, format!("output '{}' not computed", g.values[o].name)))?;
             Ok((g.values[o].name.clone(), (**t).clone()))
         })
         .collect()
@@ -97,7 +107,11 @@ pub fn run(g: &Graph, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<(String, 
 
 /// Checks a concrete shape against a symbolic one, binding unbound symbols (single-symbol
 /// dims) and checking everything else after substitution.
-fn bind_dims(expected: &[crate::ir::Dim], actual: &[usize], env: &mut BTreeMap<String, i64>) -> std::result::Result<(), String> {
+fn bind_dims(
+    expected: &[crate::ir::Dim],
+    actual: &[usize],
+    env: &mut BTreeMap<String, i64>,
+) -> std::result::Result<(), String> {
     if expected.len() != actual.len() {
         return Err(format!("has rank {}, got shape {actual:?}", expected.len()));
     }

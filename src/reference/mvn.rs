@@ -36,9 +36,6 @@ mod tests {
     fn normalises_each_group() {
         let x = ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![1.0f32, 3.0, 10.0, 10.0]).unwrap();
         let y = mvn(&x, &[1]);
-        assert_eq!(
-            y.iter().copied().collect::<Vec<_>>(),
-            vec![-1.0, 1.0, 0.0, 0.0]
-        );
+        assert_eq!(y.iter().copied().collect::<Vec<_>>(), vec![-1.0, 1.0, 0.0, 0.0]);
     }
 }

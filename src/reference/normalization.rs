@@ -7,7 +7,17 @@
 /// `y = (x - mean) / sqrt(var + eps) * scale + bias` per channel of `x` `[n, c, inner]`,
 /// folded into one multiply-add per element.
 #[allow(clippy::too_many_arguments)]
-pub fn batch_norm(x: &[f32], n: usize, c: usize, inner: usize, scale: &[f32], bias: &[f32], mean: &[f32], var: &[f32], eps: f32) -> Vec<f32> {
+pub fn batch_norm(
+    x: &[f32],
+    n: usize,
+    c: usize,
+    inner: usize,
+    scale: &[f32],
+    bias: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    eps: f32,
+) -> Vec<f32> {
     let (mul, add): (Vec<f32>, Vec<f32>) = (0..c)
         .map(|ch| {
             let a = scale[ch] / (var[ch] + eps).sqrt();
@@ -35,7 +45,13 @@ fn row_stats(row: &[f32], eps: f32) -> (f32, f32) {
 
 /// Layer normalization of each of the `outer` rows of `inner` values. `scale` (and `bias`)
 /// have `inner` values (already broadcast). Returns `(y, mean, inv_std_dev)`, one statistic per row.
-pub fn layer_norm(x: &[f32], inner: usize, scale: &[f32], bias: Option<&[f32]>, eps: f32) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+pub fn layer_norm(
+    x: &[f32],
+    inner: usize,
+    scale: &[f32],
+    bias: Option<&[f32]>,
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let outer = if inner == 0 { 0 } else { x.len() / inner };
     let mut y = vec![0.0f32; x.len()];
     let (mut means, mut inv) = (Vec::with_capacity(outer), Vec::with_capacity(outer));

@@ -63,7 +63,14 @@ fn for_each_window(planes: usize, g: &Geom3, mut f: impl FnMut(usize, usize, &Sp
 /// index of each maximum: `plane * in_len + spatial index`, the spatial index row-major, or
 /// column-major (first spatial axis fastest) when `column_major` (ONNX `storage_order = 1`).
 /// `spatial_rank` is the rank before lifting to 3-D (it decides the column-major strides).
-pub fn max_pool(x: &[f32], planes: usize, g: &Geom3, indices: bool, column_major: bool, spatial_rank: usize) -> (Vec<f32>, Vec<i64>) {
+pub fn max_pool(
+    x: &[f32],
+    planes: usize,
+    g: &Geom3,
+    indices: bool,
+    column_major: bool,
+    spatial_rank: usize,
+) -> (Vec<f32>, Vec<i64>) {
     let [_, ih, iw] = g.input;
     let in_len = g.in_len();
     let mut y = vec![0.0f32; planes * g.out_len()];
@@ -107,7 +114,11 @@ pub fn max_pool(x: &[f32], planes: usize, g: &Geom3, indices: bool, column_major
             idx[o] = if at[0] == usize::MAX {
                 -1
             } else {
-                let spatial = if column_major { at[0] * cm[0] + at[1] * cm[1] + at[2] * cm[2] } else { (at[0] * ih + at[1]) * iw + at[2] };
+                let spatial = if column_major {
+                    at[0] * cm[0] + at[1] * cm[1] + at[2] * cm[2]
+                } else {
+                    (at[0] * ih + at[1]) * iw + at[2]
+                };
                 (plane * in_len + spatial) as i64
             };
         }

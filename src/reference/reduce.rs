@@ -47,28 +47,16 @@ fn lanes<T: Copy>(a: &ArrayD<T>, axes: &[usize]) -> (Vec<usize>, usize, Vec<T>) 
     let perm: Vec<usize> = kept.iter().chain(reduced.iter()).copied().collect();
     let kept_shape: Vec<usize> = kept.iter().map(|&ax| a.shape()[ax]).collect();
     let lane: usize = reduced.iter().map(|&ax| a.shape()[ax]).product();
-    let data: Vec<T> = a
-        .view()
-        .permuted_axes(IxDyn(&perm))
-        .iter()
-        .copied()
-        .collect();
+    let data: Vec<T> = a.view().permuted_axes(IxDyn(&perm)).iter().copied().collect();
     (kept_shape, lane, data)
 }
 
 /// Applies `f` to every lane; the output has the kept dims only.
-fn reduce_lanes<T: Copy, U>(
-    a: &ArrayD<T>,
-    axes: &[usize],
-    mut f: impl FnMut(&[T]) -> U,
-) -> ArrayD<U> {
+fn reduce_lanes<T: Copy, U>(a: &ArrayD<T>, axes: &[usize], mut f: impl FnMut(&[T]) -> U) -> ArrayD<U> {
     let (kept_shape, lane, data) = lanes(a, axes);
     let outer: usize = kept_shape.iter().product();
-    let values: Vec<U> = if lane == 0 {
-        (0..outer).map(|_| f(&[])).collect()
-    } else {
-        data.chunks(lane).map(&mut f).collect()
-    };
+    let values: Vec<U> =
+        if lane == 0 { (0..outer).map(|_| f(&[])).collect() } else { data.chunks(lane).map(&mut f).collect() };
     ArrayD::from_shape_vec(IxDyn(&kept_shape), values).expect("one value per kept position")
 }
 
@@ -77,13 +65,7 @@ fn extreme<T: Copy + PartialOrd>(lane: &[T], want_max: bool, empty: T) -> T {
     let Some((&first, rest)) = lane.split_first() else {
         return empty;
     };
-    rest.iter().fold(first, |best, &v| {
-        if (want_max && v > best) || (!want_max && v < best) {
-            v
-        } else {
-            best
-        }
-    })
+    rest.iter().fold(first, |best, &v| if (want_max && v > best) || (!want_max && v < best) { v } else { best })
 }
 
 /// Reduces a float tensor (already converted to f32). Sums accumulate in f64 so the oracle
@@ -200,9 +182,7 @@ pub fn reduce_bool(a: &ArrayD<bool>, axes: &[usize], kind: ReduceKind) -> OpResu
     match kind {
         ReduceKind::Max => Ok(reduce_lanes(a, axes, |lane| lane.iter().any(|&v| v))),
         ReduceKind::Min => Ok(reduce_lanes(a, axes, |lane| lane.iter().all(|&v| v))),
-        other => Err(OpError(format!(
-            "{other:?} reduction is not defined for bool tensors"
-        ))),
+        other => Err(OpError(format!("{other:?} reduction is not defined for bool tensors"))),
     }
 }
 
@@ -249,36 +229,13 @@ mod tests {
     #[test]
     fn float_reductions() {
         let a = array![[1.0f32, -2.0], [3.0, 4.0]].into_dyn();
-        assert_eq!(
-            reduce_f32(&a, &[1], ReduceKind::Sum)
-                .into_raw_vec_and_offset()
-                .0,
-            vec![-1.0, 7.0]
-        );
-        assert_eq!(
-            reduce_f32(&a, &[0], ReduceKind::Mean)
-                .into_raw_vec_and_offset()
-                .0,
-            vec![2.0, 1.0]
-        );
-        assert_eq!(
-            reduce_f32(&a, &[0, 1], ReduceKind::L1)
-                .into_raw_vec_and_offset()
-                .0,
-            vec![10.0]
-        );
+        assert_eq!(reduce_f32(&a, &[1], ReduceKind::Sum).into_raw_vec_and_offset().0, vec![-1.0, 7.0]);
+        assert_eq!(reduce_f32(&a, &[0], ReduceKind::Mean).into_raw_vec_and_offset().0, vec![2.0, 1.0]);
+        assert_eq!(reduce_f32(&a, &[0, 1], ReduceKind::L1).into_raw_vec_and_offset().0, vec![10.0]);
         // With no axes every element is its own lane: L1 is |x|, SumSquare x² (ORT's noop).
-        assert_eq!(
-            reduce_f32(&a, &[], ReduceKind::SumSquare)
-                .into_raw_vec_and_offset()
-                .0,
-            vec![1.0, 4.0, 9.0, 16.0]
-        );
+        assert_eq!(reduce_f32(&a, &[], ReduceKind::SumSquare).into_raw_vec_and_offset().0, vec![1.0, 4.0, 9.0, 16.0]);
         let lse = reduce_f32(&a, &[1], ReduceKind::LogSumExp);
-        assert!(
-            (lse[[0]] - 1.048_587_4).abs() < 1e-6 && (lse[[1]] - 4.313_261_7).abs() < 1e-6,
-            "{lse}"
-        );
+        assert!((lse[[0]] - 1.048_587_4).abs() < 1e-6 && (lse[[1]] - 4.313_261_7).abs() < 1e-6, "{lse}");
     }
 
     #[test]
@@ -286,18 +243,9 @@ mod tests {
         let a = array![[f32::NAN, 1.0, 3.0], [1.0, f32::NAN, 3.0]].into_dyn();
         let m = reduce_f32(&a, &[1], ReduceKind::Max);
         assert!(m[[0]].is_nan() && m[[1]] == 3.0);
-        assert_eq!(
-            arg_reduce(&a, 1, true, false)
-                .unwrap()
-                .into_raw_vec_and_offset()
-                .0,
-            vec![0, 2]
-        );
+        assert_eq!(arg_reduce(&a, 1, true, false).unwrap().into_raw_vec_and_offset().0, vec![0, 2]);
         let e = ArrayD::<f32>::zeros(IxDyn(&[2, 0]));
-        assert_eq!(
-            reduce_f32(&e, &[1], ReduceKind::Max)[[0]],
-            f32::NEG_INFINITY
-        );
+        assert_eq!(reduce_f32(&e, &[1], ReduceKind::Max)[[0]], f32::NEG_INFINITY);
         assert_eq!(reduce_f32(&e, &[1], ReduceKind::Mean)[[0]], 0.0);
         assert_eq!(reduce_f32(&e, &[1], ReduceKind::Prod)[[0]], 1.0);
         assert!(arg_reduce(&e, 1, true, false).is_err());

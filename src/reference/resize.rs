@@ -86,15 +86,12 @@ fn source_coord(coord: CoordMode, x_resized: f32, ax: &AxisResample, in_len: usi
         }
         // With `sizes`, ORT lands exactly on x * in / out (e.g. 3.5 for 7 → 4), which decides
         // round_prefer_ceil ties; the f32 division by out/in would give 3.4999998.
-        CoordMode::Asymmetric if ax.from_sizes => {
-            (x_resized as f64 * in_len as f64 / ax.out_len as f64) as f32
-        }
+        CoordMode::Asymmetric if ax.from_sizes => (x_resized as f64 * in_len as f64 / ax.out_len as f64) as f32,
         CoordMode::Asymmetric => x_resized / scale,
         CoordMode::TfCropAndResize => {
             let (start, end) = ax.roi;
             if ax.out_len > 1 {
-                start * (len_in - 1.0)
-                    + x_resized * (end - start) * (len_in - 1.0) / (len_out - 1.0)
+                start * (len_in - 1.0) + x_resized * (end - start) * (len_in - 1.0) / (len_out - 1.0)
             } else {
                 0.5 * (start + end) * (len_in - 1.0)
             }
@@ -140,10 +137,7 @@ fn axis_taps(in_len: usize, ax: &AxisResample, mode: InterpMode, coord: CoordMod
                 return None;
             }
             Some(match mode {
-                InterpMode::Nearest(nm) => vec![(
-                    clamp_index(nearest_index(x, nm, ax.scale < 1.0), in_len),
-                    1.0,
-                )],
+                InterpMode::Nearest(nm) => vec![(clamp_index(nearest_index(x, nm, ax.scale < 1.0), in_len), 1.0)],
                 InterpMode::Linear => {
                     let x = x.clamp(0.0, last);
                     let x1 = clamp_index(x as i64, in_len);
@@ -159,8 +153,7 @@ fn axis_taps(in_len: usize, ax: &AxisResample, mode: InterpMode, coord: CoordMod
                     let base = x.floor();
                     let coeffs = cubic_coeffs(x - base, a);
                     let base = base as i64;
-                    let mut taps: Vec<(i64, f32)> =
-                        (0..4).map(|k| (base - 1 + k as i64, coeffs[k])).collect();
+                    let mut taps: Vec<(i64, f32)> = (0..4).map(|k| (base - 1 + k as i64, coeffs[k])).collect();
                     if exclude_outside {
                         for t in taps.iter_mut() {
                             if t.0 < 0 || t.0 >= in_len as i64 {
@@ -175,10 +168,7 @@ fn axis_taps(in_len: usize, ax: &AxisResample, mode: InterpMode, coord: CoordMod
                         }
                     }
                     // Out-of-range taps read the edge value (edge padding).
-                    taps.into_iter()
-                        .filter(|t| t.1 != 0.0)
-                        .map(|(i, w)| (clamp_index(i, in_len), w))
-                        .collect()
+                    taps.into_iter().filter(|t| t.1 != 0.0).map(|(i, w)| (clamp_index(i, in_len), w)).collect()
                 }
             })
         })
@@ -187,10 +177,7 @@ fn axis_taps(in_len: usize, ax: &AxisResample, mode: InterpMode, coord: CoordMod
 
 fn is_identity(taps: &Taps, in_len: usize) -> bool {
     taps.len() == in_len
-        && taps
-            .iter()
-            .enumerate()
-            .all(|(j, t)| matches!(t.as_deref(), Some([(i, w)]) if *i == j && *w == 1.0))
+        && taps.iter().enumerate().all(|(j, t)| matches!(t.as_deref(), Some([(i, w)]) if *i == j && *w == 1.0))
 }
 
 /// Resamples `a` along each axis with `plan[axis]` (`plan.len() == a.ndim()`) by
@@ -202,23 +189,16 @@ pub fn resize_f32(
     coord: CoordMode,
     extrapolation: f32,
 ) -> ArrayD<f32> {
-    resample(
-        a,
-        plan,
-        mode,
-        coord,
-        extrapolation,
-        |out, src, axis, taps| {
-            for (k, &(i, w)) in taps.iter().enumerate() {
-                let lane = src.index_axis(Axis(axis), i);
-                if k == 0 {
-                    out.zip_mut_with(&lane, |o, &v| *o = w * v);
-                } else {
-                    out.zip_mut_with(&lane, |o, &v| *o += w * v);
-                }
+    resample(a, plan, mode, coord, extrapolation, |out, src, axis, taps| {
+        for (k, &(i, w)) in taps.iter().enumerate() {
+            let lane = src.index_axis(Axis(axis), i);
+            if k == 0 {
+                out.zip_mut_with(&lane, |o, &v| *o = w * v);
+            } else {
+                out.zip_mut_with(&lane, |o, &v| *o += w * v);
             }
-        },
-    )
+        }
+    })
 }
 
 /// Nearest-neighbour resize of any element type, copying values exactly.
@@ -230,19 +210,12 @@ pub fn resize_nearest<T: Elem>(
     extrapolation: f64,
 ) -> ArrayD<T> {
     let fill = T::from_f64(extrapolation);
-    resample(
-        a,
-        plan,
-        InterpMode::Nearest(mode),
-        coord,
-        fill,
-        |out, src, axis, taps| {
-            // Nearest taps are single (index, 1.0) pairs.
-            if let Some(&(i, _)) = taps.first() {
-                out.assign(&src.index_axis(Axis(axis), i));
-            }
-        },
-    )
+    resample(a, plan, InterpMode::Nearest(mode), coord, fill, |out, src, axis, taps| {
+        // Nearest taps are single (index, 1.0) pairs.
+        if let Some(&(i, _)) = taps.first() {
+            out.assign(&src.index_axis(Axis(axis), i));
+        }
+    })
 }
 
 /// The separable driver: for each axis that changes, build a new array one output slice at a
@@ -258,9 +231,7 @@ fn resample<T: Copy + Default>(
     let mut cur = a.clone();
     // ORT copies the input when the output shape equals the input shape, whatever the scales
     // (e.g. scale 1.3 on a length-3 axis gives length 3); a crop still resamples.
-    if coord != CoordMode::TfCropAndResize
-        && plan.iter().zip(a.shape()).all(|(ax, &d)| ax.out_len == d)
-    {
+    if coord != CoordMode::TfCropAndResize && plan.iter().zip(a.shape()).all(|(ax, &d)| ax.out_len == d) {
         return cur;
     }
     for (axis, ax) in plan.iter().enumerate() {
@@ -296,12 +267,7 @@ mod tests {
     use ndarray::{array, IxDyn};
 
     fn ax(scale: f32, out_len: usize) -> AxisResample {
-        AxisResample {
-            scale,
-            out_len,
-            roi: (0.0, 1.0),
-            from_sizes: false,
-        }
+        AxisResample { scale, out_len, roi: (0.0, 1.0), from_sizes: false }
     }
 
     fn row(v: &[f32]) -> ArrayD<f32> {
@@ -320,21 +286,9 @@ mod tests {
     fn legacy_nearest_truncates_up_and_rounds_up_down() {
         // ORT Resize-10: scale 1.5 → [0,0,1,2,2,3,4]; scale 0.6 → [0,2,4].
         let a = row(&[0.0, 1.0, 2.0, 3.0, 4.0]);
-        let up = resize_nearest(
-            &a,
-            &[ax(1.0, 1), ax(1.5, 7)],
-            NearestMode::Legacy,
-            CoordMode::Asymmetric,
-            0.0,
-        );
+        let up = resize_nearest(&a, &[ax(1.0, 1), ax(1.5, 7)], NearestMode::Legacy, CoordMode::Asymmetric, 0.0);
         assert_close(&up, &[0.0, 0.0, 1.0, 2.0, 2.0, 3.0, 4.0]);
-        let down = resize_nearest(
-            &a,
-            &[ax(1.0, 1), ax(0.6, 3)],
-            NearestMode::Legacy,
-            CoordMode::Asymmetric,
-            0.0,
-        );
+        let down = resize_nearest(&a, &[ax(1.0, 1), ax(0.6, 3)], NearestMode::Legacy, CoordMode::Asymmetric, 0.0);
         assert_close(&down, &[0.0, 2.0, 4.0]);
     }
 
@@ -342,13 +296,7 @@ mod tests {
     fn linear_half_pixel_matches_ort() {
         // ORT Resize-13 linear half_pixel, scale 1.75 on [0,255,10,3].
         let a = row(&[0.0, 255.0, 10.0, 3.0]);
-        let out = resize_f32(
-            &a,
-            &[ax(1.0, 1), ax(1.75, 7)],
-            InterpMode::Linear,
-            CoordMode::HalfPixel,
-            0.0,
-        );
+        let out = resize_f32(&a, &[ax(1.0, 1), ax(1.75, 7)], InterpMode::Linear, CoordMode::HalfPixel, 0.0);
         let want = [0.0, 91.071_43, 236.785_71, 132.5, 9.5, 5.5, 3.0];
         let g: Vec<f32> = out.iter().copied().collect();
         for (x, w) in g.iter().zip(want) {
@@ -359,22 +307,8 @@ mod tests {
     #[test]
     fn crop_and_resize_extrapolates() {
         let a = row(&[0.0, 10.0, 20.0]);
-        let plan = [
-            ax(1.0, 1),
-            AxisResample {
-                scale: 4.0 / 3.0,
-                out_len: 4,
-                roi: (0.5, 1.5),
-                from_sizes: false,
-            },
-        ];
-        let out = resize_f32(
-            &a,
-            &plan,
-            InterpMode::Linear,
-            CoordMode::TfCropAndResize,
-            -1.0,
-        );
+        let plan = [ax(1.0, 1), AxisResample { scale: 4.0 / 3.0, out_len: 4, roi: (0.5, 1.5), from_sizes: false }];
+        let out = resize_f32(&a, &plan, InterpMode::Linear, CoordMode::TfCropAndResize, -1.0);
         // x = 1 + j*(2/3): 1, 1.667, 2.333 (outside), 3 (outside)
         assert_close(&out, &[10.0, 16.666_666, -1.0, -1.0]);
     }
@@ -385,10 +319,7 @@ mod tests {
         let out = resize_f32(
             &a,
             &[ax(1.0, 1), ax(1.0, 4)],
-            InterpMode::Cubic {
-                a: -0.75,
-                exclude_outside: false,
-            },
+            InterpMode::Cubic { a: -0.75, exclude_outside: false },
             CoordMode::HalfPixel,
             0.0,
         );

@@ -92,9 +92,7 @@ pub fn combiner<T: Reducible>(r: Reduction) -> fn(T, T) -> T {
 pub fn normalize_index(v: i64, dim: usize, axis: usize, op: &str) -> OpResult<usize> {
     let d = dim as i64;
     if v < -d || v >= d {
-        return Err(OpError(format!(
-            "{op}: index {v} is out of range for axis {axis} of size {dim}"
-        )));
+        return Err(OpError(format!("{op}: index {v} is out of range for axis {axis} of size {dim}")));
     }
     Ok(if v < 0 { (v + d) as usize } else { v as usize })
 }
@@ -112,8 +110,7 @@ fn contiguous_vec<T: Elem>(a: &ArrayD<T>) -> Vec<T> {
 }
 
 fn shaped<T: Elem>(shape: &[usize], data: Vec<T>) -> OpResult<ArrayD<T>> {
-    ArrayD::from_shape_vec(IxDyn(shape), data)
-        .map_err(|e| OpError(format!("internal shape error: {e}")))
+    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError(format!("internal shape error: {e}")))
 }
 
 /// Flat offset (in `data_shape`) of the slice addressed by one index tuple starting at axis
@@ -157,14 +154,7 @@ pub fn gather_nd<T: Elem>(
     for bi in 0..batches {
         for p in 0..tuples_per_batch {
             let t = (bi * tuples_per_batch + p) * m;
-            let off = tuple_offset(
-                &indices[t..t + m],
-                dshape,
-                &strides,
-                b,
-                bi * batch_stride,
-                "GatherND",
-            )?;
+            let off = tuple_offset(&indices[t..t + m], dshape, &strides, b, bi * batch_stride, "GatherND")?;
             out.extend_from_slice(&src[off..off + slice]);
         }
     }
@@ -193,18 +183,8 @@ pub fn scatter_nd<T: Elem>(
     let mut out = contiguous_vec(data);
     let upd = contiguous_vec(updates);
     for p in 0..tuples {
-        let off = tuple_offset(
-            &indices[p * m..(p + 1) * m],
-            dshape,
-            &strides,
-            0,
-            0,
-            "ScatterND",
-        )?;
-        for (o, &u) in out[off..off + slice]
-            .iter_mut()
-            .zip(&upd[p * slice..(p + 1) * slice])
-        {
+        let off = tuple_offset(&indices[p * m..(p + 1) * m], dshape, &strides, 0, 0, "ScatterND")?;
+        for (o, &u) in out[off..off + slice].iter_mut().zip(&upd[p * slice..(p + 1) * slice]) {
             *o = combine(*o, u);
         }
     }
@@ -230,15 +210,7 @@ pub fn scatter_elements<T: Elem>(
     let mut pos = vec![0usize; rank];
     for (k, (&v, &u)) in indices.iter().zip(&upd).enumerate() {
         let target = normalize_index(v, dshape[axis], axis, "ScatterElements")?;
-        let off: usize = (0..rank)
-            .map(|j| {
-                if j == axis {
-                    target * strides[j]
-                } else {
-                    pos[j] * strides[j]
-                }
-            })
-            .sum();
+        let off: usize = (0..rank).map(|j| if j == axis { target * strides[j] } else { pos[j] * strides[j] }).sum();
         out[off] = combine(out[off], u);
         // Advance the row-major position of `indices` (skipped after the last element).
         if k + 1 < indices.len() {
@@ -272,11 +244,7 @@ pub fn one_hot<T: Elem>(
     let total = outer
         .checked_mul(depth)
         .and_then(|n| n.checked_mul(inner))
-        .ok_or_else(|| {
-            OpError(format!(
-                "OneHot: output of {outer} x {depth} x {inner} elements is too large"
-            ))
-        })?;
+        .ok_or_else(|| OpError(format!("OneHot: output of {outer} x {depth} x {inner} elements is too large")))?;
     let mut out = vec![off; total];
     let d = depth as i64;
     for o in 0..outer {
@@ -313,32 +281,21 @@ mod tests {
         assert_eq!(y.shape(), &[2, 2]);
         assert_eq!(y.iter().copied().collect::<Vec<_>>(), vec![2, 3, 4, 5]);
         let err = gather_nd(&data, &[2, 0], &[2, 1], 1).unwrap_err();
-        assert!(
-            err.0.contains("index 2 is out of range for axis 1"),
-            "{}",
-            err.0
-        );
+        assert!(err.0.contains("index 2 is out of range for axis 1"), "{}", err.0);
     }
 
     #[test]
     fn scatter_elements_accumulates_duplicates() {
         let data = arr(&[1, 5], vec![1.0f32, 2.0, 3.0, 4.0, 5.0]);
         let upd = arr(&[1, 2], vec![1.1f32, 2.1]);
-        let y =
-            scatter_elements(&data, 1, &[1, 1], &[1, 2], &upd, combiner(Reduction::Add)).unwrap();
-        assert_eq!(
-            y.iter().copied().collect::<Vec<_>>(),
-            vec![1.0, 5.2, 3.0, 4.0, 5.0]
-        );
+        let y = scatter_elements(&data, 1, &[1, 1], &[1, 2], &upd, combiner(Reduction::Add)).unwrap();
+        assert_eq!(y.iter().copied().collect::<Vec<_>>(), vec![1.0, 5.2, 3.0, 4.0, 5.0]);
     }
 
     #[test]
     fn one_hot_negative_indices() {
         let y = one_hot(&[-1, 1, 5], &[3], 3, 1, 0i64, 1, true).unwrap();
-        assert_eq!(
-            y.iter().copied().collect::<Vec<_>>(),
-            vec![0, 0, 1, 0, 1, 0, 0, 0, 0]
-        );
+        assert_eq!(y.iter().copied().collect::<Vec<_>>(), vec![0, 0, 1, 0, 1, 0, 0, 0, 0]);
         let y = one_hot(&[-1], &[1], 3, 1, 0i64, 1, false).unwrap();
         assert_eq!(y.iter().copied().collect::<Vec<_>>(), vec![0, 0, 0]);
     }

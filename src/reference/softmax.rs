@@ -29,8 +29,7 @@ pub fn softmax_coerced_2d(a: &ArrayD<f32>, axis: usize, log: bool) -> ArrayD<f32
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis..].iter().product();
     let flat: Vec<f32> = a.iter().copied().collect();
-    let matrix = ArrayD::from_shape_vec(IxDyn(&[outer, inner]), flat)
-        .expect("row-major element count matches");
+    let matrix = ArrayD::from_shape_vec(IxDyn(&[outer, inner]), flat).expect("row-major element count matches");
     let rows = softmax_axis(&matrix, 1, log);
     let values: Vec<f32> = rows.iter().copied().collect();
     ArrayD::from_shape_vec(IxDyn(&shape), values).expect("same element count as the input")

@@ -27,13 +27,7 @@ mod tests {
     fn upper_and_lower_with_offsets() {
         // numpy: np.triu(arange(9).reshape(3,3), 1) and np.tril(..., -1)
         let a = ArrayD::from_shape_vec(IxDyn(&[3, 3]), (1..=9).collect::<Vec<i32>>()).unwrap();
-        assert_eq!(
-            trilu(&a, 1, true).iter().copied().collect::<Vec<_>>(),
-            vec![0, 2, 3, 0, 0, 6, 0, 0, 0]
-        );
-        assert_eq!(
-            trilu(&a, -1, false).iter().copied().collect::<Vec<_>>(),
-            vec![0, 0, 0, 4, 0, 0, 7, 8, 0]
-        );
+        assert_eq!(trilu(&a, 1, true).iter().copied().collect::<Vec<_>>(), vec![0, 2, 3, 0, 0, 6, 0, 0, 0]);
+        assert_eq!(trilu(&a, -1, false).iter().copied().collect::<Vec<_>>(), vec![0, 0, 0, 4, 0, 0, 7, 8, 0]);
     }
 }

@@ -82,9 +82,7 @@ fn parse_relu(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 
 /// `LeakyRelu` (opset 1, 6, 16): `alpha` defaults to 0.01; 16 only adds bfloat16.
 fn parse_leaky_relu(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    activation(Activation::LeakyRelu {
-        alpha: ctx.float_or("alpha", 0.01)?,
-    })
+    activation(Activation::LeakyRelu { alpha: ctx.float_or("alpha", 0.01)? })
 }
 
 /// `Sigmoid` (opset 1, 6, 13).
@@ -99,10 +97,7 @@ fn parse_tanh(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 
 /// `HardSigmoid` (opset 1, 6, 22): `max(0, min(1, alpha·x + beta))`, alpha 0.2, beta 0.5.
 fn parse_hard_sigmoid(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    activation(Activation::HardSigmoid {
-        alpha: ctx.float_or("alpha", 0.2)?,
-        beta: ctx.float_or("beta", 0.5)?,
-    })
+    activation(Activation::HardSigmoid { alpha: ctx.float_or("alpha", 0.2)?, beta: ctx.float_or("beta", 0.5)? })
 }
 
 /// `HardSwish` (opset 14, 22): `x · HardSigmoid(x; 1/6, 0.5)`.
@@ -114,9 +109,7 @@ fn parse_hard_swish(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 /// express Gelu as Div/Erf/Add/Mul, which the optimiser recognises instead.
 fn parse_gelu(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let approx = ctx.choice("approximate", "none", &["none", "tanh"])?;
-    activation(Activation::Gelu {
-        tanh_approx: approx == "tanh",
-    })
+    activation(Activation::Gelu { tanh_approx: approx == "tanh" })
 }
 
 /// `Erf` (opset 9, 13): floating-point types (ONNX also lists integers, which ONNX Runtime
@@ -132,9 +125,7 @@ fn parse_softplus(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 
 /// `Elu` (opset 1, 6, 22): `alpha` defaults to 1.
 fn parse_elu(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    activation(Activation::Elu {
-        alpha: ctx.float_or("alpha", 1.0)?,
-    })
+    activation(Activation::Elu { alpha: ctx.float_or("alpha", 1.0)? })
 }
 
 /// `Selu` (opset 1, 6, 22): defaults are the float32 values of the SELU constants.
@@ -159,9 +150,7 @@ fn parse_softsign(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 
 /// `ThresholdedRelu` (opset 10, 22): `x > alpha ? x : 0`, alpha defaults to 1.
 fn parse_thresholded_relu(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    activation(Activation::ThresholdedRelu {
-        alpha: ctx.float_or("alpha", 1.0)?,
-    })
+    activation(Activation::ThresholdedRelu { alpha: ctx.float_or("alpha", 1.0)? })
 }
 
 /// `Mish` (opset 18, 22): `x · tanh(softplus(x))`.
@@ -176,10 +165,7 @@ fn parse_shrink(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     if lambd.is_nan() || lambd < 0.0 {
         crate::op_bail!("attribute 'lambd' = {lambd} must be non-negative");
     }
-    activation(Activation::Shrink {
-        lambd,
-        bias: ctx.float_or("bias", 0.0)?,
-    })
+    activation(Activation::Shrink { lambd, bias: ctx.float_or("bias", 0.0)? })
 }
 
 /// The constant activation a node computes, for fusing into conv/gemm epilogues: any
@@ -212,10 +198,7 @@ impl ClipOp {
                 Some(f) => f.konst.as_ref()?.scalar_f64().map(|v| v as f32),
             }
         };
-        Some(Activation::Clip {
-            min: bound(1, f32::MIN)?,
-            max: bound(2, f32::MAX)?,
-        })
+        Some(Activation::Clip { min: bound(1, f32::MIN)?, max: bound(2, f32::MAX)? })
     }
 }
 
@@ -226,10 +209,7 @@ impl Op for ClipOp {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "input")?;
-        crate::op_ensure!(
-            x.dtype() != DType::Bool,
-            "element type bool is not supported"
-        );
+        crate::op_ensure!(x.dtype() != DType::Bool, "element type bool is not supported");
         for (i, what) in [(1, "min"), (2, "max")] {
             if let Some(b) = optional(inputs, i) {
                 crate::op_ensure!(
@@ -239,11 +219,7 @@ impl Op for ClipOp {
                     x.dtype()
                 );
                 let one = b.shape().iter().all(|d| d.as_known() == Some(1));
-                crate::op_ensure!(
-                    one,
-                    "'{what}' must be a scalar, got shape {}",
-                    fmt_shape(b.shape())
-                );
+                crate::op_ensure!(one, "'{what}' must be a scalar, got shape {}", fmt_shape(b.shape()));
             }
         }
         Ok(vec![Fact::new(x.dtype(), x.shape().to_vec())])
@@ -251,11 +227,7 @@ impl Op for ClipOp {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0, "input")?;
-        Ok(vec![kernels::clip(
-            x,
-            optional(inputs, 1),
-            optional(inputs, 2),
-        )?])
+        Ok(vec![kernels::clip(x, optional(inputs, 1), optional(inputs, 2))?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -336,9 +308,8 @@ impl Op for PReluOp {
         let slope = required(inputs, 1, "slope")?;
         let shape = self.slope_shape(x.rank(), slope.shape(), 1);
         if shape.as_slice() != slope.shape() {
-            let slope = slope
-                .reshaped(&shape)
-                .ok_or_else(|| crate::ir::OpError("per-channel slope reshape failed".into()))?;
+            let slope =
+                slope.reshaped(&shape).ok_or_else(|| crate::ir::OpError("per-channel slope reshape failed".into()))?;
             return Ok(vec![kernels::prelu(x, &slope)?]);
         }
         Ok(vec![kernels::prelu(x, slope)?])
@@ -353,15 +324,14 @@ impl Op for PReluOp {
 /// Caffe2 rule PyTorch exports relied on), so it is aligned as `[C,1,…,1]`; from 7 the slope
 /// is unidirectionally (numpy) broadcast; 16 adds integer types (accepted for any opset).
 fn parse_prelu(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(PReluOp {
-        legacy_channel_slope: ctx.opset < 7,
-    }))
+    Ok(Box::new(PReluOp { legacy_channel_slope: ctx.opset < 7 }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::ops::arithmetic::tests::{eval, fact, infer, parse};
+    use crate::ir::ops::arithmetic::tests::{eval, fact, infer};
+    use crate::ir::ops::testutil::parse_node as parse;
     use crate::ir::Attr;
     use std::sync::Arc;
 
@@ -371,15 +341,7 @@ mod tests {
 
     #[test]
     fn unary_activations_keep_shape_and_type() {
-        for op in [
-            "Relu",
-            "Sigmoid",
-            "Tanh",
-            "HardSwish",
-            "Erf",
-            "Softplus",
-            "Softsign",
-        ] {
+        for op in ["Relu", "Sigmoid", "Tanh", "HardSwish", "Erf", "Softplus", "Softsign"] {
             let p = parse(op, 14, &[], &[true], 1).unwrap();
             assert_eq!(p.op_type(), op);
             let out = infer(&*p, &[fact(DType::F16, &[n(), Dim::known(8)])]).unwrap();
@@ -397,103 +359,44 @@ mod tests {
     #[test]
     fn attributes_and_defaults() {
         let leaky = parse("LeakyRelu", 16, &[], &[true], 1).unwrap();
-        assert_eq!(
-            leaky.downcast_ref::<ActivationOp>().unwrap().act,
-            Activation::LeakyRelu { alpha: 0.01 }
-        );
+        assert_eq!(leaky.downcast_ref::<ActivationOp>().unwrap().act, Activation::LeakyRelu { alpha: 0.01 });
         let hs = parse("HardSigmoid", 6, &[("alpha", Attr::Float(0.5))], &[true], 1).unwrap();
-        assert_eq!(
-            hs.downcast_ref::<ActivationOp>().unwrap().act,
-            Activation::HardSigmoid {
-                alpha: 0.5,
-                beta: 0.5
-            }
-        );
-        let gelu = parse(
-            "Gelu",
-            20,
-            &[("approximate", Attr::String("tanh".into()))],
-            &[true],
-            1,
-        )
-        .unwrap();
-        assert_eq!(
-            gelu.downcast_ref::<ActivationOp>().unwrap().act,
-            Activation::Gelu { tanh_approx: true }
-        );
-        let err = parse(
-            "Gelu",
-            20,
-            &[("approximate", Attr::String("fast".into()))],
-            &[true],
-            1,
-        )
-        .unwrap_err();
+        assert_eq!(hs.downcast_ref::<ActivationOp>().unwrap().act, Activation::HardSigmoid { alpha: 0.5, beta: 0.5 });
+        let gelu = parse("Gelu", 20, &[("approximate", Attr::String("tanh".into()))], &[true], 1).unwrap();
+        assert_eq!(gelu.downcast_ref::<ActivationOp>().unwrap().act, Activation::Gelu { tanh_approx: true });
+        let err = parse("Gelu", 20, &[("approximate", Attr::String("fast".into()))], &[true], 1).unwrap_err();
         assert!(err.0.contains("'approximate' = 'fast'"), "{}", err.0);
-        assert!(parse("Elu", 6, &[("alpha", Attr::Int(1))], &[true], 1)
-            .unwrap_err()
-            .0
-            .contains("must be FLOAT"));
+        assert!(parse("Elu", 6, &[("alpha", Attr::Int(1))], &[true], 1).unwrap_err().0.contains("must be FLOAT"));
         let r = eval(&*leaky, &[Tensor::from_f32s(&[2], vec![-2.0, 3.0])]).unwrap();
         assert_eq!(r[0].to_f64_vec(), vec![-0.019999999552965164, 3.0]);
     }
 
     #[test]
     fn clip_by_opset() {
-        let old = parse(
-            "Clip",
-            6,
-            &[("min", Attr::Float(0.0)), ("max", Attr::Float(6.0))],
-            &[true],
-            1,
-        )
-        .unwrap();
-        assert_eq!(
-            old.downcast_ref::<ActivationOp>().unwrap().act,
-            Activation::Clip { min: 0.0, max: 6.0 }
-        );
+        let old = parse("Clip", 6, &[("min", Attr::Float(0.0)), ("max", Attr::Float(6.0))], &[true], 1).unwrap();
+        assert_eq!(old.downcast_ref::<ActivationOp>().unwrap().act, Activation::Clip { min: 0.0, max: 6.0 });
         let new = parse("Clip", 13, &[], &[true, true, true], 1).unwrap();
         let lo = Fact::constant(Arc::new(Tensor::from_f32s(&[], vec![0.0])));
         let hi = Fact::constant(Arc::new(Tensor::from_f32s(&[], vec![6.0])));
         let x = fact(DType::F32, &[n()]);
         let facts = [Some(&x), Some(&lo), Some(&hi)];
         assert_eq!(new.infer(&facts).unwrap()[0].shape(), &[n()]);
-        assert_eq!(
-            activation_of(&*new, &facts),
-            Some(Activation::Clip { min: 0.0, max: 6.0 })
-        );
-        assert_eq!(
-            activation_of(&*old, &[Some(&x)]),
-            Some(Activation::Clip { min: 0.0, max: 6.0 })
-        );
+        assert_eq!(activation_of(&*new, &facts), Some(Activation::Clip { min: 0.0, max: 6.0 }));
+        assert_eq!(activation_of(&*old, &[Some(&x)]), Some(Activation::Clip { min: 0.0, max: 6.0 }));
         let clip = new.downcast_ref::<ClipOp>().unwrap();
-        assert_eq!(
-            clip.constant_activation(&facts),
-            Some(Activation::Clip { min: 0.0, max: 6.0 })
-        );
+        assert_eq!(clip.constant_activation(&facts), Some(Activation::Clip { min: 0.0, max: 6.0 }));
         assert_eq!(
             clip.constant_activation(&[Some(&x), None, Some(&hi)]),
-            Some(Activation::Clip {
-                min: f32::MIN,
-                max: 6.0
-            })
+            Some(Activation::Clip { min: f32::MIN, max: 6.0 })
         );
         let xt = Tensor::from_f32s(&[3], vec![-1.0, 3.0, 9.0]);
         let hit = Tensor::from_f32s(&[], vec![6.0]);
         let r = new.eval(&[Some(&xt), None, Some(&hit)]).unwrap();
         assert_eq!(r[0].to_f64_vec(), vec![-1.0, 3.0, 6.0]);
         let bad = fact(DType::F32, &[Dim::known(2)]);
-        assert!(new
-            .infer(&[Some(&x), Some(&bad), None])
-            .unwrap_err()
-            .0
-            .contains("scalar"));
+        assert!(new.infer(&[Some(&x), Some(&bad), None]).unwrap_err().0.contains("scalar"));
         let int_lo = fact(DType::I32, &[]);
-        assert!(new
-            .infer(&[Some(&x), Some(&int_lo), None])
-            .unwrap_err()
-            .0
-            .contains("must match"));
+        assert!(new.infer(&[Some(&x), Some(&int_lo), None]).unwrap_err().0.contains("must match"));
     }
 
     #[test]
@@ -502,33 +405,18 @@ mod tests {
         let out = infer(
             &*p,
             &[
-                fact(
-                    DType::F32,
-                    &[n(), Dim::known(3), Dim::known(4), Dim::known(4)],
-                ),
+                fact(DType::F32, &[n(), Dim::known(3), Dim::known(4), Dim::known(4)]),
                 fact(DType::F32, &[Dim::known(3), Dim::known(1), Dim::known(1)]),
             ],
         )
         .unwrap();
-        assert_eq!(
-            out[0].shape(),
-            &[n(), Dim::known(3), Dim::known(4), Dim::known(4)]
-        );
-        let err = infer(
-            &*p,
-            &[
-                fact(DType::F32, &[Dim::known(3)]),
-                fact(DType::F32, &[Dim::known(2), Dim::known(3)]),
-            ],
-        )
-        .unwrap_err();
+        assert_eq!(out[0].shape(), &[n(), Dim::known(3), Dim::known(4), Dim::known(4)]);
+        let err = infer(&*p, &[fact(DType::F32, &[Dim::known(3)]), fact(DType::F32, &[Dim::known(2), Dim::known(3)])])
+            .unwrap_err();
         assert!(err.0.contains("does not broadcast to X"), "{}", err.0);
         let r = eval(
             &*p,
-            &[
-                Tensor::from_f32s(&[2, 2], vec![-1.0, 1.0, -1.0, 2.0]),
-                Tensor::from_f32s(&[2, 1], vec![0.5, 0.25]),
-            ],
+            &[Tensor::from_f32s(&[2, 2], vec![-1.0, 1.0, -1.0, 2.0]), Tensor::from_f32s(&[2, 1], vec![0.5, 0.25])],
         )
         .unwrap();
         assert_eq!(r[0].to_f64_vec(), vec![-0.5, 1.0, -0.25, 2.0]);

@@ -54,10 +54,8 @@ pub fn required_all<'a>(inputs: &[Option<&'a Fact>], n: usize) -> OpResult<Vec<&
 
 /// The common element type of `facts`, or an error naming the mismatch.
 pub fn same_dtype(facts: &[&Fact]) -> OpResult<DType> {
-    let first = facts
-        .first()
-        .map(|f| f.dtype())
-        .ok_or_else(|| crate::ir::OpError("at least one input is required".into()))?;
+    let first =
+        facts.first().map(|f| f.dtype()).ok_or_else(|| crate::ir::OpError("at least one input is required".into()))?;
     for (i, f) in facts.iter().enumerate().skip(1) {
         crate::op_ensure!(
             f.dtype() == first,
@@ -76,18 +74,12 @@ pub fn broadcast_facts(facts: &[&Fact]) -> OpResult<Vec<Dim>> {
 
 /// Rejects bool operands of arithmetic.
 pub fn ensure_numeric(dtype: DType) -> OpResult<()> {
-    crate::op_ensure!(
-        dtype != DType::Bool,
-        "element type bool is not supported (numeric types only)"
-    );
+    crate::op_ensure!(dtype != DType::Bool, "element type bool is not supported (numeric types only)");
     Ok(())
 }
 
 pub fn ensure_float(dtype: DType) -> OpResult<()> {
-    crate::op_ensure!(
-        dtype.is_float(),
-        "element type {dtype} is not supported (floating-point types only)"
-    );
+    crate::op_ensure!(dtype.is_float(), "element type {dtype} is not supported (floating-point types only)");
     Ok(())
 }
 
@@ -105,24 +97,13 @@ pub fn sym_zip<T>(a: &Fact, b: &Fact, f: impl Fn(&Dim, &Dim) -> Option<T>) -> Op
         (p, 1) => p,
         _ => return None,
     };
-    (0..n)
-        .map(|i| {
-            f(
-                &x[if x.len() == 1 { 0 } else { i }],
-                &y[if y.len() == 1 { 0 } else { i }],
-            )
-        })
-        .collect()
+    (0..n).map(|i| f(&x[if x.len() == 1 { 0 } else { i }], &y[if y.len() == 1 { 0 } else { i }])).collect()
 }
 
 /// A fact of the given type carrying symbolic contents (`Fact::symbolic` for non-i64 types
 /// and explicit shapes).
 pub fn with_sym(dtype: DType, shape: Vec<Dim>, sym: Option<Vec<Dim>>) -> Fact {
-    Fact {
-        ty: ValueType::new(dtype, shape),
-        konst: None,
-        sym,
-    }
+    Fact { ty: ValueType::new(dtype, shape), konst: None, sym }
 }
 
 /// Legacy (opset < 7) broadcasting: `B` is aligned to `A` starting at `axis`.
@@ -263,9 +244,8 @@ impl Op for BinaryOp {
         let out = match self.legacy {
             Some(LegacyBroadcast::Axis(axis)) => {
                 let shape = legacy_expand(a.rank(), b.shape(), axis)?;
-                let b = b
-                    .reshaped(&shape)
-                    .ok_or_else(|| crate::ir::OpError("legacy broadcast reshape failed".into()))?;
+                let b =
+                    b.reshaped(&shape).ok_or_else(|| crate::ir::OpError("legacy broadcast reshape failed".into()))?;
                 kernels::binary(self.kind, a, &b)?
             }
             _ => kernels::binary(self.kind, a, b)?,
@@ -292,11 +272,7 @@ fn parse_binary(ctx: &NodeCtx, kind: BinaryKind) -> OpResult<Box<dyn Op>> {
     } else {
         None
     };
-    Ok(Box::new(BinaryOp {
-        kind,
-        legacy,
-        float_floor_mod: ctx.opset >= 28,
-    }))
+    Ok(Box::new(BinaryOp { kind, legacy, float_floor_mod: ctx.opset >= 28 }))
 }
 
 /// `Add` (opset 1, 6, 7, 13, 14): see `parse_binary` for the broadcasting history.
@@ -324,11 +300,7 @@ fn parse_div(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 /// only before opset 28; `fmod=1` is C `fmod` (the dividend's sign).
 fn parse_mod(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let fmod = ctx.flag("fmod", false)?;
-    Ok(Box::new(BinaryOp {
-        kind: BinaryKind::Mod { fmod },
-        legacy: None,
-        float_floor_mod: ctx.opset >= 28,
-    }))
+    Ok(Box::new(BinaryOp { kind: BinaryKind::Mod { fmod }, legacy: None, float_floor_mod: ctx.opset >= 28 }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -348,16 +320,9 @@ impl Op for PowOp {
         let f = required_all(inputs, 2)?;
         ensure_numeric(f[0].dtype())?;
         ensure_numeric(f[1].dtype())?;
-        let helper = BinaryOp {
-            kind: BinaryKind::Mul,
-            legacy: self.legacy,
-            float_floor_mod: false,
-        };
+        let helper = BinaryOp { kind: BinaryKind::Mul, legacy: self.legacy, float_floor_mod: false };
         let b_shape = helper.b_shape(f[0], f[1])?;
-        Ok(vec![Fact::new(
-            f[0].dtype(),
-            broadcast_shapes(&[f[0].shape(), &b_shape])?,
-        )])
+        Ok(vec![Fact::new(f[0].dtype(), broadcast_shapes(&[f[0].shape(), &b_shape])?)])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
@@ -365,9 +330,7 @@ impl Op for PowOp {
         let b = required(inputs, 1, "Y")?;
         if let Some(LegacyBroadcast::Axis(axis)) = self.legacy {
             let shape = legacy_expand(a.rank(), b.shape(), axis)?;
-            let b = b
-                .reshaped(&shape)
-                .ok_or_else(|| crate::ir::OpError("legacy broadcast reshape failed".into()))?;
+            let b = b.reshaped(&shape).ok_or_else(|| crate::ir::OpError("legacy broadcast reshape failed".into()))?;
             return Ok(vec![kernels::pow(a, &b)?]);
         }
         Ok(vec![kernels::pow(a, b)?])
@@ -430,21 +393,15 @@ impl Op for VariadicOp {
         }
         let shape = broadcast_facts(&f)?;
         let sym = match (self.kind, f.as_slice()) {
-            (VariadicKind::Max, [a, b]) if dtype == DType::I64 => {
-                sym_zip(a, b, |x, y| Some(x.max_dim(y)))
-            }
-            (VariadicKind::Min, [a, b]) if dtype == DType::I64 => {
-                sym_zip(a, b, |x, y| Some(x.min_dim(y)))
-            }
+            (VariadicKind::Max, [a, b]) if dtype == DType::I64 => sym_zip(a, b, |x, y| Some(x.max_dim(y))),
+            (VariadicKind::Min, [a, b]) if dtype == DType::I64 => sym_zip(a, b, |x, y| Some(x.min_dim(y))),
             _ => None,
         };
         Ok(vec![with_sym(dtype, shape, sym)])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
-        let ts: Vec<&Tensor> = (0..inputs.len())
-            .map(|i| required(inputs, i, "data"))
-            .collect::<OpResult<_>>()?;
+        let ts: Vec<&Tensor> = (0..inputs.len()).map(|i| required(inputs, i, "data")).collect::<OpResult<_>>()?;
         let out = match self.kind {
             VariadicKind::Sum => kernels::variadic(BinaryKind::Add, &ts)?,
             VariadicKind::Mean => kernels::mean(&ts)?,
@@ -462,31 +419,23 @@ impl Op for VariadicOp {
 /// `Sum` (opset 1, 6, 8, 13): opset 8 added multidirectional broadcasting; earlier versions
 /// required equal shapes, which broadcasting accepts too. Floating-point types only.
 fn parse_sum(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(VariadicOp {
-        kind: VariadicKind::Sum,
-    }))
+    Ok(Box::new(VariadicOp { kind: VariadicKind::Sum }))
 }
 
 /// `Mean` (opset 1, 6, 8, 13): as `Sum`.
 fn parse_mean(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(VariadicOp {
-        kind: VariadicKind::Mean,
-    }))
+    Ok(Box::new(VariadicOp { kind: VariadicKind::Mean }))
 }
 
 /// `Max` (opset 1, 6, 8, 12, 13): broadcasting from 8, integer types from 12 (accepted for any
 /// opset). NaN propagates.
 fn parse_max(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(VariadicOp {
-        kind: VariadicKind::Max,
-    }))
+    Ok(Box::new(VariadicOp { kind: VariadicKind::Max }))
 }
 
 /// `Min` (opset 1, 6, 8, 12, 13): as `Max`.
 fn parse_min(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(VariadicOp {
-        kind: VariadicKind::Min,
-    }))
+    Ok(Box::new(VariadicOp { kind: VariadicKind::Min }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -528,25 +477,17 @@ impl Op for UnaryOp {
         let x = required(inputs, 0, "X")?;
         let dtype = x.dtype();
         if !dtype.is_float() {
-            let ok = self.kind.accepts_int()
-                && dtype.is_int()
-                && (dtype.is_signed() || !self.kind.needs_signed());
+            let ok = self.kind.accepts_int() && dtype.is_int() && (dtype.is_signed() || !self.kind.needs_signed());
             crate::op_ensure!(
                 ok,
                 "element type {dtype} is not supported ({})",
-                if self.kind.accepts_int() {
-                    "numeric types only"
-                } else {
-                    "floating-point types only"
-                }
+                if self.kind.accepts_int() { "numeric types only" } else { "floating-point types only" }
             );
         }
         // Neg/Abs of symbolic shape values stay symbolic (e.g. `Neg` in slice-end arithmetic).
         let sym = match (self.kind, x.rank() <= 1 && dtype == DType::I64) {
             (UnaryKind::Neg, true) => x.as_dims().map(|d| d.iter().map(Dim::neg).collect()),
-            (UnaryKind::Abs, true) => x
-                .as_ints()
-                .map(|v| v.iter().map(|i| Dim::known(i.wrapping_abs())).collect()),
+            (UnaryKind::Abs, true) => x.as_ints().map(|v| v.iter().map(|i| Dim::known(i.wrapping_abs())).collect()),
             _ => None,
         };
         Ok(vec![with_sym(dtype, x.shape().to_vec(), sym)])
@@ -674,35 +615,10 @@ fn parse_atanh(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes};
+    use crate::ir::Attr;
     use std::sync::Arc;
 
-    /// Parses one node of the default domain with the given attributes.
-    pub(crate) fn parse(
-        op: &str,
-        opset: i64,
-        attrs: &[(&str, Attr)],
-        present: &[bool],
-        outputs: usize,
-    ) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        let spec = crate::ir::ops::registry()
-            .lookup("", op)
-            .unwrap_or_else(|| panic!("{op} is not registered"));
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: spec.op_type,
-            domain: "",
-            opset,
-            attrs: &attrs,
-            inputs_present: present,
-            num_outputs: outputs,
-        };
-        (spec.parse)(&ctx)
-    }
+    use crate::ir::ops::testutil::parse_node as parse;
 
     pub(crate) fn fact(dtype: DType, shape: &[Dim]) -> Fact {
         Fact::new(dtype, shape.to_vec())
@@ -725,45 +641,16 @@ pub(crate) mod tests {
     #[test]
     fn add_infers_symbolic_broadcast() {
         let op = parse("Add", 14, &[], &[true, true], 1).unwrap();
-        let out = infer(
-            &*op,
-            &[
-                fact(DType::F32, &[n(), Dim::known(3), Dim::known(1)]),
-                fact(DType::F32, &[Dim::known(4)]),
-            ],
-        )
-        .unwrap();
+        let out =
+            infer(&*op, &[fact(DType::F32, &[n(), Dim::known(3), Dim::known(1)]), fact(DType::F32, &[Dim::known(4)])])
+                .unwrap();
         assert_eq!(out[0].shape(), &[n(), Dim::known(3), Dim::known(4)]);
-        let err = infer(
-            &*op,
-            &[
-                fact(DType::F32, &[Dim::known(2), Dim::known(3)]),
-                fact(DType::F32, &[Dim::known(4)]),
-            ],
-        )
-        .unwrap_err();
-        assert!(
-            err.0.contains("[2,3] and [4] cannot be broadcast"),
-            "{}",
-            err.0
-        );
-        let err = infer(
-            &*op,
-            &[
-                fact(DType::F32, &[Dim::known(2)]),
-                fact(DType::I64, &[Dim::known(2)]),
-            ],
-        )
-        .unwrap_err();
+        let err = infer(&*op, &[fact(DType::F32, &[Dim::known(2), Dim::known(3)]), fact(DType::F32, &[Dim::known(4)])])
+            .unwrap_err();
+        assert!(err.0.contains("[2,3] and [4] cannot be broadcast"), "{}", err.0);
+        let err = infer(&*op, &[fact(DType::F32, &[Dim::known(2)]), fact(DType::I64, &[Dim::known(2)])]).unwrap_err();
         assert!(err.0.contains("must match"), "{}", err.0);
-        let err = infer(
-            &*op,
-            &[
-                fact(DType::Bool, &[Dim::known(2)]),
-                fact(DType::Bool, &[Dim::known(2)]),
-            ],
-        )
-        .unwrap_err();
+        let err = infer(&*op, &[fact(DType::Bool, &[Dim::known(2)]), fact(DType::Bool, &[Dim::known(2)])]).unwrap_err();
         assert!(err.0.contains("bool"), "{}", err.0);
     }
 
@@ -774,24 +661,12 @@ pub(crate) mod tests {
         let k = Fact::constant(Arc::new(Tensor::from_i64s(&[], vec![64])));
         let mul = parse("Mul", 13, &[], &[true, true], 1).unwrap();
         let out = infer(&*mul, &[shape.clone(), k]).unwrap();
-        assert_eq!(
-            out[0].sym,
-            Some(vec![
-                n().mul(&Dim::known(64)),
-                Dim::sym("S").mul(&Dim::known(64))
-            ])
-        );
+        assert_eq!(out[0].sym, Some(vec![n().mul(&Dim::known(64)), Dim::sym("S").mul(&Dim::known(64))]));
         assert_eq!(out[0].shape(), &[Dim::known(2)]);
         let div = parse("Div", 13, &[], &[true, true], 1).unwrap();
         let two = Fact::constant(Arc::new(Tensor::from_i64s(&[1], vec![2])));
         let halved = infer(&*div, &[out[0].clone(), two]).unwrap();
-        assert_eq!(
-            halved[0].sym,
-            Some(vec![
-                n().mul(&Dim::known(32)),
-                Dim::sym("S").mul(&Dim::known(32))
-            ])
-        );
+        assert_eq!(halved[0].sym, Some(vec![n().mul(&Dim::known(32)), Dim::sym("S").mul(&Dim::known(32))]));
         let scalar = Fact::symbolic(vec![n()], true);
         let one = Fact::symbolic(vec![Dim::known(1)], true);
         let sub = parse("Sub", 13, &[], &[true, true], 1).unwrap();
@@ -802,14 +677,7 @@ pub(crate) mod tests {
         let out = infer(&*max, &[scalar.clone(), scalar]).unwrap();
         assert_eq!(out[0].sym, Some(vec![n()]));
         // Float values carry no symbolic contents.
-        let out = infer(
-            &*mul,
-            &[
-                fact(DType::F32, &[Dim::known(2)]),
-                fact(DType::F32, &[Dim::known(2)]),
-            ],
-        )
-        .unwrap();
+        let out = infer(&*mul, &[fact(DType::F32, &[Dim::known(2)]), fact(DType::F32, &[Dim::known(2)])]).unwrap();
         assert!(out[0].sym.is_none());
     }
 
@@ -818,18 +686,11 @@ pub(crate) mod tests {
         let a = Tensor::from_f32s(&[2, 2], vec![1.0, 2.0, 3.0, 4.0]);
         let b = Tensor::from_f32s(&[2], vec![10.0, 20.0]);
         let sub = parse("Sub", 14, &[], &[true, true], 1).unwrap();
-        assert_eq!(
-            eval(&*sub, &[a.clone(), b.clone()]).unwrap()[0].to_f64_vec(),
-            vec![-9.0, -18.0, -7.0, -16.0]
-        );
+        assert_eq!(eval(&*sub, &[a.clone(), b.clone()]).unwrap()[0].to_f64_vec(), vec![-9.0, -18.0, -7.0, -16.0]);
         let sum = parse("Sum", 13, &[], &[true, true, true], 1).unwrap();
         let out = infer(
             &*sum,
-            &[
-                fact(DType::F32, &[n(), Dim::known(2)]),
-                fact(DType::F32, &[Dim::known(2)]),
-                fact(DType::F32, &[]),
-            ],
+            &[fact(DType::F32, &[n(), Dim::known(2)]), fact(DType::F32, &[Dim::known(2)]), fact(DType::F32, &[])],
         )
         .unwrap();
         assert_eq!(out[0].shape(), &[n(), Dim::known(2)]);
@@ -847,49 +708,23 @@ pub(crate) mod tests {
         let err = infer(&*m, &[fact(DType::F32, &[]), fact(DType::F32, &[])]).unwrap_err();
         assert!(err.0.contains("fmod"), "{}", err.0);
         let m = parse("Mod", 13, &[("fmod", Attr::Int(1))], &[true, true], 1).unwrap();
-        let r = eval(
-            &*m,
-            &[
-                Tensor::from_f32s(&[2], vec![-7.0, 7.0]),
-                Tensor::from_f32s(&[1], vec![2.0]),
-            ],
-        )
-        .unwrap();
+        let r = eval(&*m, &[Tensor::from_f32s(&[2], vec![-7.0, 7.0]), Tensor::from_f32s(&[1], vec![2.0])]).unwrap();
         assert_eq!(r[0].to_f64_vec(), vec![-1.0, 1.0]);
         assert!(parse("Mod", 13, &[("fmod", Attr::Int(2))], &[true, true], 1).is_err());
     }
 
     #[test]
     fn legacy_axis_broadcast() {
-        let add = parse(
-            "Add",
-            6,
-            &[("broadcast", Attr::Int(1)), ("axis", Attr::Int(1))],
-            &[true, true],
-            1,
-        )
-        .unwrap();
-        let out = infer(
-            &*add,
-            &[
-                fact(DType::F32, &[n(), Dim::known(3), Dim::known(2)]),
-                fact(DType::F32, &[Dim::known(3)]),
-            ],
-        )
-        .unwrap();
+        let add = parse("Add", 6, &[("broadcast", Attr::Int(1)), ("axis", Attr::Int(1))], &[true, true], 1).unwrap();
+        let out =
+            infer(&*add, &[fact(DType::F32, &[n(), Dim::known(3), Dim::known(2)]), fact(DType::F32, &[Dim::known(3)])])
+                .unwrap();
         assert_eq!(out[0].shape(), &[n(), Dim::known(3), Dim::known(2)]);
         let a = Tensor::from_f32s(&[1, 3, 2], vec![0.0; 6]);
         let r = eval(&*add, &[a, Tensor::from_f32s(&[3], vec![1.0, 2.0, 3.0])]).unwrap();
         assert_eq!(r[0].to_f64_vec(), vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
         let strict = parse("Add", 6, &[], &[true, true], 1).unwrap();
-        assert!(infer(
-            &*strict,
-            &[
-                fact(DType::F32, &[Dim::known(2)]),
-                fact(DType::F32, &[Dim::known(1)])
-            ]
-        )
-        .is_err());
+        assert!(infer(&*strict, &[fact(DType::F32, &[Dim::known(2)]), fact(DType::F32, &[Dim::known(1)])]).is_err());
     }
 
     #[test]
@@ -897,33 +732,19 @@ pub(crate) mod tests {
         let p = parse("Pow", 15, &[], &[true, true], 1).unwrap();
         let out = infer(&*p, &[fact(DType::F16, &[n()]), fact(DType::I64, &[])]).unwrap();
         assert_eq!(out[0].dtype(), DType::F16);
-        let r = eval(
-            &*p,
-            &[
-                Tensor::from_f32s(&[2], vec![2.0, 4.0]),
-                Tensor::from_i64s(&[], vec![2]),
-            ],
-        )
-        .unwrap();
+        let r = eval(&*p, &[Tensor::from_f32s(&[2], vec![2.0, 4.0]), Tensor::from_i64s(&[], vec![2])]).unwrap();
         assert_eq!(r[0].to_f64_vec(), vec![4.0, 16.0]);
     }
 
     #[test]
     fn unary_type_rules() {
         let sqrt = parse("Sqrt", 13, &[], &[true], 1).unwrap();
-        assert!(infer(&*sqrt, &[fact(DType::I64, &[])])
-            .unwrap_err()
-            .0
-            .contains("floating-point"));
+        assert!(infer(&*sqrt, &[fact(DType::I64, &[])]).unwrap_err().0.contains("floating-point"));
         let neg = parse("Neg", 13, &[], &[true], 1).unwrap();
         assert!(infer(&*neg, &[fact(DType::U8, &[])]).is_err());
         let out = infer(&*neg, &[Fact::symbolic(vec![n()], false)]).unwrap();
         assert_eq!(out[0].sym, Some(vec![n().neg()]));
-        let r = eval(
-            &*parse("Exp", 13, &[], &[true], 1).unwrap(),
-            &[Tensor::from_f32s(&[1], vec![0.0])],
-        )
-        .unwrap();
+        let r = eval(&*parse("Exp", 13, &[], &[true], 1).unwrap(), &[Tensor::from_f32s(&[1], vec![0.0])]).unwrap();
         assert_eq!(r[0].to_f64_vec(), vec![1.0]);
     }
 
@@ -937,10 +758,7 @@ pub(crate) mod tests {
         let Ok(root) = std::env::var("ONNX2AIT_NODE_CASES") else {
             return;
         };
-        let mut dirs: Vec<_> = std::fs::read_dir(&root)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        let mut dirs: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).collect();
         dirs.sort();
         let mut failures = Vec::new();
         for dir in &dirs {
@@ -949,13 +767,7 @@ pub(crate) mod tests {
                 failures.push(format!("{name}: {msg}"));
             }
         }
-        assert!(
-            failures.is_empty(),
-            "{} of {} cases failed:\n{}",
-            failures.len(),
-            dirs.len(),
-            failures.join("\n")
-        );
+        assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), dirs.len(), failures.join("\n"));
     }
 
     fn run_node_case(dir: &std::path::Path) -> Result<(), String> {
@@ -972,8 +784,8 @@ pub(crate) mod tests {
         }
         let outs = crate::reference::run(&g, &inputs).map_err(|e| e.to_string())?;
         for (k, (_, got)) in outs.iter().enumerate() {
-            let (_, want) = crate::onnx::read_tensor_file(&data.join(format!("output_{k}.pb")))
-                .map_err(|e| e.to_string())?;
+            let (_, want) =
+                crate::onnx::read_tensor_file(&data.join(format!("output_{k}.pb"))).map_err(|e| e.to_string())?;
             if got.dtype() != want.dtype() || got.shape() != want.shape() {
                 return Err(format!(
                     "output {k}: got {}{:?}, want {}{:?}",
@@ -991,8 +803,7 @@ pub(crate) mod tests {
                 _ => 0.0,
             };
             for (i, (a, b)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
-                let same =
-                    (a.is_nan() && b.is_nan()) || a == &b || (a - b).abs() <= tol * (1.0 + b.abs());
+                let same = (a.is_nan() && b.is_nan()) || a == &b || (a - b).abs() <= tol * (1.0 + b.abs());
                 if !same {
                     return Err(format!("output {k} element {i}: got {a}, want {b}"));
                 }

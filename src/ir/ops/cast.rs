@@ -51,11 +51,7 @@ impl Op for CastOp {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "input")?;
-        Ok(vec![with_sym(
-            self.to,
-            x.shape().to_vec(),
-            cast_sym(x, self.to),
-        )])
+        Ok(vec![with_sym(self.to, x.shape().to_vec(), cast_sym(x, self.to))])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
@@ -69,13 +65,9 @@ impl Op for CastOp {
 
 /// The element type named by an ONNX `TensorProto.DataType` code.
 fn dtype_of_code(code: i64) -> OpResult<DType> {
-    let c = i32::try_from(code)
-        .map_err(|_| OpError(format!("attribute 'to' = {code} is not a data type")))?;
+    let c = i32::try_from(code).map_err(|_| OpError(format!("attribute 'to' = {code} is not a data type")))?;
     DType::from_onnx(c).ok_or_else(|| {
-        OpError(format!(
-            "attribute 'to' = {} ({c}) is not a supported element type",
-            DType::onnx_code_name(c)
-        ))
+        OpError(format!("attribute 'to' = {} ({c}) is not a supported element type", DType::onnx_code_name(c)))
     })
 }
 
@@ -220,20 +212,14 @@ impl Op for DropoutOp {
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "data")?;
         if let Some(ratio) = optional(inputs, 1) {
-            crate::op_ensure!(
-                ratio.dtype().is_float(),
-                "input 'ratio' must be floating point, got {}",
-                ratio.dtype()
-            );
+            crate::op_ensure!(ratio.dtype().is_float(), "input 'ratio' must be floating point, got {}", ratio.dtype());
         }
         if let Some(t) = optional(inputs, 2) {
-            crate::op_ensure!(
-                t.dtype() == DType::Bool,
-                "input 'training_mode' must be bool, got {}",
-                t.dtype()
-            );
+            crate::op_ensure!(t.dtype() == DType::Bool, "input 'training_mode' must be bool, got {}", t.dtype());
             let training = t.konst.as_ref().ok_or_else(|| {
-                OpError("input 'training_mode' must be absent or a constant false: training mode is not supported".into())
+                OpError(
+                    "input 'training_mode' must be absent or a constant false: training mode is not supported".into(),
+                )
             })?;
             check_not_training(training)?;
         }
@@ -263,11 +249,7 @@ impl Op for DropoutOp {
 }
 
 fn check_not_training(t: &Tensor) -> OpResult<()> {
-    crate::op_ensure!(
-        t.len() == 1,
-        "input 'training_mode' must be a scalar, got shape {:?}",
-        t.shape()
-    );
+    crate::op_ensure!(t.len() == 1, "input 'training_mode' must be a scalar, got shape {:?}", t.shape());
     crate::op_ensure!(
         t.to_i64_vec().first() == Some(&0),
         "input 'training_mode' is true: training mode is not supported (inference only)"
@@ -291,25 +273,19 @@ fn parse_dropout(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     );
     if ctx.opset < 12 {
         let ratio = ctx.float_or("ratio", 0.5)?;
-        crate::op_ensure!(
-            (0.0..1.0).contains(&ratio),
-            "attribute 'ratio' = {ratio} must be in [0, 1)"
-        );
+        crate::op_ensure!((0.0..1.0).contains(&ratio), "attribute 'ratio' = {ratio} must be in [0, 1)");
         if ctx.opset < 7 {
             ctx.flag("is_test", false)?;
         }
     }
-    Ok(Box::new(DropoutOp {
-        bool_mask: ctx.opset >= 10,
-        mask_value: ctx.opset >= 12,
-        outputs: ctx.num_outputs,
-    }))
+    Ok(Box::new(DropoutOp { bool_mask: ctx.opset >= 10, mask_value: ctx.opset >= 12, outputs: ctx.num_outputs }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::ops::arithmetic::tests::{eval, fact, infer, parse};
+    use crate::ir::ops::arithmetic::tests::{eval, fact, infer};
+    use crate::ir::ops::testutil::parse_node as parse;
     use crate::ir::{Attr, Dim};
     use std::sync::Arc;
 
@@ -324,51 +300,25 @@ mod tests {
         assert_eq!(out[0].dtype(), DType::I32);
         assert_eq!(out[0].sym, Some(vec![n(), Dim::known(3)]));
         let f = parse("Cast", 13, &[("to", Attr::Int(1))], &[true], 1).unwrap();
-        assert!(infer(&*f, &[Fact::symbolic(vec![n()], false)]).unwrap()[0]
-            .sym
-            .is_none());
+        assert!(infer(&*f, &[Fact::symbolic(vec![n()], false)]).unwrap()[0].sym.is_none());
         let err = parse("Cast", 13, &[("to", Attr::Int(8))], &[true], 1).unwrap_err();
         assert!(err.0.contains("STRING"), "{}", err.0);
-        assert!(parse("Cast", 13, &[], &[true], 1)
-            .unwrap_err()
-            .0
-            .contains("'to'"));
-        let old = parse(
-            "Cast",
-            1,
-            &[("to", Attr::String("INT64".into()))],
-            &[true],
-            1,
-        )
-        .unwrap();
+        assert!(parse("Cast", 13, &[], &[true], 1).unwrap_err().0.contains("'to'"));
+        let old = parse("Cast", 1, &[("to", Attr::String("INT64".into()))], &[true], 1).unwrap();
         assert_eq!(old.downcast_ref::<CastOp>().unwrap().to, DType::I64);
-        assert!(parse(
-            "Cast",
-            19,
-            &[("to", Attr::Int(1)), ("saturate", Attr::Int(0))],
-            &[true],
-            1
-        )
-        .is_ok());
+        assert!(parse("Cast", 19, &[("to", Attr::Int(1)), ("saturate", Attr::Int(0))], &[true], 1).is_ok());
     }
 
     #[test]
     fn cast_values_match_onnxruntime() {
         let x = Tensor::from_f32s(&[4], vec![-1.5, 300.7, -2.9, 2.9]);
-        assert_eq!(
-            cast_tensor(&x, DType::U8).to_i64_vec(),
-            vec![255, 44, 254, 2]
-        );
-        assert_eq!(
-            cast_tensor(&x, DType::I32).to_i64_vec(),
-            vec![-1, 300, -2, 2]
-        );
+        assert_eq!(cast_tensor(&x, DType::U8).to_i64_vec(), vec![255, 44, 254, 2]);
+        assert_eq!(cast_tensor(&x, DType::I32).to_i64_vec(), vec![-1, 300, -2, 2]);
         let big = Tensor::from_i64s(&[2], vec![300, -129]);
         assert_eq!(cast_tensor(&big, DType::I8).to_i64_vec(), vec![44, 127]);
         let c = parse("Cast", 13, &[("to", Attr::Int(9))], &[true], 1).unwrap();
         assert_eq!(
-            eval(&*c, &[Tensor::from_f32s(&[3], vec![0.0, -0.5, f32::NAN])]).unwrap()[0]
-                .to_i64_vec(),
+            eval(&*c, &[Tensor::from_f32s(&[3], vec![0.0, -0.5, f32::NAN])]).unwrap()[0].to_i64_vec(),
             vec![0, 1, 1]
         );
     }
@@ -379,14 +329,7 @@ mod tests {
         let out = infer(&*cl, &[fact(DType::F32, &[n()]), fact(DType::F16, &[])]).unwrap();
         assert_eq!(out[0].dtype(), DType::F16);
         assert_eq!(out[0].shape(), &[n()]);
-        let r = eval(
-            &*cl,
-            &[
-                Tensor::from_f32s(&[1], vec![2.5]),
-                Tensor::from_i64s(&[], vec![0]),
-            ],
-        )
-        .unwrap();
+        let r = eval(&*cl, &[Tensor::from_f32s(&[1], vec![2.5]), Tensor::from_i64s(&[], vec![0])]).unwrap();
         assert_eq!(r[0].dtype(), DType::I64);
         let id = parse("Identity", 21, &[], &[true], 1).unwrap();
         let k = Fact::constant(Arc::new(Tensor::from_i64s(&[2], vec![1, 2])));
@@ -404,17 +347,9 @@ mod tests {
         assert_eq!(out[1].dtype(), DType::Bool);
         assert_eq!(out[1].shape(), &[n(), Dim::known(4)]);
         let yes = Fact::constant(Arc::new(Tensor::Bool(ndarray::arr0(true).into_dyn())));
-        assert!(d
-            .infer(&[Some(&x), None, Some(&yes)])
-            .unwrap_err()
-            .0
-            .contains("training mode is not supported"));
+        assert!(d.infer(&[Some(&x), None, Some(&yes)]).unwrap_err().0.contains("training mode is not supported"));
         let dynamic = fact(DType::Bool, &[]);
-        assert!(d
-            .infer(&[Some(&x), None, Some(&dynamic)])
-            .unwrap_err()
-            .0
-            .contains("constant false"));
+        assert!(d.infer(&[Some(&x), None, Some(&dynamic)]).unwrap_err().0.contains("constant false"));
         let xt = Tensor::from_f32s(&[2], vec![1.0, 2.0]);
         let r = d.eval(&[Some(&xt), None, None]).unwrap();
         assert_eq!(r[0], xt);

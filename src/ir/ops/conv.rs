@@ -109,18 +109,30 @@ impl Window {
 
     fn params(&self, rank: usize, kernel: &[usize]) -> OpResult<Params> {
         op_ensure!((1..=3).contains(&rank), "{rank} spatial dims are not supported (expected 1, 2 or 3)");
-        op_ensure!(kernel.len() == rank, "kernel_shape {kernel:?} has {} dims, the input has {rank} spatial dims", kernel.len());
+        op_ensure!(
+            kernel.len() == rank,
+            "kernel_shape {kernel:?} has {} dims, the input has {rank} spatial dims",
+            kernel.len()
+        );
         let get = |name: &str, v: &Option<Vec<usize>>, len: usize, default: usize| -> OpResult<Vec<usize>> {
             match v {
                 None => Ok(vec![default; len]),
                 Some(v) => {
-                    op_ensure!(v.len() == len, "attribute '{name}' = {v:?} must have {len} values for {rank} spatial dims");
+                    op_ensure!(
+                        v.len() == len,
+                        "attribute '{name}' = {v:?} must have {len} values for {rank} spatial dims"
+                    );
                     Ok(v.clone())
                 }
             }
         };
-        let pads = if self.auto_pad == AutoPad::NotSet { get("pads", &self.pads, 2 * rank, 0)? } else { vec![0; 2 * rank] };
-        Ok(Params { strides: get("strides", &self.strides, rank, 1)?, dilations: get("dilations", &self.dilations, rank, 1)?, pads })
+        let pads =
+            if self.auto_pad == AutoPad::NotSet { get("pads", &self.pads, 2 * rank, 0)? } else { vec![0; 2 * rank] };
+        Ok(Params {
+            strides: get("strides", &self.strides, rank, 1)?,
+            dilations: get("dilations", &self.dilations, rank, 1)?,
+            pads,
+        })
     }
 
     /// Output spatial dims for (possibly symbolic) input spatial dims.
@@ -149,7 +161,9 @@ impl Window {
                 // ceil_mode: a last window starting in the end padding is dropped (as in ONNX
                 // Runtime and PyTorch).
                 // i128: the stride and pad are model-controlled and may be near i64::MAX.
-                (Some(ov), Some(dv)) if self.ceil_mode && (ov as i128 - 1) * p.strides[i] as i128 >= dv as i128 + p.pads[i] as i128 => {
+                (Some(ov), Some(dv))
+                    if self.ceil_mode && (ov as i128 - 1) * p.strides[i] as i128 >= dv as i128 + p.pads[i] as i128 =>
+                {
                     Dim::known(ov - 1)
                 }
                 _ => o,
@@ -163,7 +177,8 @@ impl Window {
         let rank = input.len();
         let p = self.params(rank, kernel)?;
         let out = self.out_dims(&crate::ir::dim::dims_of(input), kernel)?;
-        let out = crate::ir::dim::known_shape(&out).ok_or_else(|| crate::ir::OpError("window output size is not computable".into()))?;
+        let out = crate::ir::dim::known_shape(&out)
+            .ok_or_else(|| crate::ir::OpError("window output size is not computable".into()))?;
         let (mut begin, mut end) = (p.pads[..rank].to_vec(), p.pads[rank..].to_vec());
         if matches!(self.auto_pad, AutoPad::SameUpper | AutoPad::SameLower) {
             for i in 0..rank {
@@ -171,10 +186,16 @@ impl Window {
                 let total = (out[i].max(1) - 1)
                     .checked_mul(p.strides[i])
                     .and_then(|t| t.checked_add(span))
-                    .ok_or_else(|| crate::ir::OpError(format!("SAME padding of spatial dim {i} overflows (stride {})", p.strides[i])))?
+                    .ok_or_else(|| {
+                        crate::ir::OpError(format!(
+                            "SAME padding of spatial dim {i} overflows (stride {})",
+                            p.strides[i]
+                        ))
+                    })?
                     .saturating_sub(input[i]);
                 let small = total / 2;
-                (begin[i], end[i]) = if self.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
+                (begin[i], end[i]) =
+                    if self.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
             }
         }
         Geom3::lift(input, kernel, &p.strides, &p.dilations, &begin, &end, &out)
@@ -192,9 +213,18 @@ fn check_operands(op: &str, x: &Fact, w: &Fact, kernel_attr: &Option<Vec<usize>>
         "{op} needs an input [N, C, spatial...] with 1 to 3 spatial dims, found {}",
         fmt_shape(x.shape())
     );
-    op_ensure!(w.rank() == x.rank(), "{op}: weights {} and input {} differ in rank", fmt_shape(w.shape()), fmt_shape(x.shape()));
-    let kernel = crate::ir::dim::known_shape(&w.shape()[2..])
-        .ok_or_else(|| crate::ir::OpError(format!("{op}: the kernel size must be known at compile time, found weights {}", fmt_shape(w.shape()))))?;
+    op_ensure!(
+        w.rank() == x.rank(),
+        "{op}: weights {} and input {} differ in rank",
+        fmt_shape(w.shape()),
+        fmt_shape(x.shape())
+    );
+    let kernel = crate::ir::dim::known_shape(&w.shape()[2..]).ok_or_else(|| {
+        crate::ir::OpError(format!(
+            "{op}: the kernel size must be known at compile time, found weights {}",
+            fmt_shape(w.shape())
+        ))
+    })?;
     if let Some(k) = kernel_attr {
         op_ensure!(*k == kernel, "{op}: kernel_shape {k:?} does not match the weights {}", fmt_shape(w.shape()));
     }
@@ -245,7 +275,10 @@ impl Op for Conv {
             let expected = cg
                 .checked_mul(g)
                 .ok_or_else(|| crate::ir::OpError(format!("Conv: group {g} x {cg} channels overflows")))?;
-            op_ensure!(c == expected, "Conv: the input has {c} channels but the weights expect {cg} per group x {g} groups");
+            op_ensure!(
+                c == expected,
+                "Conv: the input has {c} channels but the weights expect {cg} per group x {g} groups"
+            );
         }
         if let Some(k) = k.as_known() {
             op_ensure!(k % g == 0, "Conv: {k} output channels do not divide into {g} groups");
@@ -333,9 +366,18 @@ impl ConvTranspose {
         for i in 0..rank {
             let span = window_span(kernel[i], p.dilations[i])?;
             let s = p.strides[i];
-            op_ensure!(out_pad[i] < s.max(p.dilations[i]), "output_padding {} must be smaller than the stride {s} or dilation {}", out_pad[i], p.dilations[i]);
+            op_ensure!(
+                out_pad[i] < s.max(p.dilations[i]),
+                "output_padding {} must be smaller than the stride {s} or dilation {}",
+                out_pad[i],
+                p.dilations[i]
+            );
             // The full (unpadded) output size: stride * (in - 1) + output_padding + span.
-            let full = input[i].sub(&Dim::known(1)).mul(&Dim::from(s)).add(&Dim::from(checked_sum(out_pad[i], span, "output_padding + window")?));
+            let full = input[i].sub(&Dim::known(1)).mul(&Dim::from(s)).add(&Dim::from(checked_sum(
+                out_pad[i],
+                span,
+                "output_padding + window",
+            )?));
             let target = match (&requested, self.window.auto_pad) {
                 (Some(r), _) => Some(Dim::from(r[i])),
                 (None, AutoPad::SameUpper | AutoPad::SameLower) => Some(input[i].mul(&Dim::from(s))),
@@ -378,8 +420,16 @@ impl Op for ConvTranspose {
         let kernel = check_operands("ConvTranspose", x, w, &self.window.kernel)?;
         let (c, wc) = (&x.shape()[1], &w.shape()[0]);
         if let (Some(c), Some(wc)) = (c.as_known(), wc.as_known()) {
-            op_ensure!(c == wc, "ConvTranspose: the input has {c} channels but the weights {} expect {wc}", fmt_shape(w.shape()));
-            op_ensure!(c % self.group as i64 == 0, "ConvTranspose: {c} input channels do not divide into {} groups", self.group);
+            op_ensure!(
+                c == wc,
+                "ConvTranspose: the input has {c} channels but the weights {} expect {wc}",
+                fmt_shape(w.shape())
+            );
+            op_ensure!(
+                c % self.group as i64 == 0,
+                "ConvTranspose: {c} input channels do not divide into {} groups",
+                self.group
+            );
         }
         let k = w.shape()[1].mul(&Dim::from(self.group));
         check_bias("ConvTranspose", optional(inputs, 2), x, &k)?;
@@ -400,9 +450,9 @@ impl Op for ConvTranspose {
         let begin: Vec<usize> = sp.iter().map(|(b, _)| *b).collect();
         let out: Vec<usize> = sp.iter().map(|(_, d)| d.as_known().unwrap_or(0).max(0) as usize).collect();
         let geom = Geom3::lift(&xs[2..], &ws[2..], &p.strides, &p.dilations, &begin, &vec![0; rank], &out)?;
-        let k = ws[1]
-            .checked_mul(self.group)
-            .ok_or_else(|| crate::ir::OpError(format!("ConvTranspose: group {} x {} channels overflows", self.group, ws[1])))?;
+        let k = ws[1].checked_mul(self.group).ok_or_else(|| {
+            crate::ir::OpError(format!("ConvTranspose: group {} x {} channels overflows", self.group, ws[1]))
+        })?;
         let bias = optional(inputs, 2).map(|b| b.to_f32());
         let bias_std = bias.as_ref().map(standard);
         let (x_std, w_std) = (standard(&x), standard(&w));
@@ -444,13 +494,11 @@ fn parse_conv_transpose(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes, DType};
+    use crate::ir::ops::testutil::parse_node;
+    use crate::ir::{Attr, DType};
 
     pub(crate) fn parse_op(op: &str, attrs: &[(&str, Attr)]) -> Box<dyn Op> {
-        let attrs: Attributes = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let ctx = NodeCtx { name: "n", op_type: op, domain: "", opset: 17, attrs: &attrs, inputs_present: &[true, true], num_outputs: 1 };
-        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
-        (spec.parse)(&ctx).expect("parses")
+        parse_node(op, 17, attrs, &[true, true], 1).expect("parses")
     }
 
     fn ints(v: &[i64]) -> Attr {
@@ -495,9 +543,8 @@ mod tests {
         let bad_k = parse_op("Conv", &[("kernel_shape", ints(&[5, 5]))]);
         let w1 = Fact::new(DType::F32, vec![Dim::known(4), Dim::known(6), Dim::known(3), Dim::known(3)]);
         assert!(bad_k.infer(&[Some(&x), Some(&w1)]).unwrap_err().0.contains("kernel_shape"));
-        let attrs: Attributes = [("auto_pad".to_string(), Attr::String("SAME".into()))].into_iter().collect();
-        let ctx = NodeCtx { name: "n", op_type: "Conv", domain: "", opset: 17, attrs: &attrs, inputs_present: &[true, true], num_outputs: 1 };
-        assert!(parse_conv(&ctx).unwrap_err().0.contains("auto_pad"));
+        let auto_pad = [("auto_pad", Attr::String("SAME".into()))];
+        assert!(parse_node("Conv", 17, &auto_pad, &[true, true], 1).unwrap_err().0.contains("auto_pad"));
     }
 
     #[test]
@@ -569,14 +616,14 @@ mod tests {
     fn model_controlled_sizes_that_overflow_are_errors() {
         let x = Fact::new(DType::F32, vec![Dim::known(1), Dim::known(3), Dim::known(8), Dim::known(8)]);
         let w = Fact::new(DType::F32, vec![Dim::known(4), Dim::known(3), Dim::known(3), Dim::known(3)]);
-        let err = |op: &str, attrs: &[(&str, Attr)], w: &Fact| parse_op(op, attrs).infer(&[Some(&x), Some(w)]).unwrap_err().0;
+        let err =
+            |op: &str, attrs: &[(&str, Attr)], w: &Fact| parse_op(op, attrs).infer(&[Some(&x), Some(w)]).unwrap_err().0;
         let e = err("Conv", &[("group", Attr::Int(i64::MAX))], &w);
         assert!(e.contains("group 9223372036854775807 x 3 channels overflows"), "{e}");
         // Window attributes are bounded when parsed.
         for name in ["strides", "dilations", "pads", "kernel_shape"] {
-            let attrs: Attributes = [(name.to_string(), ints(&[i64::MAX, 1, 1, 1]))].into_iter().collect();
-            let ctx = NodeCtx { name: "n", op_type: "Conv", domain: "", opset: 17, attrs: &attrs, inputs_present: &[true, true], num_outputs: 1 };
-            let e = parse_conv(&ctx).unwrap_err().0;
+            let attrs = [(name, ints(&[i64::MAX, 1, 1, 1]))];
+            let e = parse_node("Conv", 17, &attrs, &[true, true], 1).unwrap_err().0;
             assert!(e.contains("above the supported maximum 2147483647"), "{name}: {e}");
         }
         // A kernel declared huge by the weights' type: dilation x kernel overflows.
@@ -588,7 +635,14 @@ mod tests {
         assert!(e.contains("overflows"), "{e}");
         // The largest stride gives one output cell and must not overflow the ceil_mode check or
         // the SAME padding.
-        let mut window = Window { kernel: None, strides: Some(vec![MAX_WINDOW_ATTR as usize]), dilations: None, pads: None, auto_pad: AutoPad::NotSet, ceil_mode: true };
+        let mut window = Window {
+            kernel: None,
+            strides: Some(vec![MAX_WINDOW_ATTR as usize]),
+            dilations: None,
+            pads: None,
+            auto_pad: AutoPad::NotSet,
+            ceil_mode: true,
+        };
         assert_eq!(window.out_dims(&[Dim::known(8)], &[3]).unwrap(), vec![Dim::known(1)]);
         window.auto_pad = AutoPad::SameUpper;
         assert_eq!(window.resolve(&[8], &[3]).unwrap().out_len(), 1);

@@ -16,26 +16,12 @@ pub struct CumSum {
     pub reverse: bool,
 }
 
-const TYPES: [DType; 8] = [
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I32,
-    DType::I64,
-    DType::U32,
-    DType::U64,
-];
+const TYPES: [DType; 8] =
+    [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U32, DType::U64];
 
 fn check(x_dtype: DType, x_rank: usize, axis: &Fact) -> OpResult<()> {
-    op_ensure!(
-        TYPES.contains(&x_dtype),
-        "CumSum does not support element type {x_dtype} (expected one of {TYPES:?})"
-    );
-    op_ensure!(
-        x_rank >= 1,
-        "CumSum needs an input of rank 1 or more, found a scalar"
-    );
+    op_ensure!(TYPES.contains(&x_dtype), "CumSum does not support element type {x_dtype} (expected one of {TYPES:?})");
+    op_ensure!(x_rank >= 1, "CumSum needs an input of rank 1 or more, found a scalar");
     op_ensure!(
         matches!(axis.dtype(), DType::I32 | DType::I64),
         "CumSum: input 'axis' must be int32 or int64, found {}",
@@ -69,20 +55,14 @@ impl Op for CumSum {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0, "x")?;
         let axis_t = required(inputs, 1, "axis")?;
-        check(
-            x.dtype(),
-            x.rank(),
-            &Fact::new(axis_t.dtype(), crate::ir::dim::dims_of(axis_t.shape())),
-        )?;
+        check(x.dtype(), x.rank(), &Fact::new(axis_t.dtype(), crate::ir::dim::dims_of(axis_t.shape())))?;
         let axis = normalize_axis(axis_t.to_i64_vec()[0], x.rank())?;
         let (e, r) = (self.exclusive, self.reverse);
         Ok(vec![match x {
             Tensor::F32(a) => Tensor::F32(cumsum(a, axis, e, r)),
             Tensor::F64(a) => Tensor::F64(cumsum(a, axis, e, r)),
             // Half types accumulate in f32 and round once at the end.
-            Tensor::F16(_) | Tensor::BF16(_) => {
-                Tensor::F32(cumsum(&x.to_f32(), axis, e, r)).cast(x.dtype())
-            }
+            Tensor::F16(_) | Tensor::BF16(_) => Tensor::F32(cumsum(&x.to_f32(), axis, e, r)).cast(x.dtype()),
             Tensor::I32(a) => Tensor::I32(cumsum(a, axis, e, r)),
             Tensor::I64(a) => Tensor::I64(cumsum(a, axis, e, r)),
             Tensor::U32(a) => Tensor::U32(cumsum(a, axis, e, r)),
@@ -101,33 +81,17 @@ impl Op for CumSum {
 /// time when it is a constant, else when the node runs. Opset history: 11 introduced it (float, double, int32/64, uint32/64); 14 added
 /// float16 and bfloat16 (accepted at every opset).
 fn parse_cumsum(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(CumSum {
-        exclusive: ctx.flag("exclusive", false)?,
-        reverse: ctx.flag("reverse", false)?,
-    }))
+    Ok(Box::new(CumSum { exclusive: ctx.flag("exclusive", false)?, reverse: ctx.flag("reverse", false)? }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes, Dim};
+    use crate::ir::{Attr, Dim};
     use std::sync::Arc;
 
     fn parse(attrs: &[(&str, Attr)]) -> Box<dyn Op> {
-        let attrs: Attributes = attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: "CumSum",
-            domain: "",
-            opset: 14,
-            attrs: &attrs,
-            inputs_present: &[true, true],
-            num_outputs: 1,
-        };
-        (OPS[0].parse)(&ctx).unwrap()
+        crate::ir::ops::testutil::parse_node("CumSum", 14, attrs, &[true, true], 1).unwrap()
     }
 
     #[test]
@@ -138,20 +102,11 @@ mod tests {
         let y = parse(&[]).eval(&[Some(&x), Some(&ax1)]).unwrap().remove(0);
         assert_eq!(y.to_f64_vec(), vec![1., 3., 6., 4., 9., 15.]);
         let rev_ex = parse(&[("exclusive", Attr::Int(1)), ("reverse", Attr::Int(1))]);
-        assert_eq!(
-            rev_ex.eval(&[Some(&x), Some(&ax1)]).unwrap()[0].to_f64_vec(),
-            vec![5., 3., 0., 11., 6., 0.]
-        );
+        assert_eq!(rev_ex.eval(&[Some(&x), Some(&ax1)]).unwrap()[0].to_f64_vec(), vec![5., 3., 0., 11., 6., 0.]);
         let ax0 = Tensor::from_i64s(&[1], vec![-2]);
-        let y = parse(&[("exclusive", Attr::Int(1))])
-            .eval(&[Some(&x.cast(DType::I64)), Some(&ax0)])
-            .unwrap()
-            .remove(0);
+        let y = parse(&[("exclusive", Attr::Int(1))]).eval(&[Some(&x.cast(DType::I64)), Some(&ax0)]).unwrap().remove(0);
         assert_eq!(y.to_i64_vec(), vec![0, 0, 0, 1, 2, 3]);
-        let h = parse(&[])
-            .eval(&[Some(&x.cast(DType::F16)), Some(&ax1)])
-            .unwrap()
-            .remove(0);
+        let h = parse(&[]).eval(&[Some(&x.cast(DType::F16)), Some(&ax1)]).unwrap().remove(0);
         assert_eq!(h.dtype(), DType::F16);
         assert_eq!(h.to_f64_vec(), vec![1., 3., 6., 4., 9., 15.]);
     }
@@ -166,22 +121,10 @@ mod tests {
         assert_eq!(op.infer(&[Some(&x), Some(&runtime)]).unwrap()[0].ty, x.ty);
         let bad = Tensor::from_i64s(&[], vec![3]);
         let xt = Tensor::from_f32s(&[1, 3], vec![1.0, 2.0, 3.0]);
-        assert!(op
-            .eval(&[Some(&xt), Some(&bad)])
-            .unwrap_err()
-            .0
-            .contains("out of range"));
+        assert!(op.eval(&[Some(&xt), Some(&bad)]).unwrap_err().0.contains("out of range"));
         let far = Fact::constant(Arc::new(Tensor::from_i64s(&[], vec![2])));
-        assert!(op
-            .infer(&[Some(&x), Some(&far)])
-            .unwrap_err()
-            .0
-            .contains("out of range"));
+        assert!(op.infer(&[Some(&x), Some(&far)]).unwrap_err().0.contains("out of range"));
         let int8 = Fact::new(DType::I8, vec![Dim::known(3)]);
-        assert!(op
-            .infer(&[Some(&int8), Some(&axis)])
-            .unwrap_err()
-            .0
-            .contains("int8"));
+        assert!(op.infer(&[Some(&int8), Some(&axis)]).unwrap_err().0.contains("int8"));
     }
 }

@@ -78,17 +78,11 @@ pub fn parse_equation(eq: &str) -> OpResult<Equation> {
         Some((l, r)) => (l, Some(r)),
         None => (compact.as_str(), None),
     };
-    let inputs = lhs
-        .split(',')
-        .map(|t| parse_term(t, eq))
-        .collect::<OpResult<Vec<_>>>()?;
+    let inputs = lhs.split(',').map(|t| parse_term(t, eq)).collect::<OpResult<Vec<_>>>()?;
     let output = match rhs {
         None => None,
         Some(r) => {
-            op_ensure!(
-                !r.contains("->"),
-                "Einsum: equation '{eq}' has more than one '->'"
-            );
+            op_ensure!(!r.contains("->"), "Einsum: equation '{eq}' has more than one '->'");
             let out = parse_term(r, eq)?;
             for (i, s) in out.iter().enumerate() {
                 if let Sub::Letter(l) = s {
@@ -154,12 +148,7 @@ impl Equation {
             }
             out
         };
-        let inputs: Vec<Vec<usize>> = self
-            .inputs
-            .iter()
-            .zip(&ell)
-            .map(|(t, &k)| expand(t, k))
-            .collect();
+        let inputs: Vec<Vec<usize>> = self.inputs.iter().zip(&ell).map(|(t, &k)| expand(t, k)).collect();
         let output = match &self.output {
             Some(out) => expand(out, e),
             None => {
@@ -171,16 +160,10 @@ impl Equation {
                         count[*l] += 1;
                     }
                 }
-                (LETTERS..LETTERS + e)
-                    .chain((0..LETTERS).filter(|&l| count[l] == 1))
-                    .collect()
+                (LETTERS..LETTERS + e).chain((0..LETTERS).filter(|&l| count[l] == 1)).collect()
             }
         };
-        Ok(Resolved {
-            inputs,
-            output,
-            num_labels: LETTERS + e,
-        })
+        Ok(Resolved { inputs, output, num_labels: LETTERS + e })
     }
 }
 
@@ -190,26 +173,13 @@ pub struct Einsum {
     parsed: Equation,
 }
 
-const TYPES: [DType; 8] = [
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I32,
-    DType::I64,
-    DType::U32,
-    DType::U64,
-];
+const TYPES: [DType; 8] =
+    [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U32, DType::U64];
 
 impl Einsum {
     fn check_dtypes(&self, dtypes: &[DType]) -> OpResult<DType> {
-        let first = *dtypes
-            .first()
-            .ok_or_else(|| OpError("Einsum needs at least one input".into()))?;
-        op_ensure!(
-            TYPES.contains(&first),
-            "Einsum does not support element type {first} (expected one of {TYPES:?})"
-        );
+        let first = *dtypes.first().ok_or_else(|| OpError("Einsum needs at least one input".into()))?;
+        op_ensure!(TYPES.contains(&first), "Einsum does not support element type {first} (expected one of {TYPES:?})");
         for (i, d) in dtypes.iter().enumerate() {
             op_ensure!(*d == first, "Einsum: input {i} is {d}, input 0 is {first}");
         }
@@ -228,7 +198,13 @@ impl Einsum {
             for (a, la) in labels.iter().enumerate() {
                 if let Some(b) = labels[..a].iter().position(|lb| lb == la) {
                     if let (Some(x), Some(y)) = (shape[a].as_known(), shape[b].as_known()) {
-                        op_ensure!(x == y, "Einsum: equation '{}': label '{}' of input {i} {} has sizes {y} and {x}", self.equation, label_name(*la), fmt_shape(shape));
+                        op_ensure!(
+                            x == y,
+                            "Einsum: equation '{}': label '{}' of input {i} {} has sizes {y} and {x}",
+                            self.equation,
+                            label_name(*la),
+                            fmt_shape(shape)
+                        );
                     }
                 }
             }
@@ -270,11 +246,7 @@ impl Op for Einsum {
         let dtype = self.check_dtypes(&xs.iter().map(|x| x.dtype()).collect::<Vec<_>>())?;
         let shapes: Vec<&[Dim]> = xs.iter().map(|x| x.shape()).collect();
         let (r, dims) = self.label_dims(&shapes)?;
-        let shape = r
-            .output
-            .iter()
-            .map(|&l| dims[l].clone().unwrap_or_else(|| Dim::known(1)))
-            .collect();
+        let shape = r.output.iter().map(|&l| dims[l].clone().unwrap_or_else(|| Dim::known(1))).collect();
         Ok(vec![Fact::new(dtype, shape)])
     }
 
@@ -285,25 +257,19 @@ impl Op for Einsum {
             .map(|(i, x)| x.ok_or_else(|| OpError(format!("input {i} is required but missing"))))
             .collect::<OpResult<_>>()?;
         let dtype = self.check_dtypes(&xs.iter().map(|x| x.dtype()).collect::<Vec<_>>())?;
-        let dim_shapes: Vec<Vec<Dim>> = xs
-            .iter()
-            .map(|x| crate::ir::dim::dims_of(x.shape()))
-            .collect();
+        let dim_shapes: Vec<Vec<Dim>> = xs.iter().map(|x| crate::ir::dim::dims_of(x.shape())).collect();
         let refs: Vec<&[Dim]> = dim_shapes.iter().map(|s| s.as_slice()).collect();
         let (r, dims) = self.label_dims(&refs)?;
         // Labels no input uses (ellipsis dims of size 0 rank) do not occur; unused slots are 1.
-        let dims: Vec<usize> = dims
-            .iter()
-            .map(|d| d.as_ref().and_then(|d| d.as_known()).unwrap_or(1) as usize)
-            .collect();
+        let dims: Vec<usize> =
+            dims.iter().map(|d| d.as_ref().and_then(|d| d.as_known()).unwrap_or(1) as usize).collect();
         fn run<T: crate::reference::scatter::Reducible>(
             arrays: Vec<&ArrayD<T>>,
             r: &Resolved,
             dims: &[usize],
             bmm: crate::reference::einsum::BatchedMatMul<T>,
         ) -> OpResult<ArrayD<T>> {
-            let ops: Vec<(&ArrayD<T>, Vec<usize>)> =
-                arrays.into_iter().zip(r.inputs.iter().cloned()).collect();
+            let ops: Vec<(&ArrayD<T>, Vec<usize>)> = arrays.into_iter().zip(r.inputs.iter().cloned()).collect();
             einsum(&ops, &r.output, dims, bmm)
         }
         macro_rules! ints {
@@ -312,15 +278,10 @@ impl Op for Einsum {
                     .iter()
                     .map(|x| match x {
                         Tensor::$variant(a) => Ok(a),
-                        other => Err(OpError(format!(
-                            "Einsum: mixed input types ({})",
-                            other.dtype()
-                        ))),
+                        other => Err(OpError(format!("Einsum: mixed input types ({})", other.dtype()))),
                     })
                     .collect::<OpResult<_>>()?;
-                Tensor::$variant(run(arrays, &r, &dims, |a, b| {
-                    matmul_int(a.view(), b.view())
-                })?)
+                Tensor::$variant(run(arrays, &r, &dims, |a, b| matmul_int(a.view(), b.view()))?)
             }};
         }
         let out = match dtype {
@@ -366,40 +327,19 @@ fn parse_einsum(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes};
+    use crate::ir::Attr;
 
     fn parse(eq: &str, n_in: usize) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = [("equation".to_string(), Attr::String(eq.into()))]
-            .into_iter()
-            .collect();
-        let present = vec![true; n_in];
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: "Einsum",
-            domain: "",
-            opset: 12,
-            attrs: &attrs,
-            inputs_present: &present,
-            num_outputs: 1,
-        };
-        (OPS[0].parse)(&ctx)
+        let attrs = [("equation", Attr::String(eq.into()))];
+        crate::ir::ops::testutil::parse_node("Einsum", 12, &attrs, &vec![true; n_in], 1)
     }
 
     fn dims(s: &[&str]) -> Vec<Dim> {
-        s.iter()
-            .map(|v| {
-                v.parse::<i64>()
-                    .map(Dim::known)
-                    .unwrap_or_else(|_| Dim::sym(*v))
-            })
-            .collect()
+        s.iter().map(|v| v.parse::<i64>().map(Dim::known).unwrap_or_else(|_| Dim::sym(*v))).collect()
     }
 
     fn out_shape(eq: &str, shapes: &[&[&str]]) -> OpResult<String> {
-        let facts: Vec<Fact> = shapes
-            .iter()
-            .map(|s| Fact::new(DType::F32, dims(s)))
-            .collect();
+        let facts: Vec<Fact> = shapes.iter().map(|s| Fact::new(DType::F32, dims(s))).collect();
         let refs: Vec<Option<&Fact>> = facts.iter().map(Some).collect();
         Ok(fmt_shape(parse(eq, shapes.len())?.infer(&refs)?[0].shape()))
     }
@@ -408,10 +348,7 @@ mod tests {
     /// expected values below).
     fn data(shape: &[usize], seed: f32) -> Tensor {
         let n: usize = shape.iter().product();
-        Tensor::from_f32s(
-            shape,
-            (0..n).map(|i| (i as f32 * 0.7 + seed).sin()).collect(),
-        )
+        Tensor::from_f32s(shape, (0..n).map(|i| (i as f32 * 0.7 + seed).sin()).collect())
     }
 
     fn eval(eq: &str, xs: &[&Tensor]) -> OpResult<Tensor> {
@@ -429,28 +366,13 @@ mod tests {
 
     #[test]
     fn infer_shapes_keep_symbols() {
-        assert_eq!(
-            out_shape("bij,bjk->bik", &[&["B", "S", "64"], &["B", "64", "T"]]).unwrap(),
-            "[B,S,T]"
-        );
-        assert_eq!(
-            out_shape("ij,jk", &[&["2", "3"], &["3", "4"]]).unwrap(),
-            "[2,4]"
-        );
-        assert_eq!(
-            out_shape("...ij,...jk", &[&["N", "1", "3", "4"], &["5", "4", "2"]]).unwrap(),
-            "[N,5,3,2]"
-        );
+        assert_eq!(out_shape("bij,bjk->bik", &[&["B", "S", "64"], &["B", "64", "T"]]).unwrap(), "[B,S,T]");
+        assert_eq!(out_shape("ij,jk", &[&["2", "3"], &["3", "4"]]).unwrap(), "[2,4]");
+        assert_eq!(out_shape("...ij,...jk", &[&["N", "1", "3", "4"], &["5", "4", "2"]]).unwrap(), "[N,5,3,2]");
         assert_eq!(out_shape("ii->i", &[&["S", "S"]]).unwrap(), "[S]");
         assert_eq!(out_shape("ij->", &[&["2", "3"]]).unwrap(), "[]");
-        assert_eq!(
-            out_shape("ba,Ac", &[&["2", "3"], &["4", "5"]]).unwrap(),
-            "[4,3,2,5]"
-        );
-        assert_eq!(
-            out_shape("ij,jk", &[&["2", "1"], &["3", "4"]]).unwrap(),
-            "[2,4]"
-        );
+        assert_eq!(out_shape("ba,Ac", &[&["2", "3"], &["4", "5"]]).unwrap(), "[4,3,2,5]");
+        assert_eq!(out_shape("ij,jk", &[&["2", "1"], &["3", "4"]]).unwrap(), "[2,4]");
     }
 
     #[test]
@@ -463,25 +385,11 @@ mod tests {
         assert!(e("i1", 1).contains("not a subscript"));
         assert!(e("ij,jk", 1).contains("2 operand(s)"));
         assert!(e("i->i->i", 1).contains("'->'") || e("i->i->i", 1).contains("subscript"));
-        assert!(out_shape("ijk", &[&["2", "3"]])
-            .unwrap_err()
-            .0
-            .contains("rank 2"));
-        assert!(out_shape("ij,jk", &[&["2", "3"], &["4", "5"]])
-            .unwrap_err()
-            .0
-            .contains("sizes 3 and 4"));
-        assert!(out_shape("ii", &[&["2", "3"]])
-            .unwrap_err()
-            .0
-            .contains("sizes 2 and 3"));
+        assert!(out_shape("ijk", &[&["2", "3"]]).unwrap_err().0.contains("rank 2"));
+        assert!(out_shape("ij,jk", &[&["2", "3"], &["4", "5"]]).unwrap_err().0.contains("sizes 3 and 4"));
+        assert!(out_shape("ii", &[&["2", "3"]]).unwrap_err().0.contains("sizes 2 and 3"));
         let x = Fact::new(DType::U8, dims(&["2"]));
-        assert!(parse("i", 1)
-            .unwrap()
-            .infer(&[Some(&x)])
-            .unwrap_err()
-            .0
-            .contains("uint8"));
+        assert!(parse("i", 1).unwrap().infer(&[Some(&x)]).unwrap_err().0.contains("uint8"));
     }
 
     #[test]
@@ -491,9 +399,7 @@ mod tests {
         let b = data(&[3, 4], 1.0);
         assert_close(
             &eval("ij,jk->ik", &[&a, &b]).unwrap(),
-            &[
-                -0.0872, 0.2083, 0.4058, 0.4125, 0.4121, 0.2302, -0.0599, -0.3219,
-            ],
+            &[-0.0872, 0.2083, 0.4058, 0.4125, 0.4121, 0.2302, -0.0599, -0.3219],
         );
         let sq = data(&[3, 3], 0.5);
         assert_close(&eval("ii", &[&sq]).unwrap(), &[0.1395]);
@@ -505,34 +411,18 @@ mod tests {
         let z = eval("...ij,...jk", &[&x, &y]).unwrap();
         assert_eq!(z.shape(), &[2, 5, 3, 2]);
         assert_close(
-            &Tensor::from_f32s(
-                &[2],
-                z.to_f64_vec()[58..].iter().map(|&v| v as f32).collect(),
-            ),
+            &Tensor::from_f32s(&[2], z.to_f64_vec()[58..].iter().map(|&v| v as f32).collect()),
             &[-1.843, -1.4742],
         );
         let c = data(&[4, 5], 2.0);
         assert_close(
-            &eval("ij,jk,kl->li", &[&a, &b, &c])
-                .unwrap()
-                .reshaped(&[10])
-                .unwrap(),
-            &[
-                -0.0863, 0.2089, 0.0794, -0.0173, 0.2077, -0.2354, 0.2384, -0.3428, 0.157, -0.289,
-            ],
+            &eval("ij,jk,kl->li", &[&a, &b, &c]).unwrap().reshaped(&[10]).unwrap(),
+            &[-0.0863, 0.2089, 0.0794, -0.0173, 0.2077, -0.2354, 0.2384, -0.3428, 0.157, -0.289],
         );
         // Outer product, and a size-1 label dim broadcast against 3.
-        assert_eq!(
-            eval("i,j", &[&data(&[3], 0.0), &data(&[2], 1.0)])
-                .unwrap()
-                .shape(),
-            &[3, 2]
-        );
+        assert_eq!(eval("i,j", &[&data(&[3], 0.0), &data(&[2], 1.0)]).unwrap().shape(), &[3, 2]);
         let col = data(&[2, 1], 0.0);
-        assert_close(
-            &eval("ij,jk", &[&col, &b]).unwrap(),
-            &[0.0, 0.0, 0.0, 0.0, 0.3486, 0.557, 0.5034, 0.213],
-        );
+        assert_close(&eval("ij,jk", &[&col, &b]).unwrap(), &[0.0, 0.0, 0.0, 0.0, 0.3486, 0.557, 0.5034, 0.213]);
     }
 
     #[test]
@@ -545,9 +435,6 @@ mod tests {
         assert_eq!(y32.dtype(), DType::I32);
         let h = eval("ij->ji", &[&data(&[2, 3], 0.0).cast(DType::F16)]).unwrap();
         assert_eq!((h.dtype(), h.shape()), (DType::F16, &[3usize, 2][..]));
-        assert!(eval("ij,j->i", &[&a, &b.cast(DType::I32)])
-            .unwrap_err()
-            .0
-            .contains("input 1 is int32"));
+        assert!(eval("ij,j->i", &[&a, &b.cast(DType::I32)]).unwrap_err().0.contains("input 1 is int32"));
     }
 }

@@ -63,11 +63,7 @@ const CONSTANT_VALUE_ATTRS: &[&str] = &[
 /// Scalars (`value_float`, `value_int`) give 0-D tensors, lists 1-D ones; string and sparse
 /// values are rejected because onnx2ait holds neither string tensors nor sparse ones.
 fn parse_constant(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    let set: Vec<&str> = CONSTANT_VALUE_ATTRS
-        .iter()
-        .copied()
-        .filter(|a| ctx.has(a))
-        .collect();
+    let set: Vec<&str> = CONSTANT_VALUE_ATTRS.iter().copied().filter(|a| ctx.has(a)).collect();
     let which = match set.as_slice() {
         [one] => *one,
         [] => op_bail!("no value attribute (expected exactly one of {CONSTANT_VALUE_ATTRS:?})"),
@@ -88,13 +84,9 @@ fn parse_constant(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         "value_string" | "value_strings" => {
             op_bail!("attribute '{which}': string constants are not supported (onnx2ait has no string tensors)")
         }
-        _ => op_bail!(
-            "attribute '{which}': sparse constants are not supported; store the tensor densely"
-        ),
+        _ => op_bail!("attribute '{which}': sparse constants are not supported; store the tensor densely"),
     };
-    Ok(Box::new(Constant {
-        value: Arc::new(value),
-    }))
+    Ok(Box::new(Constant { value: Arc::new(value) }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -113,11 +105,7 @@ impl Op for ConstantOfShape {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let shape_in = required(inputs, 0, "input")?;
-        op_ensure!(
-            shape_in.rank() == 1,
-            "input 'input' must be 1-D, found shape {}",
-            fmt_shape(shape_in.shape())
-        );
+        op_ensure!(shape_in.rank() == 1, "input 'input' must be 1-D, found shape {}", fmt_shape(shape_in.shape()));
         let shape = runtime_dims_input(shape_in, "input")?;
         if let Some(d) = shape.iter().find(|d| d.as_known().is_some_and(|v| v < 0)) {
             op_bail!("shape {} contains the negative dim {d}", fmt_shape(&shape));
@@ -128,27 +116,17 @@ impl Op for ConstantOfShape {
         let fill = self.value.to_i64_vec().first().copied().map(Dim::known);
         let sym = match (shape.as_slice(), fill) {
             ([], Some(v)) => Some(vec![v]),
-            ([n], Some(v)) => n
-                .as_known()
-                .filter(|&n| n <= MAX_SYM_LEN)
-                .map(|n| vec![v; n as usize]),
+            ([n], Some(v)) => n.as_known().filter(|&n| n <= MAX_SYM_LEN).map(|n| vec![v; n as usize]),
             _ => None,
         };
-        Ok(vec![fact_with_sym(
-            dtype,
-            shape,
-            sym.filter(|_| dtype.is_int()),
-        )])
+        Ok(vec![fact_with_sym(dtype, shape, sym.filter(|_| dtype.is_int()))])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let shape = tensor_ints(required(inputs, 0, "input")?, "input")?;
         let shape: Vec<usize> = shape
             .iter()
-            .map(|&d| {
-                usize::try_from(d)
-                    .map_err(|_| OpError(format!("shape {shape:?} contains a negative dim")))
-            })
+            .map(|&d| usize::try_from(d).map_err(|_| OpError(format!("shape {shape:?} contains a negative dim"))))
             .collect::<OpResult<_>>()?;
         Ok(vec![kernels::fill(&self.value, &shape)?])
     }
@@ -165,11 +143,7 @@ impl Op for ConstantOfShape {
 fn parse_constant_of_shape(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let value = match ctx.tensor("value")? {
         Some(t) => {
-            op_ensure!(
-                t.len() == 1,
-                "attribute 'value' must hold exactly one element, found shape {:?}",
-                t.shape()
-            );
+            op_ensure!(t.len() == 1, "attribute 'value' must hold exactly one element, found shape {:?}", t.shape());
             t
         }
         None => Tensor::from_f32s(&[1], vec![0.0]),
@@ -191,9 +165,7 @@ fn range_len_dims(start: &Dim, limit: &Dim, delta: i64) -> OpResult<Dim> {
     let len = if delta > 0 {
         limit.sub(start).div_ceil(&Dim::known(delta))
     } else {
-        start
-            .sub(limit)
-            .div_ceil(&Dim::known(delta.saturating_neg()))
+        start.sub(limit).div_ceil(&Dim::known(delta.saturating_neg()))
     };
     Ok(match len.as_known() {
         Some(n) => Dim::known(n.max(0)),
@@ -207,17 +179,10 @@ impl Op for Range {
     }
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
-        let facts: Vec<&Fact> = (0..3)
-            .map(|i| required(inputs, i, RANGE_INPUTS[i]))
-            .collect::<OpResult<_>>()?;
+        let facts: Vec<&Fact> = (0..3).map(|i| required(inputs, i, RANGE_INPUTS[i])).collect::<OpResult<_>>()?;
         let dtype = facts[0].dtype();
         for (i, f) in facts.iter().enumerate() {
-            op_ensure!(
-                f.dtype() == dtype,
-                "'{}' is {}, 'start' is {dtype}",
-                RANGE_INPUTS[i],
-                f.dtype()
-            );
+            op_ensure!(f.dtype() == dtype, "'{}' is {}, 'start' is {dtype}", RANGE_INPUTS[i], f.dtype());
             op_ensure!(
                 f.rank() == 0 || f.shape() == [Dim::known(1)],
                 "'{}' must be a scalar, found shape {}",
@@ -226,32 +191,20 @@ impl Op for Range {
             );
         }
         op_ensure!(
-            matches!(
-                dtype,
-                DType::F32 | DType::F64 | DType::I16 | DType::I32 | DType::I64
-            ),
+            matches!(dtype, DType::F32 | DType::F64 | DType::I16 | DType::I32 | DType::I64),
             "Range of {dtype} is not supported (float, double, int16, int32 or int64 are)"
         );
         // A zero step is an error whether or not the bounds are known.
-        op_ensure!(
-            facts[2].konst.as_ref().and_then(|k| k.scalar_f64()) != Some(0.0),
-            "'delta' must not be zero"
-        );
+        op_ensure!(facts[2].konst.as_ref().and_then(|k| k.scalar_f64()) != Some(0.0), "'delta' must not be zero");
         // Bounds only known at run time make the length data-dependent.
         let runtime = || Ok(vec![Fact::new(dtype, vec![Dim::data_dependent()])]);
         if dtype.is_float() {
-            let vals: Option<Vec<f64>> = facts
-                .iter()
-                .map(|f| f.konst.as_ref().and_then(|k| k.scalar_f64()))
-                .collect();
+            let vals: Option<Vec<f64>> = facts.iter().map(|f| f.konst.as_ref().and_then(|k| k.scalar_f64())).collect();
             let Some(vals) = vals else { return runtime() };
             let n = kernels::range_len_f64(vals[0], vals[1], vals[2])?;
             return Ok(vec![Fact::new(dtype, vec![Dim::from(n)])]);
         }
-        let dims: Option<Vec<Dim>> = facts
-            .iter()
-            .map(|f| sym_values(f).and_then(|v| v.into_iter().next()))
-            .collect();
+        let dims: Option<Vec<Dim>> = facts.iter().map(|f| sym_values(f).and_then(|v| v.into_iter().next())).collect();
         let Some(dims) = dims else { return runtime() };
         // A symbolic delta cannot give a length polynomial (its sign decides the formula).
         let Some(delta) = dims[2].as_known() else {
@@ -259,39 +212,23 @@ impl Op for Range {
         };
         let len = range_len_dims(&dims[0], &dims[1], delta)?;
         // `Range(S-1, -1, -1)` and friends over symbolic bounds keep their values.
-        let sym = len.as_known().filter(|&n| n <= MAX_SYM_LEN).map(|n| {
-            (0..n)
-                .map(|i| dims[0].add(&Dim::known(i * delta)))
-                .collect()
-        });
+        let sym = len
+            .as_known()
+            .filter(|&n| n <= MAX_SYM_LEN)
+            .map(|n| (0..n).map(|i| dims[0].add(&Dim::known(i * delta))).collect());
         Ok(vec![fact_with_sym(dtype, vec![len], sym)])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
-        let ts: Vec<&Tensor> = (0..3)
-            .map(|i| required(inputs, i, RANGE_INPUTS[i]))
-            .collect::<OpResult<_>>()?;
+        let ts: Vec<&Tensor> = (0..3).map(|i| required(inputs, i, RANGE_INPUTS[i])).collect::<OpResult<_>>()?;
         let dtype = ts[0].dtype();
         for (i, t) in ts.iter().enumerate() {
-            op_ensure!(
-                t.dtype() == dtype,
-                "'{}' is {}, 'start' is {dtype}",
-                RANGE_INPUTS[i],
-                t.dtype()
-            );
-            op_ensure!(
-                t.len() == 1,
-                "'{}' must be a scalar, found shape {:?}",
-                RANGE_INPUTS[i],
-                t.shape()
-            );
+            op_ensure!(t.dtype() == dtype, "'{}' is {}, 'start' is {dtype}", RANGE_INPUTS[i], t.dtype());
+            op_ensure!(t.len() == 1, "'{}' must be a scalar, found shape {:?}", RANGE_INPUTS[i], t.shape());
         }
         Ok(vec![match dtype {
             DType::F32 => {
-                let v: Vec<f32> = ts
-                    .iter()
-                    .map(|t| t.to_f32().iter().copied().next().unwrap_or_default())
-                    .collect();
+                let v: Vec<f32> = ts.iter().map(|t| t.to_f32().iter().copied().next().unwrap_or_default()).collect();
                 let out = kernels::range_f32(v[0], v[1], v[2])?;
                 Tensor::from_f32s(&[out.len()], out)
             }
@@ -308,9 +245,7 @@ impl Op for Range {
                 let out = kernels::range_i64(v[0], v[1], v[2])?;
                 Tensor::from_i64s(&[out.len()], out).cast(dtype)
             }
-            other => op_bail!(
-                "Range of {other} is not supported (float, double, int16, int32 or int64 are)"
-            ),
+            other => op_bail!("Range of {other} is not supported (float, double, int16, int32 or int64 are)"),
         }])
     }
 
@@ -345,31 +280,15 @@ impl Op for EyeLike {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "input")?;
-        op_ensure!(
-            x.rank() == 2,
-            "input must be 2-D, found shape {}",
-            fmt_shape(x.shape())
-        );
-        Ok(vec![Fact::new(
-            self.dtype.unwrap_or(x.dtype()),
-            x.shape().to_vec(),
-        )])
+        op_ensure!(x.rank() == 2, "input must be 2-D, found shape {}", fmt_shape(x.shape()));
+        Ok(vec![Fact::new(self.dtype.unwrap_or(x.dtype()), x.shape().to_vec())])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0, "input")?;
-        op_ensure!(
-            x.rank() == 2,
-            "input must be 2-D, found shape {:?}",
-            x.shape()
-        );
+        op_ensure!(x.rank() == 2, "input must be 2-D, found shape {:?}", x.shape());
         let dtype = self.dtype.unwrap_or(x.dtype());
-        Ok(vec![kernels::eye_tensor(
-            dtype,
-            x.shape()[0],
-            x.shape()[1],
-            self.k,
-        )])
+        Ok(vec![kernels::eye_tensor(dtype, x.shape()[0], x.shape()[1], self.k)])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -391,40 +310,25 @@ fn parse_eye_like(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
             ),
         },
     };
-    Ok(Box::new(EyeLike {
-        dtype,
-        k: ctx.int_or("k", 0)?,
-    }))
+    Ok(Box::new(EyeLike { dtype, k: ctx.int_or("k", 0)? }))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::shape::testutil::*;
+    use crate::ir::ops::testutil::*;
     use crate::ir::{Attr, DType, Dim, Fact, Tensor};
     use std::sync::Arc;
 
     #[test]
     fn constant_value_attributes() {
         let t = Tensor::from_f32s(&[2], vec![1.5, 2.5]);
-        let c = parse(
-            "Constant",
-            13,
-            vec![("value", Attr::Tensor(t.clone()))],
-            0,
-            1,
-        )
-        .unwrap();
+        let c = parse("Constant", 13, vec![("value", Attr::Tensor(t.clone()))], 0, 1).unwrap();
         let f = c.infer(&[]).unwrap();
         assert_eq!(f[0].konst.as_deref(), Some(&t));
         assert_eq!(eval1(&*c, &[]), t);
         let cases = vec![
             ("value_float", Attr::Float(2.0), DType::F32, 0usize),
-            (
-                "value_floats",
-                Attr::Floats(vec![1.0, 2.0, 3.0]),
-                DType::F32,
-                1,
-            ),
+            ("value_floats", Attr::Floats(vec![1.0, 2.0, 3.0]), DType::F32, 1),
             ("value_int", Attr::Int(7), DType::I64, 0),
             ("value_ints", Attr::Ints(vec![1, -1]), DType::I64, 1),
         ];
@@ -433,38 +337,13 @@ mod tests {
             let out = eval1(&*c, &[]);
             assert_eq!((out.dtype(), out.rank()), (dtype, rank), "{name}");
         }
-        let msg = parse(
-            "Constant",
-            13,
-            vec![("value_string", Attr::String("a".into()))],
-            0,
-            1,
-        )
-        .unwrap_err()
-        .0;
+        let msg = parse("Constant", 13, vec![("value_string", Attr::String("a".into()))], 0, 1).unwrap_err().0;
         assert!(msg.contains("string constants are not supported"), "{msg}");
-        let msg = parse(
-            "Constant",
-            13,
-            vec![("sparse_value", Attr::Other("SPARSE_TENSOR"))],
-            0,
-            1,
-        )
-        .unwrap_err()
-        .0;
+        let msg = parse("Constant", 13, vec![("sparse_value", Attr::Other("SPARSE_TENSOR"))], 0, 1).unwrap_err().0;
         assert!(msg.contains("sparse"), "{msg}");
-        assert!(parse("Constant", 13, vec![], 0, 1)
-            .unwrap_err()
-            .0
-            .contains("no value attribute"));
-        let two = vec![
-            ("value_int", Attr::Int(1)),
-            ("value_float", Attr::Float(1.0)),
-        ];
-        assert!(parse("Constant", 13, two, 0, 1)
-            .unwrap_err()
-            .0
-            .contains("several"));
+        assert!(parse("Constant", 13, vec![], 0, 1).unwrap_err().0.contains("no value attribute"));
+        let two = vec![("value_int", Attr::Int(1)), ("value_float", Attr::Float(1.0))];
+        assert!(parse("Constant", 13, two, 0, 1).unwrap_err().0.contains("several"));
     }
 
     #[test]
@@ -475,49 +354,19 @@ mod tests {
         assert_eq!(out[0].dtype(), DType::F32);
         assert_eq!(out[0].shape(), &[Dim::sym("N"), Dim::sym("S")]);
         let z = eval1(&*default, &[&t_ints(&[2, 3])]);
-        assert_eq!(
-            (z.shape().to_vec(), z.to_f64_vec().iter().sum::<f64>()),
-            (vec![2, 3], 0.0)
-        );
-        let ones = parse(
-            "ConstantOfShape",
-            13,
-            vec![("value", Attr::Tensor(Tensor::from_i64s(&[1], vec![1])))],
-            1,
-            1,
-        )
-        .unwrap();
+        assert_eq!((z.shape().to_vec(), z.to_f64_vec().iter().sum::<f64>()), (vec![2, 3], 0.0));
+        let ones = parse("ConstantOfShape", 13, vec![("value", Attr::Tensor(Tensor::from_i64s(&[1], vec![1])))], 1, 1)
+            .unwrap();
         let out = ones.infer(&[Some(&ints(&[3]))]).unwrap();
         assert_eq!(out[0].sym, Some(vec![Dim::known(1); 3]));
         let scalar_out = eval1(&*ones, &[&t_ints(&[])]);
         assert_eq!((scalar_out.rank(), scalar_out.to_i64_vec()), (0, vec![1]));
         let big = Tensor::from_i64s(&[1], vec![i64::MAX - 3]);
-        let exact = parse(
-            "ConstantOfShape",
-            13,
-            vec![("value", Attr::Tensor(big))],
-            1,
-            1,
-        )
-        .unwrap();
-        assert_eq!(
-            eval1(&*exact, &[&t_ints(&[2])]).to_i64_vec(),
-            vec![i64::MAX - 3; 2]
-        );
+        let exact = parse("ConstantOfShape", 13, vec![("value", Attr::Tensor(big))], 1, 1).unwrap();
+        assert_eq!(eval1(&*exact, &[&t_ints(&[2])]).to_i64_vec(), vec![i64::MAX - 3; 2]);
         let bad = Tensor::from_f32s(&[2], vec![1.0, 2.0]);
-        assert!(parse(
-            "ConstantOfShape",
-            13,
-            vec![("value", Attr::Tensor(bad))],
-            1,
-            1
-        )
-        .is_err());
-        assert!(default
-            .infer(&[Some(&ints(&[2, -1]))])
-            .unwrap_err()
-            .0
-            .contains("negative"));
+        assert!(parse("ConstantOfShape", 13, vec![("value", Attr::Tensor(bad))], 1, 1).is_err());
+        assert!(default.infer(&[Some(&ints(&[2, -1]))]).unwrap_err().0.contains("negative"));
     }
 
     #[test]
@@ -525,32 +374,20 @@ mod tests {
         let op = parse("Range", 11, vec![], 3, 1).unwrap();
         let s = Fact::symbolic(vec![Dim::sym("S")], true);
         assert_eq!(out_shape(&*op, &[&scalar(0), &s, &scalar(1)]), "[S]");
-        assert_eq!(
-            out_shape(&*op, &[&scalar(0), &s, &scalar(2)]),
-            "[ceil(S/2)]"
-        );
+        assert_eq!(out_shape(&*op, &[&scalar(0), &s, &scalar(2)]), "[ceil(S/2)]");
         let n = Fact::symbolic(vec![Dim::sym("N").add(&Dim::known(3))], true);
         let near = Fact::symbolic(vec![Dim::sym("N")], true);
-        let out = op
-            .infer(&[Some(&near), Some(&n), Some(&scalar(1))])
-            .unwrap();
+        let out = op.infer(&[Some(&near), Some(&n), Some(&scalar(1))]).unwrap();
         assert_eq!(out[0].sym.as_ref().map(|v| v.len()), Some(3));
         let i = eval1(
             &*op,
-            &[
-                &Tensor::from_i64s(&[], vec![10]),
-                &Tensor::from_i64s(&[], vec![4]),
-                &Tensor::from_i64s(&[], vec![-3]),
-            ],
+            &[&Tensor::from_i64s(&[], vec![10]), &Tensor::from_i64s(&[], vec![4]), &Tensor::from_i64s(&[], vec![-3])],
         );
         assert_eq!(i.to_i64_vec(), vec![10, 7]);
         // onnxruntime 1.32: Range(0.1, 3.0, 0.3) in float32 accumulates the step.
         let f = |v: f32| Tensor::from_f32s(&[], vec![v]);
         let out = eval1(&*op, &[&f(0.1), &f(3.0), &f(0.3)]);
-        let want = [
-            0.1f32, 0.4, 0.70000005, 1.0, 1.3, 1.5999999, 1.8999999, 2.1999998, 2.4999998,
-            2.7999997,
-        ];
+        let want = [0.1f32, 0.4, 0.70000005, 1.0, 1.3, 1.5999999, 1.8999999, 2.1999998, 2.4999998, 2.7999997];
         let got: Vec<f32> = out.to_f32().iter().copied().collect();
         assert_eq!(got.len(), want.len());
         for (g, w) in got.iter().zip(want) {
@@ -565,48 +402,26 @@ mod tests {
         let out = op.infer(&[Some(&ff), Some(&runtime), Some(&d)]).unwrap();
         assert_eq!(out[0].shape(), &[Dim::data_dependent()]);
         let runtime_i = fact(DType::I64, "");
-        let out = op
-            .infer(&[Some(&scalar(0)), Some(&runtime_i), Some(&scalar(1))])
-            .unwrap();
+        let out = op.infer(&[Some(&scalar(0)), Some(&runtime_i), Some(&scalar(1))]).unwrap();
         assert_eq!(out[0].shape(), &[Dim::data_dependent()]);
-        assert!(op
-            .infer(&[Some(&scalar(0)), Some(&scalar(3)), Some(&scalar(0))])
-            .unwrap_err()
-            .0
-            .contains("zero"));
+        assert!(op.infer(&[Some(&scalar(0)), Some(&scalar(3)), Some(&scalar(0))]).unwrap_err().0.contains("zero"));
     }
 
     #[test]
     fn eye_like_offsets_and_dtype() {
-        let op = parse(
-            "EyeLike",
-            13,
-            vec![("k", Attr::Int(1)), ("dtype", Attr::Int(7))],
-            1,
-            1,
-        )
-        .unwrap();
+        let op = parse("EyeLike", 13, vec![("k", Attr::Int(1)), ("dtype", Attr::Int(7))], 1, 1).unwrap();
         let out = eval1(&*op, &[&iota(&[2, 3])]);
         assert_eq!(out.dtype(), DType::I64);
         assert_eq!(out.to_i64_vec(), vec![0, 1, 0, 0, 0, 1]);
         assert_eq!(out_shape(&*op, &[&fact(DType::F32, "N,N")]), "[N,N]");
         assert!(op.infer(&[Some(&fact(DType::F32, "3"))]).is_err());
-        assert!(parse("EyeLike", 13, vec![("dtype", Attr::Int(8))], 1, 1)
-            .unwrap_err()
-            .0
-            .contains("STRING"));
+        assert!(parse("EyeLike", 13, vec![("dtype", Attr::Int(8))], 1, 1).unwrap_err().0.contains("STRING"));
     }
 
     #[test]
     fn constant_of_shape_with_runtime_shape() {
-        let op = parse(
-            "ConstantOfShape",
-            13,
-            vec![("value", Attr::Tensor(Tensor::from_i64s(&[1], vec![7])))],
-            1,
-            1,
-        )
-        .unwrap();
+        let op = parse("ConstantOfShape", 13, vec![("value", Attr::Tensor(Tensor::from_i64s(&[1], vec![7])))], 1, 1)
+            .unwrap();
         let out = op.infer(&[Some(&fact(DType::I64, "3"))]).unwrap();
         assert_eq!(out[0].dtype(), DType::I64);
         assert_eq!(out[0].shape(), vec![Dim::data_dependent(); 3].as_slice());

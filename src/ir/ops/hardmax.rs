@@ -20,14 +20,8 @@ pub struct Hardmax {
 
 impl Hardmax {
     fn check(&self, dtype: DType, rank: usize) -> OpResult<usize> {
-        op_ensure!(
-            dtype.is_float(),
-            "Hardmax needs a floating-point input, found {dtype}"
-        );
-        op_ensure!(
-            rank > 0,
-            "Hardmax needs an input of rank 1 or more, found a scalar"
-        );
+        op_ensure!(dtype.is_float(), "Hardmax needs a floating-point input, found {dtype}");
+        op_ensure!(rank > 0, "Hardmax needs an input of rank 1 or more, found a scalar");
         normalize_axis(self.axis, rank)
     }
 }
@@ -47,11 +41,7 @@ impl Op for Hardmax {
         let x = required(inputs, 0, "input")?;
         let axis = self.check(x.dtype(), x.rank())?;
         let a = x.to_f32();
-        let y = if self.coerce_2d {
-            hardmax_coerced_2d(&a, axis)
-        } else {
-            hardmax_axis(&a, axis)
-        };
+        let y = if self.coerce_2d { hardmax_coerced_2d(&a, axis) } else { hardmax_axis(&a, axis) };
         Ok(vec![Tensor::F32(y).cast(x.dtype())])
     }
 
@@ -72,20 +62,10 @@ fn parse_hardmax(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attributes, Dim};
+    use crate::ir::Dim;
 
     fn parse(opset: i64) -> Box<dyn Op> {
-        let attrs = Attributes::new();
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: "Hardmax",
-            domain: "",
-            opset,
-            attrs: &attrs,
-            inputs_present: &[true],
-            num_outputs: 1,
-        };
-        (OPS[0].parse)(&ctx).unwrap()
+        crate::ir::ops::testutil::parse_node("Hardmax", opset, &[], &[true], 1).unwrap()
     }
 
     #[test]
@@ -96,10 +76,7 @@ mod tests {
         assert_eq!(new.to_f64_vec(), vec![1., 0., 0., 1., 1., 0., 1., 0.]);
         let old = parse(11).eval(&[Some(&x)]).unwrap().remove(0);
         assert_eq!(old.to_f64_vec(), vec![0., 0., 0., 1., 0., 0., 1., 0.]);
-        let h = parse(13)
-            .eval(&[Some(&x.cast(DType::F16))])
-            .unwrap()
-            .remove(0);
+        let h = parse(13).eval(&[Some(&x.cast(DType::F16))]).unwrap().remove(0);
         assert_eq!(h.dtype(), DType::F16);
     }
 
@@ -108,10 +85,6 @@ mod tests {
         let x = Fact::new(DType::BF16, vec![Dim::sym("N"), Dim::known(10)]);
         assert_eq!(parse(13).infer(&[Some(&x)]).unwrap()[0].ty, x.ty);
         let i = Fact::new(DType::I64, vec![Dim::known(3)]);
-        assert!(parse(13)
-            .infer(&[Some(&i)])
-            .unwrap_err()
-            .0
-            .contains("floating-point"));
+        assert!(parse(13).infer(&[Some(&i)]).unwrap_err().0.contains("floating-point"));
     }
 }

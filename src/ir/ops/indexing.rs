@@ -5,15 +5,11 @@
 //! (`Fact::sym`): Gather of `Shape(x)` at 0 is the symbol `N`, Concat of `[N]` and `[-1]` is
 //! `[N, -1]`, Slice of `[N, S, 768]` from 1 is `[S, 768]`.
 
-use super::shape::{
-    concrete, fact_with_sym, ints_input, runtime_dims_input, sym_values, tensor_ints,
-};
+use super::shape::{concrete, fact_with_sym, ints_input, runtime_dims_input, sym_values, tensor_ints};
 use super::OpSpec;
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
 use crate::ir::dim::fmt_shape;
-use crate::ir::{
-    optional, required, DType, Dim, Elem, Fact, NodeCtx, Op, OpError, OpResult, Tensor,
-};
+use crate::ir::{optional, required, DType, Dim, Elem, Fact, NodeCtx, Op, OpError, OpResult, Tensor};
 use crate::reference::indexing::{self as kernels, AxisSlice, PadMode};
 use crate::{op_bail, op_ensure, with_tensor};
 use ndarray::ArrayD;
@@ -40,10 +36,7 @@ fn all_required<'a, T>(inputs: &[Option<&'a T>]) -> OpResult<Vec<&'a T>> {
 }
 
 fn check_index_dtype(dtype: DType, what: &str) -> OpResult<()> {
-    op_ensure!(
-        matches!(dtype, DType::I32 | DType::I64),
-        "input '{what}' must be int32 or int64, found {dtype}"
-    );
+    op_ensure!(matches!(dtype, DType::I32 | DType::I64), "input '{what}' must be int32 or int64, found {dtype}");
     Ok(())
 }
 
@@ -73,19 +66,12 @@ impl Op for Concat {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let xs = all_required(inputs)?;
-        let first = xs
-            .first()
-            .ok_or_else(|| OpError("Concat needs at least one input".into()))?;
+        let first = xs.first().ok_or_else(|| OpError("Concat needs at least one input".into()))?;
         op_ensure!(first.rank() > 0, "cannot concatenate 0-D tensors");
         let axis = normalize_axis(self.axis, first.rank())?;
         let mut out = first.shape().to_vec();
         for (i, x) in xs.iter().enumerate().skip(1) {
-            op_ensure!(
-                x.dtype() == first.dtype(),
-                "input {i} is {}, input 0 is {}",
-                x.dtype(),
-                first.dtype()
-            );
+            op_ensure!(x.dtype() == first.dtype(), "input {i} is {}, input 0 is {}", x.dtype(), first.dtype());
             op_ensure!(
                 x.rank() == first.rank(),
                 "input {i} has shape {}, input 0 has shape {}: ranks differ",
@@ -107,10 +93,7 @@ impl Op for Concat {
             }
         }
         let sym = if first.rank() == 1 {
-            xs.iter()
-                .map(|x| sym_values(x))
-                .collect::<Option<Vec<_>>>()
-                .map(|v| v.concat())
+            xs.iter().map(|x| sym_values(x)).collect::<Option<Vec<_>>>().map(|v| v.concat())
         } else {
             None
         };
@@ -119,17 +102,10 @@ impl Op for Concat {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let xs = all_required(inputs)?;
-        let first = xs
-            .first()
-            .ok_or_else(|| OpError("Concat needs at least one input".into()))?;
+        let first = xs.first().ok_or_else(|| OpError("Concat needs at least one input".into()))?;
         let axis = normalize_axis(self.axis, first.rank())?;
         for (i, x) in xs.iter().enumerate() {
-            op_ensure!(
-                x.rank() == first.rank(),
-                "input {i} has shape {:?}, input 0 {:?}",
-                x.shape(),
-                first.shape()
-            );
+            op_ensure!(x.rank() == first.rank(), "input {i} has shape {:?}, input 0 {:?}", x.shape(), first.shape());
             for j in (0..x.rank()).filter(|&j| j != axis) {
                 op_ensure!(
                     x.shape()[j] == first.shape()[j],
@@ -151,11 +127,7 @@ impl Op for Concat {
 /// axes from opset 11 (accepted for every opset). Inputs of rank 1 carrying symbolic contents
 /// concatenate them, which builds Reshape targets like `[N, -1]`.
 fn parse_concat(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    let axis = if ctx.opset < 4 {
-        ctx.int_or("axis", 1)?
-    } else {
-        ctx.req_int("axis")?
-    };
+    let axis = if ctx.opset < 4 { ctx.int_or("axis", 1)? } else { ctx.req_int("axis")? };
     Ok(Box::new(Concat { axis }))
 }
 
@@ -190,12 +162,7 @@ impl Split {
             (SplitSizes::Equal { .. }, _) => None,
         };
         if let Some(sizes) = explicit {
-            op_ensure!(
-                sizes.len() == n,
-                "split {} has {} entries for {n} outputs",
-                fmt_shape(&sizes),
-                sizes.len()
-            );
+            op_ensure!(sizes.len() == n, "split {} has {} entries for {n} outputs", fmt_shape(&sizes), sizes.len());
             if let Some(d) = sizes.iter().find(|d| d.as_known().is_some_and(|v| v < 0)) {
                 op_bail!("split {} contains the negative size {d}", fmt_shape(&sizes));
             }
@@ -212,10 +179,7 @@ impl Split {
         let nd = Dim::known(n as i64);
         if !uneven {
             if let Some(d) = dim.as_known() {
-                op_ensure!(
-                    d % n as i64 == 0,
-                    "axis of size {d} cannot be split into {n} equal parts"
-                );
+                op_ensure!(d % n as i64 == 0, "axis of size {d} cannot be split into {n} equal parts");
             }
             return Ok(vec![dim.div_floor(&nd); n]);
         }
@@ -223,10 +187,7 @@ impl Split {
         let chunk = dim.div_ceil(&nd);
         let last = dim.sub(&chunk.mul(&Dim::known(n as i64 - 1)));
         if let Some(l) = last.as_known() {
-            op_ensure!(
-                l >= 0,
-                "axis of size {dim} cannot be split into {n} chunks of {chunk}"
-            );
+            op_ensure!(l >= 0, "axis of size {dim} cannot be split into {n} chunks of {chunk}");
         }
         let mut sizes = vec![chunk; n - 1];
         sizes.push(last);
@@ -271,18 +232,11 @@ impl Op for Split {
         let x = required(inputs, 0, "input")?;
         let axis = normalize_axis(self.axis, x.rank())?;
         let split_input = match (&self.sizes, optional(inputs, 1)) {
-            (SplitSizes::Input, Some(t)) => Some(
-                tensor_ints(t, "split")?
-                    .into_iter()
-                    .map(Dim::known)
-                    .collect(),
-            ),
+            (SplitSizes::Input, Some(t)) => Some(tensor_ints(t, "split")?.into_iter().map(Dim::known).collect()),
             _ => None,
         };
         let sizes = concrete(&self.chunks(&Dim::from(x.shape()[axis]), split_input)?)?;
-        Ok(
-            with_tensor!(x, a => kernels::split(a, axis, &sizes).into_iter().map(Elem::wrap).collect()),
-        )
+        Ok(with_tensor!(x, a => kernels::split(a, axis, &sizes).into_iter().map(Elem::wrap).collect()))
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -311,10 +265,7 @@ fn parse_split(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
             None => SplitSizes::Equal { uneven: false },
         }
     } else if ctx.input_present(1) {
-        op_ensure!(
-            !ctx.has("num_outputs"),
-            "'num_outputs' and the 'split' input cannot both be given"
-        );
+        op_ensure!(!ctx.has("num_outputs"), "'num_outputs' and the 'split' input cannot both be given");
         SplitSizes::Input
     } else if ctx.opset >= 18 {
         match ctx.int("num_outputs")? {
@@ -325,18 +276,12 @@ fn parse_split(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
                 );
                 SplitSizes::Equal { uneven: true }
             }
-            None => op_bail!(
-                "from opset 18 Split needs either the 'split' input or the 'num_outputs' attribute"
-            ),
+            None => op_bail!("from opset 18 Split needs either the 'split' input or the 'num_outputs' attribute"),
         }
     } else {
         SplitSizes::Equal { uneven: false }
     };
-    Ok(Box::new(Split {
-        axis,
-        sizes,
-        num_outputs,
-    }))
+    Ok(Box::new(Split { axis, sizes, num_outputs }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -366,11 +311,7 @@ fn slice_known(d: i64, start: i64, end: i64, step: i64) -> (i64, i64) {
         (s, count(e - s, step))
     } else {
         let s = wrap(start).clamp(0, d - 1);
-        let e = if is_open_end(end) {
-            -1
-        } else {
-            wrap(end).clamp(-1, d - 1)
-        };
+        let e = if is_open_end(end) { -1 } else { wrap(end).clamp(-1, d - 1) };
         (s, count(s - e, step.saturating_neg()))
     }
 }
@@ -433,41 +374,21 @@ fn slice_spec<T>(
     steps: Option<Vec<i64>>,
 ) -> OpResult<SliceSpec<T>> {
     let n = starts.len();
-    op_ensure!(
-        ends.len() == n,
-        "'starts' has {n} entries but 'ends' has {}",
-        ends.len()
-    );
+    op_ensure!(ends.len() == n, "'starts' has {n} entries but 'ends' has {}", ends.len());
     let axes = match axes {
         Some(a) => {
-            op_ensure!(
-                a.len() == n,
-                "'starts' has {n} entries but 'axes' has {}",
-                a.len()
-            );
+            op_ensure!(a.len() == n, "'starts' has {n} entries but 'axes' has {}", a.len());
             normalize_axes(&a, rank)?
         }
         None => {
-            op_ensure!(
-                n <= rank,
-                "'starts' has {n} entries for an input of rank {rank}"
-            );
+            op_ensure!(n <= rank, "'starts' has {n} entries for an input of rank {rank}");
             (0..n).collect()
         }
     };
     let steps = steps.unwrap_or_else(|| vec![1; n]);
-    op_ensure!(
-        steps.len() == n,
-        "'starts' has {n} entries but 'steps' has {}",
-        steps.len()
-    );
+    op_ensure!(steps.len() == n, "'starts' has {n} entries but 'steps' has {}", steps.len());
     op_ensure!(!steps.contains(&0), "'steps' {steps:?} contains 0");
-    Ok(SliceSpec {
-        starts,
-        ends,
-        axes,
-        steps,
-    })
+    Ok(SliceSpec { starts, ends, axes, steps })
 }
 
 #[derive(Clone, Debug)]
@@ -497,9 +418,7 @@ impl Slice {
             None => {
                 let starts = runtime_dims_input(required(inputs, 1, "starts")?, "starts")?;
                 let ends = runtime_dims_input(required(inputs, 2, "ends")?, "ends")?;
-                let axes = optional(inputs, 3)
-                    .map(|f| ints_input(f, "axes"))
-                    .transpose()?;
+                let axes = optional(inputs, 3).map(|f| ints_input(f, "axes")).transpose()?;
                 let steps = match optional(inputs, 4) {
                     Some(f) if Self::runtime_input(f) => None,
                     f => f.map(|f| ints_input(f, "steps")).transpose()?,
@@ -520,12 +439,8 @@ impl Slice {
             None => {
                 let starts = tensor_ints(required(inputs, 1, "starts")?, "starts")?;
                 let ends = tensor_ints(required(inputs, 2, "ends")?, "ends")?;
-                let axes = optional(inputs, 3)
-                    .map(|t| tensor_ints(t, "axes"))
-                    .transpose()?;
-                let steps = optional(inputs, 4)
-                    .map(|t| tensor_ints(t, "steps"))
-                    .transpose()?;
+                let axes = optional(inputs, 3).map(|t| tensor_ints(t, "axes")).transpose()?;
+                let steps = optional(inputs, 4).map(|t| tensor_ints(t, "steps")).transpose()?;
                 slice_spec(rank, starts, ends, axes, steps)
             }
         }
@@ -540,8 +455,7 @@ impl Op for Slice {
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "data")?;
         op_ensure!(x.rank() > 0, "cannot slice a 0-D tensor");
-        let runtime =
-            |i: usize| self.attrs.is_none() && optional(inputs, i).is_some_and(Self::runtime_input);
+        let runtime = |i: usize| self.attrs.is_none() && optional(inputs, i).is_some_and(Self::runtime_input);
         // Where the result depends on run-time values, the dim is data-dependent; an empty
         // axis stays empty whatever is sliced from it.
         let data_dependent = |d: &Dim| match d.as_known() {
@@ -576,9 +490,7 @@ impl Op for Slice {
                 .and_then(|(s, e)| Some((s.as_known()?, e.as_known()?)))
                 .map(|(s, e)| {
                     let (first, len) = slice_known(v.len() as i64, s, e, spec.steps[0]);
-                    (0..len)
-                        .map(|k| v[(first + k * spec.steps[0]) as usize].clone())
-                        .collect()
+                    (0..len).map(|k| v[(first + k * spec.steps[0]) as usize].clone()).collect()
                 })
                 .or_else(|| spec.starts.is_empty().then_some(v)),
             _ => None,
@@ -590,28 +502,11 @@ impl Op for Slice {
         let x = required(inputs, 0, "data")?;
         op_ensure!(x.rank() > 0, "cannot slice a 0-D tensor");
         let spec = self.spec_at_eval(x.rank(), inputs)?;
-        let mut axes: Vec<AxisSlice> = x
-            .shape()
-            .iter()
-            .map(|&d| AxisSlice {
-                first: 0,
-                step: 1,
-                len: d,
-            })
-            .collect();
+        let mut axes: Vec<AxisSlice> = x.shape().iter().map(|&d| AxisSlice { first: 0, step: 1, len: d }).collect();
         for i in 0..spec.axes.len() {
             let a = spec.axes[i];
-            let (first, len) = slice_known(
-                x.shape()[a] as i64,
-                spec.starts[i],
-                spec.ends[i],
-                spec.steps[i],
-            );
-            axes[a] = AxisSlice {
-                first: first as usize,
-                step: spec.steps[i],
-                len: len as usize,
-            };
+            let (first, len) = slice_known(x.shape()[a] as i64, spec.starts[i], spec.ends[i], spec.steps[i]);
+            axes[a] = AxisSlice { first: first as usize, step: spec.steps[i], len: len as usize };
         }
         Ok(vec![crate::map_tensor!(x, a => kernels::slice(a, &axes))])
     }
@@ -628,11 +523,7 @@ impl Op for Slice {
 /// `starts`/`ends` may be symbolic (from shape subgraphs), `axes`/`steps` must be constants.
 fn parse_slice(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let attrs = if ctx.opset < 10 {
-        Some(SliceAttrs {
-            starts: ctx.req_ints("starts")?,
-            ends: ctx.req_ints("ends")?,
-            axes: ctx.ints("axes")?,
-        })
+        Some(SliceAttrs { starts: ctx.req_ints("starts")?, ends: ctx.req_ints("ends")?, axes: ctx.ints("axes")? })
     } else {
         None
     };
@@ -648,10 +539,7 @@ fn normalize_indices(indices: &[i64], dim: usize, what: &str) -> OpResult<Vec<us
     indices
         .iter()
         .map(|&i| {
-            op_ensure!(
-                (-d..d).contains(&i),
-                "{what} index {i} is out of range for an axis of size {dim}"
-            );
+            op_ensure!((-d..d).contains(&i), "{what} index {i} is out of range for an axis of size {dim}");
             Ok(if i < 0 { i + d } else { i } as usize)
         })
         .collect()
@@ -679,12 +567,7 @@ impl Op for Gather {
         // Picking entries of a shape tensor: `Gather(Shape(x), 0)` is the symbol `N`.
         let sym = match (sym_values(x), x.rank(), idx.rank() <= 1) {
             (Some(v), 1, true) => match idx.as_ints() {
-                Some(i) => Some(
-                    normalize_indices(&i, v.len(), "Gather")?
-                        .into_iter()
-                        .map(|k| v[k].clone())
-                        .collect(),
-                ),
+                Some(i) => Some(normalize_indices(&i, v.len(), "Gather")?.into_iter().map(|k| v[k].clone()).collect()),
                 None => None,
             },
             _ => None,
@@ -699,9 +582,7 @@ impl Op for Gather {
         op_ensure!(x.rank() > 0, "cannot gather from a 0-D tensor");
         let axis = normalize_axis(self.axis, x.rank())?;
         let indices = normalize_indices(&idx.to_i64_vec(), x.shape()[axis], "Gather")?;
-        Ok(vec![
-            with_tensor!(x, a => kernels::gather(a, axis, &indices, idx.shape()).map(Elem::wrap))?,
-        ])
+        Ok(vec![with_tensor!(x, a => kernels::gather(a, axis, &indices, idx.shape()).map(Elem::wrap))?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -713,9 +594,7 @@ impl Op for Gather {
 /// Negative indices count from the end (spec'd from opset 11, accepted always); out-of-range
 /// indices are an error. Opset 13 only added bfloat16.
 fn parse_gather(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(Gather {
-        axis: ctx.int_or("axis", 0)?,
-    }))
+    Ok(Box::new(Gather { axis: ctx.int_or("axis", 0)? }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -765,11 +644,8 @@ impl Op for GatherElements {
             );
         }
         let flat = normalize_indices(&idx.to_i64_vec(), x.shape()[axis], "GatherElements")?;
-        let indices = ArrayD::from_shape_vec(idx.shape(), flat)
-            .map_err(|e| OpError(format!("internal: {e}")))?;
-        Ok(vec![
-            crate::map_tensor!(x, a => kernels::gather_elements(a, axis, &indices)),
-        ])
+        let indices = ArrayD::from_shape_vec(idx.shape(), flat).map_err(|e| OpError(format!("internal: {e}")))?;
+        Ok(vec![crate::map_tensor!(x, a => kernels::gather_elements(a, axis, &indices))])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -780,9 +656,7 @@ impl Op for GatherElements {
 /// GatherElements (opset 11; 13 added bfloat16): `out[i][j] = data[indices[i][j]][j]` for
 /// axis 0, likewise for other axes; the output has the indices' shape.
 fn parse_gather_elements(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(GatherElements {
-        axis: ctx.int_or("axis", 0)?,
-    }))
+    Ok(Box::new(GatherElements { axis: ctx.int_or("axis", 0)? }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -796,12 +670,7 @@ pub struct Pad {
 }
 
 /// `(begin, end)` per axis from ONNX `pads` (`[b0, b1, .., e0, e1, ..]`) over `axes`.
-fn pads_per_axis<T: Clone>(
-    rank: usize,
-    pads: &[T],
-    axes: Option<&[i64]>,
-    zero: T,
-) -> OpResult<Vec<(T, T)>> {
+fn pads_per_axis<T: Clone>(rank: usize, pads: &[T], axes: Option<&[i64]>, zero: T) -> OpResult<Vec<(T, T)>> {
     let axes = match axes {
         Some(a) => normalize_axes(a, rank)?,
         None => (0..rank).collect(),
@@ -835,16 +704,9 @@ impl Op for Pad {
             None => {
                 let p = runtime_dims_input(required(inputs, 1, "pads")?, "pads")?;
                 if let Some(v) = optional(inputs, 2) {
-                    op_ensure!(
-                        v.dtype() == x.dtype(),
-                        "constant_value is {}, the data {}",
-                        v.dtype(),
-                        x.dtype()
-                    );
+                    op_ensure!(v.dtype() == x.dtype(), "constant_value is {}, the data {}", v.dtype(), x.dtype());
                 }
-                let axes = optional(inputs, 3)
-                    .map(|f| ints_input(f, "axes"))
-                    .transpose()?;
+                let axes = optional(inputs, 3).map(|f| ints_input(f, "axes")).transpose()?;
                 pads_per_axis(x.rank(), &p, axes.as_deref(), Dim::known(0))?
             }
         };
@@ -861,10 +723,7 @@ impl Op for Pad {
             })
             .collect();
         if let Some(d) = out.iter().find(|d| d.as_known().is_some_and(|v| v < 0)) {
-            op_bail!(
-                "padding {} gives the negative dim {d}",
-                fmt_shape(x.shape())
-            );
+            op_bail!("padding {} gives the negative dim {d}", fmt_shape(x.shape()));
         }
         Ok(vec![Fact::new(x.dtype(), out)])
     }
@@ -872,26 +731,18 @@ impl Op for Pad {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0, "data")?;
         let (pads, value) = match &self.attrs {
-            Some((p, v)) => (
-                pads_per_axis(x.rank(), p, None, 0)?,
-                Some(Tensor::from_f32s(&[], vec![*v]).cast(x.dtype())),
-            ),
+            Some((p, v)) => {
+                (pads_per_axis(x.rank(), p, None, 0)?, Some(Tensor::from_f32s(&[], vec![*v]).cast(x.dtype())))
+            }
             None => {
                 let p = tensor_ints(required(inputs, 1, "pads")?, "pads")?;
-                let axes = optional(inputs, 3)
-                    .map(|t| tensor_ints(t, "axes"))
-                    .transpose()?;
+                let axes = optional(inputs, 3).map(|t| tensor_ints(t, "axes")).transpose()?;
                 // An empty constant_value tensor means the default 0.
                 let value = optional(inputs, 2).filter(|v| !v.is_empty()).cloned();
                 (pads_per_axis(x.rank(), &p, axes.as_deref(), 0)?, value)
             }
         };
-        Ok(vec![kernels::pad_tensor(
-            x,
-            &pads,
-            self.mode,
-            value.as_ref(),
-        )?])
+        Ok(vec![kernels::pad_tensor(x, &pads, self.mode, value.as_ref())?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -905,11 +756,8 @@ impl Op for Pad {
 /// `mode="wrap"`. Modes constant/reflect/edge are numpy's; negative pads crop (first, before
 /// the border is filled). Pads only known at run time make the padded axes data-dependent.
 fn parse_pad(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    let allowed: &[&str] = if ctx.opset >= 19 {
-        &["constant", "reflect", "edge", "wrap"]
-    } else {
-        &["constant", "reflect", "edge"]
-    };
+    let allowed: &[&str] =
+        if ctx.opset >= 19 { &["constant", "reflect", "edge", "wrap"] } else { &["constant", "reflect", "edge"] };
     let mode = match ctx.choice("mode", "constant", allowed)?.as_str() {
         "reflect" => PadMode::Reflect,
         "edge" => PadMode::Edge,
@@ -917,11 +765,7 @@ fn parse_pad(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         _ => PadMode::Constant,
     };
     let attrs = if ctx.opset < 11 {
-        let pads = if ctx.opset < 2 {
-            ctx.req_ints("paddings")?
-        } else {
-            ctx.req_ints("pads")?
-        };
+        let pads = if ctx.opset < 2 { ctx.req_ints("paddings")? } else { ctx.req_ints("pads")? };
         Some((pads, ctx.float_or("value", 0.0)?))
     } else {
         None
@@ -999,20 +843,13 @@ impl Op for TopK {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "X")?;
-        op_ensure!(
-            x.dtype() != DType::Bool,
-            "TopK of bool is not supported (numeric types are)"
-        );
+        op_ensure!(x.dtype() != DType::Bool, "TopK of bool is not supported (numeric types are)");
         let axis = normalize_axis(self.axis, x.rank())?;
         let k = match self.k_attr {
             Some(k) => Dim::known(k),
             None => {
                 let f = required(inputs, 1, "K")?;
-                op_ensure!(
-                    f.dtype() == DType::I64,
-                    "input 'K' must be int64, found {}",
-                    f.dtype()
-                );
+                op_ensure!(f.dtype() == DType::I64, "input 'K' must be int64, found {}", f.dtype());
                 op_ensure!(
                     f.shape().iter().all(|d| d.as_known() == Some(1)) && f.rank() <= 1,
                     "input 'K' must hold exactly one value, found shape {}",
@@ -1030,10 +867,7 @@ impl Op for TopK {
         }
         let mut shape = x.shape().to_vec();
         shape[axis] = k;
-        Ok(vec![
-            Fact::new(x.dtype(), shape.clone()),
-            Fact::new(DType::I64, shape),
-        ])
+        Ok(vec![Fact::new(x.dtype(), shape.clone()), Fact::new(DType::I64, shape)])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
@@ -1043,10 +877,7 @@ impl Op for TopK {
             Some(k) => k,
             None => {
                 let v = tensor_ints(required(inputs, 1, "K")?, "K")?;
-                op_ensure!(
-                    v.len() == 1,
-                    "input 'K' must hold exactly one value, found {v:?}"
-                );
+                op_ensure!(v.len() == 1, "input 'K' must hold exactly one value, found {v:?}");
                 v[0]
             }
         };
@@ -1069,30 +900,19 @@ fn parse_topk(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let k_attr = if ctx.opset < 10 {
         Some(ctx.req_int("k")?)
     } else {
-        op_ensure!(
-            ctx.input_present(1),
-            "input 1 (K) is required from opset 10"
-        );
+        op_ensure!(ctx.input_present(1), "input 1 (K) is required from opset 10");
         None
     };
-    let largest = if ctx.opset >= 11 {
-        ctx.flag("largest", true)?
-    } else {
-        true
-    };
+    let largest = if ctx.opset >= 11 { ctx.flag("largest", true)? } else { true };
     if ctx.opset >= 11 {
         ctx.flag("sorted", true)?;
     }
-    Ok(Box::new(TopK {
-        axis: ctx.int_or("axis", -1)?,
-        k_attr,
-        largest,
-    }))
+    Ok(Box::new(TopK { axis: ctx.int_or("axis", -1)?, k_attr, largest }))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::shape::testutil::*;
+    use crate::ir::ops::testutil::*;
     use crate::ir::{Attr, DType, Dim, Fact, Tensor};
 
     const I64_MAX: i64 = i64::MAX;
@@ -1100,34 +920,13 @@ mod tests {
     #[test]
     fn concat_shapes_and_symbols() {
         let op = parse("Concat", 13, vec![("axis", Attr::Int(-1))], 2, 1).unwrap();
-        assert_eq!(
-            out_shape(
-                &*op,
-                &[&fact(DType::F32, "N,S,64"), &fact(DType::F32, "N,S,32")]
-            ),
-            "[N,S,96]"
-        );
-        assert_eq!(
-            out_shape(&*op, &[&fact(DType::F32, "N,S"), &fact(DType::F32, "N,T")]),
-            "[N,S+T]"
-        );
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "N,S,64"), &fact(DType::F32, "N,S,32")]), "[N,S,96]");
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "N,S"), &fact(DType::F32, "N,T")]), "[N,S+T]");
         // A known size wins over a symbolic one on the other axes.
-        assert_eq!(
-            out_shape(&*op, &[&fact(DType::F32, "N,2"), &fact(DType::F32, "4,3")]),
-            "[4,5]"
-        );
-        let msg = op
-            .infer(&[
-                Some(&fact(DType::F32, "2,3")),
-                Some(&fact(DType::F32, "4,3")),
-            ])
-            .unwrap_err()
-            .0;
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "N,2"), &fact(DType::F32, "4,3")]), "[4,5]");
+        let msg = op.infer(&[Some(&fact(DType::F32, "2,3")), Some(&fact(DType::F32, "4,3"))]).unwrap_err().0;
         assert!(msg.contains("differ on axis 0"), "{msg}");
-        let msg = op
-            .infer(&[Some(&fact(DType::F32, "2")), Some(&fact(DType::I64, "2"))])
-            .unwrap_err()
-            .0;
+        let msg = op.infer(&[Some(&fact(DType::F32, "2")), Some(&fact(DType::I64, "2"))]).unwrap_err().0;
         assert!(msg.contains("int64"), "{msg}");
         let n = Fact::symbolic(vec![Dim::sym("N")], false);
         let out = op.infer(&[Some(&n), Some(&ints(&[-1]))]).unwrap();
@@ -1141,59 +940,27 @@ mod tests {
     #[test]
     fn split_across_opsets() {
         let x = fact(DType::F32, "N,6");
-        let old = parse(
-            "Split",
-            11,
-            vec![("axis", Attr::Int(1)), ("split", Attr::Ints(vec![2, 4]))],
-            1,
-            2,
-        )
-        .unwrap();
+        let old = parse("Split", 11, vec![("axis", Attr::Int(1)), ("split", Attr::Ints(vec![2, 4]))], 1, 2).unwrap();
         let outs = old.infer(&[Some(&x)]).unwrap();
-        assert_eq!(
-            outs.iter().map(|f| f.shape().to_vec()).collect::<Vec<_>>(),
-            vec![dims("N,2"), dims("N,4")]
-        );
+        assert_eq!(outs.iter().map(|f| f.shape().to_vec()).collect::<Vec<_>>(), vec![dims("N,2"), dims("N,4")]);
         let v13 = parse("Split", 13, vec![("axis", Attr::Int(1))], 2, 2).unwrap();
-        assert_eq!(
-            v13.infer(&[Some(&x), Some(&ints(&[5, 1]))]).unwrap()[1].shape(),
-            dims("N,1")
-        );
-        assert!(v13
-            .infer(&[Some(&x), Some(&ints(&[5, 2]))])
-            .unwrap_err()
-            .0
-            .contains("sums to 7"));
+        assert_eq!(v13.infer(&[Some(&x), Some(&ints(&[5, 1]))]).unwrap()[1].shape(), dims("N,1"));
+        assert!(v13.infer(&[Some(&x), Some(&ints(&[5, 2]))]).unwrap_err().0.contains("sums to 7"));
         let equal = parse("Split", 13, vec![], 1, 2).unwrap();
-        let two_n = Fact::new(
-            DType::F32,
-            vec![Dim::sym("N").mul(&Dim::known(2)), Dim::known(3)],
-        );
+        let two_n = Fact::new(DType::F32, vec![Dim::sym("N").mul(&Dim::known(2)), Dim::known(3)]);
         let outs = equal.infer(&[Some(&two_n)]).unwrap();
         assert_eq!(outs[0].shape(), dims("N,3"));
-        assert!(equal
-            .infer(&[Some(&fact(DType::F32, "5"))])
-            .unwrap_err()
-            .0
-            .contains("equal parts"));
+        assert!(equal.infer(&[Some(&fact(DType::F32, "5"))]).unwrap_err().0.contains("equal parts"));
 
         // Opset 18 num_outputs: ONNX Runtime splits 5 into [2, 2, 1] and rejects 4 chunks.
         let v18 = parse("Split", 18, vec![("num_outputs", Attr::Int(3))], 1, 3).unwrap();
         let outs = v18.infer(&[Some(&fact(DType::F32, "5"))]).unwrap();
-        assert_eq!(
-            outs.iter()
-                .map(|f| f.shape()[0].as_known().unwrap())
-                .collect::<Vec<_>>(),
-            vec![2, 2, 1]
-        );
+        assert_eq!(outs.iter().map(|f| f.shape()[0].as_known().unwrap()).collect::<Vec<_>>(), vec![2, 2, 1]);
         let parts = v18.eval(&[Some(&iota(&[5]))]).unwrap();
         assert_eq!(parts[2].to_f64_vec(), vec![4.0]);
         let four = parse("Split", 18, vec![("num_outputs", Attr::Int(4))], 1, 4).unwrap();
         assert!(four.infer(&[Some(&fact(DType::F32, "5"))]).is_err());
-        assert!(parse("Split", 18, vec![], 1, 2)
-            .unwrap_err()
-            .0
-            .contains("num_outputs"));
+        assert!(parse("Split", 18, vec![], 1, 2).unwrap_err().0.contains("num_outputs"));
         assert!(parse("Split", 18, vec![("num_outputs", Attr::Int(3))], 1, 2).is_err());
 
         // Splitting a shape tensor splits its symbolic contents.
@@ -1221,33 +988,15 @@ mod tests {
             (3, i32::MAX as i64, -2, &[3.0, 1.0]),
         ];
         for &(s, e, st, want) in cases {
-            let out = eval1(
-                &*op,
-                &[
-                    &x,
-                    &t_ints(&[s]),
-                    &t_ints(&[e]),
-                    &t_ints(&[0]),
-                    &t_ints(&[st]),
-                ],
-            );
+            let out = eval1(&*op, &[&x, &t_ints(&[s]), &t_ints(&[e]), &t_ints(&[0]), &t_ints(&[st])]);
             assert_eq!(out.to_f64_vec(), want, "slice {s}:{e}:{st}");
             let f = Fact::new(DType::F32, dims("6"));
-            let shape = out_shape(
-                &*op,
-                &[&f, &ints(&[s]), &ints(&[e]), &ints(&[0]), &ints(&[st])],
-            );
+            let shape = out_shape(&*op, &[&f, &ints(&[s]), &ints(&[e]), &ints(&[0]), &ints(&[st])]);
             assert_eq!(shape, format!("[{}]", want.len()));
         }
         let m = eval1(
             &*op,
-            &[
-                &iota(&[3, 4]),
-                &t_ints(&[1, -1]),
-                &t_ints(&[I64_MAX, 0]),
-                &t_ints(&[0, 1]),
-                &t_ints(&[1, -2]),
-            ],
+            &[&iota(&[3, 4]), &t_ints(&[1, -1]), &t_ints(&[I64_MAX, 0]), &t_ints(&[0, 1]), &t_ints(&[1, -2])],
         );
         // numpy: np.arange(12).reshape(3,4)[1:, -1:0:-2]
         assert_eq!(m.shape(), &[2, 2]);
@@ -1258,73 +1007,25 @@ mod tests {
     fn slice_symbolic_dims_and_contents() {
         let op = parse("Slice", 13, vec![], 4, 1).unwrap();
         let x = fact(DType::F32, "N,S,768");
-        assert_eq!(
-            out_shape(&*op, &[&x, &ints(&[1]), &ints(&[I64_MAX]), &ints(&[1])]),
-            "[N,S-1,768]"
-        );
-        assert_eq!(
-            out_shape(&*op, &[&x, &ints(&[-1]), &ints(&[I64_MAX]), &ints(&[1])]),
-            "[N,1,768]"
-        );
-        assert_eq!(
-            out_shape(&*op, &[&x, &ints(&[0]), &ints(&[5]), &ints(&[-2])]),
-            "[N,5,768]"
-        );
-        assert_eq!(
-            out_shape(&*op, &[&x, &ints(&[0]), &ints(&[-1]), &ints(&[1])]),
-            "[N,S-1,768]"
-        );
+        assert_eq!(out_shape(&*op, &[&x, &ints(&[1]), &ints(&[I64_MAX]), &ints(&[1])]), "[N,S-1,768]");
+        assert_eq!(out_shape(&*op, &[&x, &ints(&[-1]), &ints(&[I64_MAX]), &ints(&[1])]), "[N,1,768]");
+        assert_eq!(out_shape(&*op, &[&x, &ints(&[0]), &ints(&[5]), &ints(&[-2])]), "[N,5,768]");
+        assert_eq!(out_shape(&*op, &[&x, &ints(&[0]), &ints(&[-1]), &ints(&[1])]), "[N,S-1,768]");
         // A symbolic end from a shape subgraph: positions[:, :S].
         let end = Fact::symbolic(vec![Dim::sym("S")], false);
-        assert_eq!(
-            out_shape(
-                &*op,
-                &[&fact(DType::I64, "1,512"), &ints(&[0]), &end, &ints(&[1])]
-            ),
-            "[1,S]"
-        );
+        assert_eq!(out_shape(&*op, &[&fact(DType::I64, "1,512"), &ints(&[0]), &end, &ints(&[1])]), "[1,S]");
         // Shape tensors keep their contents.
         let shape = Fact::symbolic(dims("N,S,768"), false);
-        let out = op
-            .infer(&[
-                Some(&shape),
-                Some(&ints(&[1])),
-                Some(&ints(&[I64_MAX])),
-                Some(&ints(&[0])),
-            ])
-            .unwrap();
+        let out = op.infer(&[Some(&shape), Some(&ints(&[1])), Some(&ints(&[I64_MAX])), Some(&ints(&[0]))]).unwrap();
         assert_eq!(out[0].sym, Some(dims("S,768")));
-        let old = parse(
-            "Slice",
-            9,
-            vec![
-                ("starts", Attr::Ints(vec![1])),
-                ("ends", Attr::Ints(vec![3])),
-            ],
-            1,
-            1,
-        )
-        .unwrap();
+        let old =
+            parse("Slice", 9, vec![("starts", Attr::Ints(vec![1])), ("ends", Attr::Ints(vec![3]))], 1, 1).unwrap();
         assert_eq!(out_shape(&*old, &[&fact(DType::F32, "5,N")]), "[2,N]");
-        let msg = op
-            .infer(&[
-                Some(&x),
-                Some(&ints(&[0])),
-                Some(&ints(&[1])),
-                Some(&ints(&[5])),
-            ])
-            .unwrap_err()
-            .0;
+        let msg = op.infer(&[Some(&x), Some(&ints(&[0])), Some(&ints(&[1])), Some(&ints(&[5]))]).unwrap_err().0;
         assert!(msg.contains("out of range"), "{msg}");
         let zero_step = parse("Slice", 13, vec![], 5, 1).unwrap();
         let msg = zero_step
-            .infer(&[
-                Some(&x),
-                Some(&ints(&[0])),
-                Some(&ints(&[1])),
-                Some(&ints(&[0])),
-                Some(&ints(&[0])),
-            ])
+            .infer(&[Some(&x), Some(&ints(&[0])), Some(&ints(&[1])), Some(&ints(&[0])), Some(&ints(&[0]))])
             .unwrap_err()
             .0;
         assert!(msg.contains("contains 0"), "{msg}");
@@ -1333,24 +1034,12 @@ mod tests {
     #[test]
     fn gather_shapes_values_and_symbols() {
         let op = parse("Gather", 13, vec![("axis", Attr::Int(1))], 2, 1).unwrap();
-        assert_eq!(
-            out_shape(
-                &*op,
-                &[&fact(DType::F32, "N,10,4"), &fact(DType::I64, "B,S")]
-            ),
-            "[N,B,S,4]"
-        );
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "N,10,4"), &fact(DType::I64, "B,S")]), "[N,B,S,4]");
         let out = eval1(&*op, &[&iota(&[2, 3]), &t_ints(&[-1, 0])]);
         assert_eq!(out.to_f64_vec(), vec![2.0, 0.0, 5.0, 3.0]);
-        let bad = op
-            .eval(&[Some(&iota(&[2, 3])), Some(&t_ints(&[3]))])
-            .unwrap_err()
-            .0;
+        let bad = op.eval(&[Some(&iota(&[2, 3])), Some(&t_ints(&[3]))]).unwrap_err().0;
         assert!(bad.contains("out of range"), "{bad}");
-        let f_idx = op
-            .infer(&[Some(&fact(DType::F32, "2,3")), Some(&fact(DType::F32, "1"))])
-            .unwrap_err()
-            .0;
+        let f_idx = op.infer(&[Some(&fact(DType::F32, "2,3")), Some(&fact(DType::F32, "1"))]).unwrap_err().0;
         assert!(f_idx.contains("int32 or int64"), "{f_idx}");
         // Gather(Shape(x), 0) is the symbol N, a scalar.
         let g0 = parse("Gather", 13, vec![], 2, 1).unwrap();
@@ -1360,10 +1049,7 @@ mod tests {
         assert_eq!(out[0].sym, Some(vec![Dim::sym("N")]));
         let out = g0.infer(&[Some(&shape), Some(&ints(&[-1, -2]))]).unwrap();
         assert_eq!(out[0].sym, Some(dims("224,224")));
-        let e = eval1(
-            &*g0,
-            &[&t_ints(&[7, 8, 9]), &Tensor::from_i64s(&[], vec![1])],
-        );
+        let e = eval1(&*g0, &[&t_ints(&[7, 8, 9]), &Tensor::from_i64s(&[], vec![1])]);
         assert_eq!((e.rank(), e.to_i64_vec()), (0, vec![8]));
     }
 
@@ -1373,64 +1059,29 @@ mod tests {
         // numpy: np.take_along_axis([[1,2],[3,4]], [[0,0],[1,0]], axis=1) = [[1,1],[4,3]]
         let data = Tensor::from_f32s(&[2, 2], vec![1.0, 2.0, 3.0, 4.0]);
         let idx = Tensor::from_i64s(&[2, 2], vec![0, 0, 1, -2]);
-        assert_eq!(
-            eval1(&*op, &[&data, &idx]).to_f64_vec(),
-            vec![1.0, 1.0, 4.0, 3.0]
-        );
-        assert_eq!(
-            out_shape(&*op, &[&fact(DType::F32, "N,5"), &fact(DType::I64, "N,2")]),
-            "[N,2]"
-        );
-        assert!(op
-            .infer(&[Some(&fact(DType::F32, "N,5")), Some(&fact(DType::I64, "2"))])
-            .is_err());
+        assert_eq!(eval1(&*op, &[&data, &idx]).to_f64_vec(), vec![1.0, 1.0, 4.0, 3.0]);
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "N,5"), &fact(DType::I64, "N,2")]), "[N,2]");
+        assert!(op.infer(&[Some(&fact(DType::F32, "N,5")), Some(&fact(DType::I64, "2"))]).is_err());
     }
 
     #[test]
     fn pad_modes_match_onnxruntime() {
-        let op = parse(
-            "Pad",
-            19,
-            vec![("mode", Attr::String("reflect".into()))],
-            2,
-            1,
-        )
-        .unwrap();
+        let op = parse("Pad", 19, vec![("mode", Attr::String("reflect".into()))], 2, 1).unwrap();
         let x = iota(&[6]);
         // Expected values from onnxruntime 1.32 (negative pads crop before the border is filled).
-        assert_eq!(
-            eval1(&*op, &[&x, &t_ints(&[-1, 3])]).to_f64_vec(),
-            vec![1.0, 2.0, 3.0, 4.0, 5.0, 4.0, 3.0, 2.0]
-        );
-        assert_eq!(
-            eval1(&*op, &[&x, &t_ints(&[3, -1])]).to_f64_vec(),
-            vec![3.0, 2.0, 1.0, 0.0, 1.0, 2.0, 3.0, 4.0]
-        );
+        assert_eq!(eval1(&*op, &[&x, &t_ints(&[-1, 3])]).to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 4.0, 3.0, 2.0]);
+        assert_eq!(eval1(&*op, &[&x, &t_ints(&[3, -1])]).to_f64_vec(), vec![3.0, 2.0, 1.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
         let wrap = parse("Pad", 19, vec![("mode", Attr::String("wrap".into()))], 2, 1).unwrap();
-        assert_eq!(
-            eval1(&*wrap, &[&x, &t_ints(&[3, -1])]).to_f64_vec(),
-            vec![2.0, 3.0, 4.0, 0.0, 1.0, 2.0, 3.0, 4.0]
-        );
+        assert_eq!(eval1(&*wrap, &[&x, &t_ints(&[3, -1])]).to_f64_vec(), vec![2.0, 3.0, 4.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
         let edge = parse("Pad", 13, vec![("mode", Attr::String("edge".into()))], 2, 1).unwrap();
         assert_eq!(
             eval1(&*edge, &[&iota(&[3]), &t_ints(&[5, 4])]).to_f64_vec()[..7],
-            [0.0; 6][..]
-                .iter()
-                .copied()
-                .chain([1.0])
-                .collect::<Vec<_>>()[..]
+            [0.0; 6][..].iter().copied().chain([1.0]).collect::<Vec<_>>()[..]
         );
         assert!(parse("Pad", 18, vec![("mode", Attr::String("wrap".into()))], 2, 1).is_err());
 
         let constant = parse("Pad", 13, vec![], 3, 1).unwrap();
-        let out = eval1(
-            &*constant,
-            &[
-                &iota(&[1, 2]),
-                &t_ints(&[0, 1, 1, 0]),
-                &Tensor::from_f32s(&[], vec![7.0]),
-            ],
-        );
+        let out = eval1(&*constant, &[&iota(&[1, 2]), &t_ints(&[0, 1, 1, 0]), &Tensor::from_f32s(&[], vec![7.0])]);
         assert_eq!(out.shape(), &[2, 3]);
         assert_eq!(out.to_f64_vec(), vec![7.0, 0.0, 1.0, 7.0, 7.0, 7.0]);
         let x = fact(DType::F32, "N,C,H,W");
@@ -1440,29 +1091,10 @@ mod tests {
         let v18 = parse("Pad", 18, vec![], 4, 1).unwrap();
         let x2 = fact(DType::F32, "N,C,H,W");
         let none = Fact::new(DType::F32, vec![]);
-        assert_eq!(
-            out_shape(&*v18, &[&x2, &ints(&[2, 3, 2, 3]), &none, &ints(&[-1, 2])]),
-            "[N,C,H+6,W+4]"
-        );
-        let v2 = parse(
-            "Pad",
-            2,
-            vec![
-                ("pads", Attr::Ints(vec![1, 1])),
-                ("value", Attr::Float(-1.0)),
-            ],
-            1,
-            1,
-        )
-        .unwrap();
-        assert_eq!(
-            eval1(&*v2, &[&iota(&[1])]).to_f64_vec(),
-            vec![-1.0, 0.0, -1.0]
-        );
-        let msg = constant
-            .infer(&[Some(&x), Some(&ints(&[1, 1]))])
-            .unwrap_err()
-            .0;
+        assert_eq!(out_shape(&*v18, &[&x2, &ints(&[2, 3, 2, 3]), &none, &ints(&[-1, 2])]), "[N,C,H+6,W+4]");
+        let v2 = parse("Pad", 2, vec![("pads", Attr::Ints(vec![1, 1])), ("value", Attr::Float(-1.0))], 1, 1).unwrap();
+        assert_eq!(eval1(&*v2, &[&iota(&[1])]).to_f64_vec(), vec![-1.0, 0.0, -1.0]);
+        let msg = constant.infer(&[Some(&x), Some(&ints(&[1, 1]))]).unwrap_err().0;
         assert!(msg.contains("expected 8"), "{msg}");
     }
 
@@ -1473,35 +1105,16 @@ mod tests {
         let x = fact(DType::F32, "N,8,0");
         let rt = fact(DType::I64, "1");
         // Only the sliced axis depends on the data.
-        let out = op
-            .infer(&[Some(&x), Some(&rt), Some(&ints(&[5])), Some(&ints(&[1]))])
-            .unwrap();
+        let out = op.infer(&[Some(&x), Some(&rt), Some(&ints(&[5])), Some(&ints(&[1]))]).unwrap();
         assert_eq!(out[0].shape(), &[Dim::sym("N"), dd.clone(), Dim::known(0)]);
         // Run-time axes: every non-empty axis may be the sliced one.
-        let out = op
-            .infer(&[Some(&x), Some(&ints(&[0])), Some(&ints(&[2])), Some(&rt)])
-            .unwrap();
+        let out = op.infer(&[Some(&x), Some(&ints(&[0])), Some(&ints(&[2])), Some(&rt)]).unwrap();
         assert_eq!(out[0].shape(), &[dd.clone(), dd.clone(), Dim::known(0)]);
         let with_steps = parse("Slice", 13, vec![], 5, 1).unwrap();
-        let out = with_steps
-            .infer(&[
-                Some(&x),
-                Some(&ints(&[0])),
-                Some(&ints(&[4])),
-                Some(&ints(&[1])),
-                Some(&rt),
-            ])
-            .unwrap();
+        let out =
+            with_steps.infer(&[Some(&x), Some(&ints(&[0])), Some(&ints(&[4])), Some(&ints(&[1])), Some(&rt)]).unwrap();
         assert_eq!(out[0].shape(), &[Dim::sym("N"), dd, Dim::known(0)]);
-        let t = eval1(
-            &*op,
-            &[
-                &iota(&[2, 8]),
-                &t_ints(&[-3]),
-                &t_ints(&[I64_MAX]),
-                &t_ints(&[1]),
-            ],
-        );
+        let t = eval1(&*op, &[&iota(&[2, 8]), &t_ints(&[-3]), &t_ints(&[I64_MAX]), &t_ints(&[1])]);
         assert_eq!(t.shape(), &[2, 3]);
         assert_eq!(t.to_f64_vec(), [5.0, 6.0, 7.0, 13.0, 14.0, 15.0]);
     }
@@ -1511,25 +1124,13 @@ mod tests {
         let dd = Dim::data_dependent();
         let pad = parse("Pad", 18, vec![], 4, 1).unwrap();
         let x = fact(DType::F32, "N,4");
-        let out = pad
-            .infer(&[
-                Some(&x),
-                Some(&fact(DType::I64, "2")),
-                None,
-                Some(&ints(&[1])),
-            ])
-            .unwrap();
+        let out = pad.infer(&[Some(&x), Some(&fact(DType::I64, "2")), None, Some(&ints(&[1]))]).unwrap();
         assert_eq!(out[0].shape(), &[Dim::sym("N"), dd.clone()]);
         let split = parse("Split", 13, vec![("axis", Attr::Int(1))], 2, 2).unwrap();
-        let out = split
-            .infer(&[Some(&x), Some(&fact(DType::I64, "2"))])
-            .unwrap();
+        let out = split.infer(&[Some(&x), Some(&fact(DType::I64, "2"))]).unwrap();
         assert_eq!(out.len(), 2);
         assert_eq!(out[1].shape(), &[Dim::sym("N"), dd]);
-        let msg = split
-            .infer(&[Some(&x), Some(&fact(DType::I64, "3"))])
-            .unwrap_err()
-            .0;
+        let msg = split.infer(&[Some(&x), Some(&fact(DType::I64, "3"))]).unwrap_err().0;
         assert!(msg.contains("3 entries for 2 outputs"), "{msg}");
     }
 
@@ -1542,10 +1143,7 @@ mod tests {
         assert_eq!(out_shape(&*op, &[&fact(DType::F32, "0,3")]), "[2,0]");
         // Values checked against onnxruntime 1.32: NaN is non-zero, -0.0 is zero.
         let x = t_f32(&[2, 3], vec![0.0, 1.0, 0.0, 2.0, f32::NAN, -0.0]);
-        assert_eq!(
-            out_shape(&*op, &[&Fact::constant(std::sync::Arc::new(x.clone()))]),
-            "[2,3]"
-        );
+        assert_eq!(out_shape(&*op, &[&Fact::constant(std::sync::Arc::new(x.clone()))]), "[2,3]");
         let t = eval1(&*op, &[&x]);
         assert_eq!(t.shape(), &[2, 3]);
         assert_eq!(t.to_i64_vec(), vec![0, 1, 1, 1, 0, 1]);
@@ -1566,10 +1164,7 @@ mod tests {
         let msg = op.infer(&[Some(&x), Some(&ints(&[6]))]).unwrap_err().0;
         assert!(msg.contains("exceeds the size 5"), "{msg}");
         // Values and tie order checked against onnxruntime 1.32.
-        let data = t_f32(
-            &[2, 5],
-            vec![3.0, 1.0, 3.0, 2.0, 5.0, 1.0, 1.0, 1.0, 0.0, 7.0],
-        );
+        let data = t_f32(&[2, 5], vec![3.0, 1.0, 3.0, 2.0, 5.0, 1.0, 1.0, 1.0, 0.0, 7.0]);
         let run = |op: &dyn crate::ir::Op, x: &Tensor, k: i64| {
             let k = t_ints(&[k]);
             op.eval(&[Some(x), Some(&k)]).unwrap()
@@ -1577,14 +1172,7 @@ mod tests {
         let r = run(&*op, &data, 3);
         assert_eq!(r[0].to_f64_vec(), [5.0, 3.0, 3.0, 7.0, 1.0, 1.0]);
         assert_eq!(r[1].to_i64_vec(), vec![4, 0, 2, 4, 0, 1]);
-        let smallest = parse(
-            "TopK",
-            11,
-            vec![("axis", Attr::Int(-1)), ("largest", Attr::Int(0))],
-            2,
-            2,
-        )
-        .unwrap();
+        let smallest = parse("TopK", 11, vec![("axis", Attr::Int(-1)), ("largest", Attr::Int(0))], 2, 2).unwrap();
         let r = run(&*smallest, &data, 3);
         assert_eq!(r[0].to_f64_vec(), [1.0, 2.0, 3.0, 0.0, 1.0, 1.0]);
         assert_eq!(r[1].to_i64_vec(), vec![1, 3, 0, 3, 0, 1]);
@@ -1592,18 +1180,8 @@ mod tests {
         let nan = t_f32(&[5], vec![1.0, f32::NAN, 3.0, f32::NAN, 2.0]);
         let r = run(&*op_axis0(), &nan, 4);
         assert_eq!(r[1].to_i64_vec(), vec![1, 3, 2, 4]);
-        let r = run(
-            &*parse(
-                "TopK",
-                11,
-                vec![("axis", Attr::Int(0)), ("largest", Attr::Int(0))],
-                2,
-                2,
-            )
-            .unwrap(),
-            &nan,
-            4,
-        );
+        let r =
+            run(&*parse("TopK", 11, vec![("axis", Attr::Int(0)), ("largest", Attr::Int(0))], 2, 2).unwrap(), &nan, 4);
         assert_eq!(r[1].to_i64_vec(), vec![0, 4, 2, 1]);
         // Opset 1: k is an attribute.
         let v1 = parse("TopK", 1, vec![("k", Attr::Int(2))], 1, 2).unwrap();

@@ -141,8 +141,9 @@ impl Op for MatMul {
         if let (Some(x), Some(y)) = (ka.as_known(), kb.as_known()) {
             op_ensure!(x == y, "MatMul: inner dimensions differ: {} x {}", fmt_shape(sa), fmt_shape(sb));
         }
-        let mut out = broadcast_shapes(&[&a2[..a2.len() - 2], &b2[..b2.len() - 2]])
-            .map_err(|e| crate::ir::OpError(format!("MatMul batch dims of {} and {}: {}", fmt_shape(sa), fmt_shape(sb), e.0)))?;
+        let mut out = broadcast_shapes(&[&a2[..a2.len() - 2], &b2[..b2.len() - 2]]).map_err(|e| {
+            crate::ir::OpError(format!("MatMul batch dims of {} and {}: {}", fmt_shape(sa), fmt_shape(sb), e.0))
+        })?;
         if sa.len() > 1 {
             out.push(m.clone());
         }
@@ -182,14 +183,10 @@ fn parse_matmul(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes};
+    use crate::ir::Attr;
 
     fn parse_op(op: &str, opset: i64, attrs: &[(&str, Attr)], n_in: usize) -> Box<dyn Op> {
-        let attrs: Attributes = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let present = vec![true; n_in];
-        let ctx = NodeCtx { name: "n", op_type: op, domain: "", opset, attrs: &attrs, inputs_present: &present, num_outputs: 1 };
-        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
-        (spec.parse)(&ctx).expect("parses")
+        crate::ir::ops::testutil::parse_node(op, opset, attrs, &vec![true; n_in], 1).expect("parses")
     }
 
     fn f(dtype: DType, shape: Vec<Dim>) -> Fact {
@@ -210,13 +207,23 @@ mod tests {
         let bad_b = f(DType::F32, vec![Dim::known(10), Dim::known(256)]);
         let e = op.infer(&[Some(&a), Some(&bad_b), None]).unwrap_err();
         assert!(e.0.contains("inner dimensions"), "{}", e.0);
-        assert!(parse_op("Gemm", 13, &[], 2).infer(&[Some(&f(DType::I32, vec![Dim::known(1), Dim::known(1)])), Some(&f(DType::I32, vec![Dim::known(1), Dim::known(1)]))]).is_err());
+        assert!(parse_op("Gemm", 13, &[], 2)
+            .infer(&[
+                Some(&f(DType::I32, vec![Dim::known(1), Dim::known(1)])),
+                Some(&f(DType::I32, vec![Dim::known(1), Dim::known(1)]))
+            ])
+            .is_err());
     }
 
     #[test]
     fn gemm_eval_matches_numpy() {
         // numpy: A = [[1,2],[3,4]]; B = [[5,6],[7,8]]; 0.5 * A @ B.T + 2 * [[1],[2]]
-        let op = parse_op("Gemm", 11, &[("transB", Attr::Int(1)), ("alpha", Attr::Float(0.5)), ("beta", Attr::Float(2.0))], 3);
+        let op = parse_op(
+            "Gemm",
+            11,
+            &[("transB", Attr::Int(1)), ("alpha", Attr::Float(0.5)), ("beta", Attr::Float(2.0))],
+            3,
+        );
         let a = Tensor::from_f32s(&[2, 2], vec![1., 2., 3., 4.]);
         let b = Tensor::from_f32s(&[2, 2], vec![5., 6., 7., 8.]);
         let c = Tensor::from_f32s(&[2, 1], vec![1., 2.]);
@@ -240,7 +247,12 @@ mod tests {
         assert_eq!(out[0].shape(), &[b.clone(), Dim::known(1), s.clone()]);
         let e = op.infer(&[Some(&a), Some(&f(DType::F32, vec![Dim::known(32), Dim::known(3)]))]).unwrap_err();
         assert!(e.0.contains("inner dimensions"), "{}", e.0);
-        let e = op.infer(&[Some(&f(DType::F32, vec![Dim::known(2), Dim::known(3), Dim::known(4)])), Some(&f(DType::F32, vec![Dim::known(3), Dim::known(4), Dim::known(5)]))]).unwrap_err();
+        let e = op
+            .infer(&[
+                Some(&f(DType::F32, vec![Dim::known(2), Dim::known(3), Dim::known(4)])),
+                Some(&f(DType::F32, vec![Dim::known(3), Dim::known(4), Dim::known(5)])),
+            ])
+            .unwrap_err();
         assert!(e.0.contains("cannot be broadcast"), "{}", e.0);
     }
 

@@ -37,10 +37,7 @@ pub const OPS: &[OpSpec] = &[
 /// suffix-aligned form is numpy broadcasting, the `axis` form is rejected.
 fn reject_legacy_axis(ctx: &NodeCtx) -> OpResult<()> {
     if ctx.opset < 7 && ctx.flag("broadcast", false)? && ctx.has("axis") {
-        crate::op_bail!(
-            "legacy broadcasting with attribute 'axis' (opset {}) is not supported",
-            ctx.opset
-        );
+        crate::op_bail!("legacy broadcasting with attribute 'axis' (opset {}) is not supported", ctx.opset);
     }
     Ok(())
 }
@@ -82,9 +79,7 @@ impl Op for CompareOp {
         );
         let shape = broadcast_facts(&f)?;
         if dtype.is_int() {
-            let decided = sym_zip(f[0], f[1], |x, y| {
-                x.sub(y).as_known().map(|d| self.kind.from_difference(d))
-            });
+            let decided = sym_zip(f[0], f[1], |x, y| x.sub(y).as_known().map(|d| self.kind.from_difference(d)));
             if let Some(fact) = decided.and_then(|v| bool_fact(shape.clone(), v)) {
                 return Ok(vec![fact]);
             }
@@ -93,11 +88,7 @@ impl Op for CompareOp {
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
-        Ok(vec![kernels::compare(
-            self.kind,
-            required(inputs, 0, "A")?,
-            required(inputs, 1, "B")?,
-        )?])
+        Ok(vec![kernels::compare(self.kind, required(inputs, 0, "A")?, required(inputs, 1, "B")?)?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -146,11 +137,7 @@ pub struct LogicOp {
 }
 
 fn ensure_bool(f: &Fact, what: &str) -> OpResult<()> {
-    crate::op_ensure!(
-        f.dtype() == DType::Bool,
-        "{what} must be bool, got {}",
-        f.dtype()
-    );
+    crate::op_ensure!(f.dtype() == DType::Bool, "{what} must be bool, got {}", f.dtype());
     Ok(())
 }
 
@@ -171,11 +158,7 @@ impl Op for LogicOp {
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
-        Ok(vec![kernels::logic(
-            self.kind,
-            required(inputs, 0, "A")?,
-            required(inputs, 1, "B")?,
-        )?])
+        Ok(vec![kernels::logic(self.kind, required(inputs, 0, "A")?, required(inputs, 1, "B")?)?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -244,15 +227,15 @@ impl Op for PredicateOp {
         let x = required(inputs, 0, "X")?;
         let out = match self.kind {
             PredicateKind::Not => {
-                let a = x.as_bool().ok_or_else(|| {
-                    crate::ir::OpError(format!("the input must be bool, got {}", x.dtype()))
-                })?;
+                let a = x
+                    .as_bool()
+                    .ok_or_else(|| crate::ir::OpError(format!("the input must be bool, got {}", x.dtype())))?;
                 a.mapv(|v| !v)
             }
             PredicateKind::IsNaN => float_predicate(x, f64::is_nan)?,
-            PredicateKind::IsInf { negative, positive } => float_predicate(x, |v| {
-                (positive && v == f64::INFINITY) || (negative && v == f64::NEG_INFINITY)
-            })?,
+            PredicateKind::IsInf { negative, positive } => {
+                float_predicate(x, |v| (positive && v == f64::INFINITY) || (negative && v == f64::NEG_INFINITY))?
+            }
         };
         Ok(vec![Tensor::Bool(out)])
     }
@@ -270,34 +253,25 @@ fn float_predicate(x: &Tensor, f: impl Fn(f64) -> bool) -> OpResult<ArrayD<bool>
         Tensor::F64(a) => a.mapv(f),
         Tensor::F16(a) => a.mapv(|v| f(Elem::to_f64(v))),
         Tensor::BF16(a) => a.mapv(|v| f(Elem::to_f64(v))),
-        _ => crate::op_bail!(
-            "element type {} is not supported (floating-point types only)",
-            x.dtype()
-        ),
+        _ => crate::op_bail!("element type {} is not supported (floating-point types only)", x.dtype()),
     })
 }
 
 /// `Not` (opset 1).
 fn parse_not(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(PredicateOp {
-        kind: PredicateKind::Not,
-    }))
+    Ok(Box::new(PredicateOp { kind: PredicateKind::Not }))
 }
 
 /// `IsNaN` (opset 9, 13, 20): later versions only add types.
 fn parse_is_nan(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(PredicateOp {
-        kind: PredicateKind::IsNaN,
-    }))
+    Ok(Box::new(PredicateOp { kind: PredicateKind::IsNaN }))
 }
 
 /// `IsInf` (opset 10, 20): `detect_negative` and `detect_positive` (both default 1).
 fn parse_is_inf(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let negative = ctx.flag("detect_negative", true)?;
     let positive = ctx.flag("detect_positive", true)?;
-    Ok(Box::new(PredicateOp {
-        kind: PredicateKind::IsInf { negative, positive },
-    }))
+    Ok(Box::new(PredicateOp { kind: PredicateKind::IsInf { negative, positive } }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -313,31 +287,16 @@ impl WhereOp {
         if !x.dtype().is_int() || cond.rank() > 1 || x.rank() > 1 || y.rank() > 1 {
             return None;
         }
-        let c: Vec<bool> = cond
-            .konst
-            .as_ref()?
-            .to_i64_vec()
-            .into_iter()
-            .map(|v| v != 0)
-            .collect();
+        let c: Vec<bool> = cond.konst.as_ref()?.to_i64_vec().into_iter().map(|v| v != 0).collect();
         let (a, b) = (x.as_dims()?, y.as_dims()?);
         let n = c.len().max(a.len()).max(b.len());
-        if [c.len(), a.len(), b.len()]
-            .iter()
-            .any(|&l| l != n && l != 1)
-        {
+        if [c.len(), a.len(), b.len()].iter().any(|&l| l != n && l != 1) {
             return None;
         }
         let pick = |l: usize, i: usize| if l == 1 { 0 } else { i };
         Some(
             (0..n)
-                .map(|i| {
-                    if c[pick(c.len(), i)] {
-                        a[pick(a.len(), i)].clone()
-                    } else {
-                        b[pick(b.len(), i)].clone()
-                    }
-                })
+                .map(|i| if c[pick(c.len(), i)] { a[pick(a.len(), i)].clone() } else { b[pick(b.len(), i)].clone() })
                 .collect(),
         )
     }
@@ -359,11 +318,7 @@ impl Op for WhereOp {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let c = required(inputs, 0, "condition")?;
-        Ok(vec![kernels::where_select(
-            c,
-            required(inputs, 1, "X")?,
-            required(inputs, 2, "Y")?,
-        )?])
+        Ok(vec![kernels::where_select(c, required(inputs, 1, "X")?, required(inputs, 2, "Y")?)?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -408,11 +363,7 @@ impl Op for BitOp {
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
-        Ok(vec![kernels::bitwise(
-            self.kind,
-            required(inputs, 0, "A")?,
-            required(inputs, 1, "B")?,
-        )?])
+        Ok(vec![kernels::bitwise(self.kind, required(inputs, 0, "A")?, required(inputs, 1, "B")?)?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -431,11 +382,7 @@ impl Op for BitwiseNotOp {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "X")?;
-        crate::op_ensure!(
-            x.dtype().is_int(),
-            "element type {} is not supported (integer types only)",
-            x.dtype()
-        );
+        crate::op_ensure!(x.dtype().is_int(), "element type {} is not supported (integer types only)", x.dtype());
         Ok(vec![Fact::new(x.dtype(), x.shape().to_vec())])
     }
 
@@ -483,7 +430,8 @@ fn parse_bit_shift(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::ops::arithmetic::tests::{eval, fact, infer, parse};
+    use crate::ir::ops::arithmetic::tests::{eval, fact, infer};
+    use crate::ir::ops::testutil::parse_node as parse;
     use crate::ir::Attr;
 
     fn n() -> Dim {
@@ -493,37 +441,16 @@ mod tests {
     #[test]
     fn comparisons_infer_and_eval() {
         let gt = parse("Greater", 13, &[], &[true, true], 1).unwrap();
-        let out = infer(
-            &*gt,
-            &[
-                fact(DType::F32, &[n(), Dim::known(1)]),
-                fact(DType::F32, &[Dim::known(4)]),
-            ],
-        )
-        .unwrap();
+        let out = infer(&*gt, &[fact(DType::F32, &[n(), Dim::known(1)]), fact(DType::F32, &[Dim::known(4)])]).unwrap();
         assert_eq!(out[0].dtype(), DType::Bool);
         assert_eq!(out[0].shape(), &[n(), Dim::known(4)]);
         assert!(infer(&*gt, &[fact(DType::Bool, &[]), fact(DType::Bool, &[])]).is_err());
         let eq = parse("Equal", 13, &[], &[true, true], 1).unwrap();
         assert!(infer(&*eq, &[fact(DType::Bool, &[]), fact(DType::Bool, &[])]).is_ok());
-        let r = eval(
-            &*gt,
-            &[
-                Tensor::from_i64s(&[3], vec![1, 2, 3]),
-                Tensor::from_i64s(&[], vec![2]),
-            ],
-        )
-        .unwrap();
+        let r = eval(&*gt, &[Tensor::from_i64s(&[3], vec![1, 2, 3]), Tensor::from_i64s(&[], vec![2])]).unwrap();
         assert_eq!(r[0].to_i64_vec(), vec![0, 0, 1]);
         let le = parse("LessOrEqual", 16, &[], &[true, true], 1).unwrap();
-        let r = eval(
-            &*le,
-            &[
-                Tensor::from_f32s(&[2], vec![1.0, f32::NAN]),
-                Tensor::from_f32s(&[], vec![1.0]),
-            ],
-        )
-        .unwrap();
+        let r = eval(&*le, &[Tensor::from_f32s(&[2], vec![1.0, f32::NAN]), Tensor::from_f32s(&[], vec![1.0])]).unwrap();
         assert_eq!(r[0].to_i64_vec(), vec![1, 0]);
     }
 
@@ -548,124 +475,53 @@ mod tests {
     #[test]
     fn where_selects_symbols() {
         let w = parse("Where", 16, &[], &[true, true, true], 1).unwrap();
-        let cond = Fact::constant(Arc::new(Tensor::Bool(
-            ndarray::arr1(&[true, false]).into_dyn(),
-        )));
+        let cond = Fact::constant(Arc::new(Tensor::Bool(ndarray::arr1(&[true, false]).into_dyn())));
         let x = Fact::symbolic(vec![n(), Dim::known(8)], false);
         let y = Fact::constant(Arc::new(Tensor::from_i64s(&[], vec![-1])));
         let out = infer(&*w, &[cond, x, y]).unwrap();
         assert_eq!(out[0].sym, Some(vec![n(), Dim::known(-1)]));
         let out = infer(
             &*w,
-            &[
-                fact(DType::Bool, &[n(), Dim::known(1)]),
-                fact(DType::F16, &[Dim::known(3)]),
-                fact(DType::F16, &[]),
-            ],
+            &[fact(DType::Bool, &[n(), Dim::known(1)]), fact(DType::F16, &[Dim::known(3)]), fact(DType::F16, &[])],
         )
         .unwrap();
         assert_eq!(out[0].dtype(), DType::F16);
         assert_eq!(out[0].shape(), &[n(), Dim::known(3)]);
-        assert!(infer(
-            &*w,
-            &[
-                fact(DType::I64, &[]),
-                fact(DType::F32, &[]),
-                fact(DType::F32, &[])
-            ]
-        )
-        .unwrap_err()
-        .0
-        .contains("condition must be bool"));
-        assert!(infer(
-            &*w,
-            &[
-                fact(DType::Bool, &[]),
-                fact(DType::F32, &[]),
-                fact(DType::F16, &[])
-            ]
-        )
-        .is_err());
+        assert!(infer(&*w, &[fact(DType::I64, &[]), fact(DType::F32, &[]), fact(DType::F32, &[])])
+            .unwrap_err()
+            .0
+            .contains("condition must be bool"));
+        assert!(infer(&*w, &[fact(DType::Bool, &[]), fact(DType::F32, &[]), fact(DType::F16, &[])]).is_err());
     }
 
     #[test]
     fn predicates_and_logic() {
-        let inf = parse(
-            "IsInf",
-            20,
-            &[("detect_negative", Attr::Int(0))],
-            &[true],
-            1,
-        )
-        .unwrap();
+        let inf = parse("IsInf", 20, &[("detect_negative", Attr::Int(0))], &[true], 1).unwrap();
         let x = Tensor::from_f32s(&[4], vec![f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1.0]);
-        assert_eq!(
-            eval(&*inf, std::slice::from_ref(&x)).unwrap()[0].to_i64_vec(),
-            vec![1, 0, 0, 0]
-        );
+        assert_eq!(eval(&*inf, std::slice::from_ref(&x)).unwrap()[0].to_i64_vec(), vec![1, 0, 0, 0]);
         let nan = parse("IsNaN", 13, &[], &[true], 1).unwrap();
-        assert_eq!(
-            eval(&*nan, &[x.cast(DType::F16)]).unwrap()[0].to_i64_vec(),
-            vec![0, 0, 1, 0]
-        );
+        assert_eq!(eval(&*nan, &[x.cast(DType::F16)]).unwrap()[0].to_i64_vec(), vec![0, 0, 1, 0]);
         assert!(infer(&*nan, &[fact(DType::I32, &[])]).is_err());
         let not = parse("Not", 1, &[], &[true], 1).unwrap();
         let b = Tensor::Bool(ndarray::arr1(&[true, false]).into_dyn());
-        assert_eq!(
-            eval(&*not, std::slice::from_ref(&b)).unwrap()[0].to_i64_vec(),
-            vec![0, 1]
-        );
+        assert_eq!(eval(&*not, std::slice::from_ref(&b)).unwrap()[0].to_i64_vec(), vec![0, 1]);
         let and = parse("And", 7, &[], &[true, true], 1).unwrap();
         assert!(infer(&*and, &[fact(DType::I64, &[]), fact(DType::Bool, &[])]).is_err());
         assert_eq!(
-            eval(
-                &*and,
-                &[b.clone(), Tensor::Bool(ndarray::arr0(true).into_dyn())]
-            )
-            .unwrap()[0]
-                .to_i64_vec(),
+            eval(&*and, &[b.clone(), Tensor::Bool(ndarray::arr0(true).into_dyn())]).unwrap()[0].to_i64_vec(),
             vec![1, 0]
         );
-        assert!(parse(
-            "Or",
-            1,
-            &[("broadcast", Attr::Int(1)), ("axis", Attr::Int(0))],
-            &[true, true],
-            1
-        )
-        .is_err());
+        assert!(parse("Or", 1, &[("broadcast", Attr::Int(1)), ("axis", Attr::Int(0))], &[true, true], 1).is_err());
     }
 
     #[test]
     fn bitwise_ops() {
-        let shl = parse(
-            "BitShift",
-            11,
-            &[("direction", Attr::String("LEFT".into()))],
-            &[true, true],
-            1,
-        )
-        .unwrap();
-        assert!(
-            infer(&*shl, &[fact(DType::I32, &[]), fact(DType::I32, &[])])
-                .unwrap_err()
-                .0
-                .contains("unsigned")
-        );
+        let shl = parse("BitShift", 11, &[("direction", Attr::String("LEFT".into()))], &[true, true], 1).unwrap();
+        assert!(infer(&*shl, &[fact(DType::I32, &[]), fact(DType::I32, &[])]).unwrap_err().0.contains("unsigned"));
         let a = Tensor::U32(ndarray::arr1(&[1u32, 3]).into_dyn());
         let b = Tensor::U32(ndarray::arr1(&[4u32]).into_dyn());
-        assert_eq!(
-            eval(&*shl, &[a.clone(), b]).unwrap()[0].to_i64_vec(),
-            vec![16, 48]
-        );
-        assert!(parse(
-            "BitShift",
-            11,
-            &[("direction", Attr::String("UP".into()))],
-            &[true, true],
-            1
-        )
-        .is_err());
+        assert_eq!(eval(&*shl, &[a.clone(), b]).unwrap()[0].to_i64_vec(), vec![16, 48]);
+        assert!(parse("BitShift", 11, &[("direction", Attr::String("UP".into()))], &[true, true], 1).is_err());
         let and = parse("BitwiseAnd", 18, &[], &[true, true], 1).unwrap();
         let out = infer(&*and, &[fact(DType::I64, &[n()]), fact(DType::I64, &[])]).unwrap();
         assert_eq!(out[0].shape(), &[n()]);

@@ -31,6 +31,8 @@ pub mod resize;
 pub mod scatter;
 pub mod shape;
 pub mod softmax;
+#[cfg(test)]
+pub(crate) mod testutil;
 pub mod trilu;
 
 /// Builds the typed op of one node from its attributes (and opset version).

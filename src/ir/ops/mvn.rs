@@ -17,11 +17,7 @@ pub struct MeanVarianceNormalization {
 
 impl MeanVarianceNormalization {
     fn check(&self, x: &Fact) -> OpResult<Vec<usize>> {
-        op_ensure!(
-            x.dtype().is_float(),
-            "MeanVarianceNormalization needs a floating-point input, found {}",
-            x.dtype()
-        );
+        op_ensure!(x.dtype().is_float(), "MeanVarianceNormalization needs a floating-point input, found {}", x.dtype());
         normalize_axes(&self.axes, x.rank())
     }
 }
@@ -60,31 +56,16 @@ fn parse_mvn(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         "MeanVarianceNormalization is defined from opset 9, the model imports opset {}",
         ctx.opset
     );
-    Ok(Box::new(MeanVarianceNormalization {
-        axes: ctx.ints_or("axes", vec![0, 2, 3])?,
-    }))
+    Ok(Box::new(MeanVarianceNormalization { axes: ctx.ints_or("axes", vec![0, 2, 3])? }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes, DType, Dim};
+    use crate::ir::{Attr, DType, Dim};
 
     fn parse(opset: i64, attrs: &[(&str, Attr)]) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: "MeanVarianceNormalization",
-            domain: "",
-            opset,
-            attrs: &attrs,
-            inputs_present: &[true],
-            num_outputs: 1,
-        };
-        (OPS[0].parse)(&ctx)
+        crate::ir::ops::testutil::parse_node("MeanVarianceNormalization", opset, attrs, &[true], 1)
     }
 
     #[test]
@@ -102,46 +83,23 @@ mod tests {
         }
         let x = Tensor::from_f32s(&[2, 2, 2, 2], v);
         let y = parse(13, &[]).unwrap().eval(&[Some(&x)]).unwrap().remove(0);
-        let want = [
-            -0.21707238,
-            0.3617873,
-            0.94064695,
-            2.0983663,
-            -0.21707238,
-            0.3617873,
-            0.94064695,
-            2.0983663,
-        ];
+        let want = [-0.21707238, 0.3617873, 0.94064695, 2.0983663, -0.21707238, 0.3617873, 0.94064695, 2.0983663];
         let got = y.to_f64_vec();
         for (g, w) in got[..8].iter().zip(want) {
             assert!((g - w).abs() < 1e-5, "{got:?}");
         }
         assert!((got[8] - -0.79593205).abs() < 1e-5, "{got:?}");
-        let per_channel = parse(9, &[("axes", Attr::Ints(vec![1]))])
-            .unwrap()
-            .eval(&[Some(&x)])
-            .unwrap()
-            .remove(0);
-        assert_eq!(
-            &per_channel.to_f64_vec()[..8],
-            &[-1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0]
-        );
+        let per_channel = parse(9, &[("axes", Attr::Ints(vec![1]))]).unwrap().eval(&[Some(&x)]).unwrap().remove(0);
+        assert_eq!(&per_channel.to_f64_vec()[..8], &[-1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0]);
     }
 
     #[test]
     fn infer_and_errors() {
         let op = parse(13, &[]).unwrap();
-        let x = Fact::new(
-            DType::F16,
-            vec![Dim::sym("N"), Dim::known(3), Dim::sym("H"), Dim::sym("W")],
-        );
+        let x = Fact::new(DType::F16, vec![Dim::sym("N"), Dim::known(3), Dim::sym("H"), Dim::sym("W")]);
         assert_eq!(op.infer(&[Some(&x)]).unwrap()[0].ty, x.ty);
         let rank2 = Fact::new(DType::F32, vec![Dim::sym("N"), Dim::known(3)]);
-        assert!(op
-            .infer(&[Some(&rank2)])
-            .unwrap_err()
-            .0
-            .contains("out of range"));
+        assert!(op.infer(&[Some(&rank2)]).unwrap_err().0.contains("out of range"));
         assert!(parse(1, &[]).unwrap_err().0.contains("opset 9"));
     }
 }

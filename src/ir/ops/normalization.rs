@@ -81,7 +81,17 @@ impl Op for BatchNorm {
         }
         let x = f32_of(xt);
         let x_std = standard(&x);
-        let y = kernels::batch_norm(contiguous(&x_std), n, c, inner, &params[0], &params[1], &params[2], &params[3], self.epsilon);
+        let y = kernels::batch_norm(
+            contiguous(&x_std),
+            n,
+            c,
+            inner,
+            &params[0],
+            &params[1],
+            &params[2],
+            &params[3],
+            self.epsilon,
+        );
         Ok(vec![shaped(xs, y, xt.dtype())?])
     }
 
@@ -105,14 +115,20 @@ fn parse_batch_norm(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     );
     if ctx.opset < 9 {
         let spatial = ctx.int_or("spatial", 1)?;
-        op_ensure!(spatial == 1, "attribute 'spatial' = {spatial} is not supported (only per-channel statistics, spatial = 1)");
+        op_ensure!(
+            spatial == 1,
+            "attribute 'spatial' = {spatial} is not supported (only per-channel statistics, spatial = 1)"
+        );
     }
     if ctx.opset < 7 {
         let is_test = ctx.int_or("is_test", 0)?;
         op_ensure!(is_test == 0 || is_test == 1, "attribute 'is_test' = {is_test} must be 0 or 1");
     }
     let training = ctx.int_or("training_mode", 0)?;
-    op_ensure!(training == 0, "attribute 'training_mode' = {training} is not supported (only inference, training_mode = 0)");
+    op_ensure!(
+        training == 0,
+        "attribute 'training_mode' = {training} is not supported (only inference, training_mode = 0)"
+    );
     let epsilon = ctx.float_or("epsilon", 1e-5)?;
     Ok(Box::new(BatchNorm { epsilon }))
 }
@@ -170,7 +186,10 @@ impl Op for LayerNorm {
         let spread = |t: &Tensor, name: &str| -> OpResult<Vec<f32>> {
             let a = t.to_f32();
             let b = a.broadcast(IxDyn(normalized)).ok_or_else(|| {
-                OpError(format!("LayerNormalization: '{name}' of shape {:?} does not broadcast to {normalized:?}", t.shape()))
+                OpError(format!(
+                    "LayerNormalization: '{name}' of shape {:?} does not broadcast to {normalized:?}",
+                    t.shape()
+                ))
             })?;
             Ok(b.iter().copied().collect())
         };
@@ -199,11 +218,20 @@ impl Op for LayerNorm {
 /// accumulated in f64 here (at least as precise as any stash type) and stored as `stash_type`.
 fn parse_layer_norm(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let stash_code = ctx.int_or("stash_type", 1)?;
-    let stash = DType::from_onnx(stash_code as i32)
-        .filter(|d| d.is_float())
-        .ok_or_else(|| OpError(format!("attribute 'stash_type' = {stash_code} is not supported (expected a float type code)")))?;
-    op_ensure!((1..=3).contains(&ctx.num_outputs), "LayerNormalization has 1 to 3 outputs, the node has {}", ctx.num_outputs);
-    Ok(Box::new(LayerNorm { axis: ctx.int_or("axis", -1)?, epsilon: ctx.float_or("epsilon", 1e-5)?, stash, num_outputs: ctx.num_outputs }))
+    let stash = DType::from_onnx(stash_code as i32).filter(|d| d.is_float()).ok_or_else(|| {
+        OpError(format!("attribute 'stash_type' = {stash_code} is not supported (expected a float type code)"))
+    })?;
+    op_ensure!(
+        (1..=3).contains(&ctx.num_outputs),
+        "LayerNormalization has 1 to 3 outputs, the node has {}",
+        ctx.num_outputs
+    );
+    Ok(Box::new(LayerNorm {
+        axis: ctx.int_or("axis", -1)?,
+        epsilon: ctx.float_or("epsilon", 1e-5)?,
+        stash,
+        num_outputs: ctx.num_outputs,
+    }))
 }
 
 /// InstanceNormalization: per (batch, channel) statistics, per-channel scale and bias.
@@ -220,7 +248,11 @@ impl Op for InstanceNorm {
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "input")?;
         op_ensure!(x.dtype().is_float(), "InstanceNormalization needs a floating-point input, found {}", x.dtype());
-        op_ensure!(x.rank() >= 3, "InstanceNormalization needs an input [N, C, spatial...], found {}", fmt_shape(x.shape()));
+        op_ensure!(
+            x.rank() >= 3,
+            "InstanceNormalization needs an input [N, C, spatial...], found {}",
+            fmt_shape(x.shape())
+        );
         let c = &x.shape()[1];
         check_channel_param("InstanceNormalization", "scale", required(inputs, 1, "scale")?, c)?;
         check_channel_param("InstanceNormalization", "B", required(inputs, 2, "B")?, c)?;
@@ -280,7 +312,16 @@ impl Op for Lrn {
         op_ensure!(xs.len() >= 3, "LRN needs an input [N, C, spatial...], got {xs:?}");
         let x = f32_of(xt);
         let x_std = standard(&x);
-        let y = kernels::lrn(contiguous(&x_std), xs[0], xs[1], xs[2..].iter().product(), self.size, self.alpha, self.beta, self.bias);
+        let y = kernels::lrn(
+            contiguous(&x_std),
+            xs[0],
+            xs[1],
+            xs[2..].iter().product(),
+            self.size,
+            self.alpha,
+            self.beta,
+            self.bias,
+        );
         Ok(vec![shaped(xs, y, xt.dtype())?])
     }
 
@@ -304,13 +345,10 @@ fn parse_lrn(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes};
+    use crate::ir::Attr;
 
     fn parse_op(op: &str, opset: i64, attrs: &[(&str, Attr)], num_outputs: usize) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let ctx = NodeCtx { name: "n", op_type: op, domain: "", opset, attrs: &attrs, inputs_present: &[true; 5], num_outputs };
-        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
-        (spec.parse)(&ctx)
+        crate::ir::ops::testutil::parse_node(op, opset, attrs, &[true; 5], num_outputs)
     }
 
     fn close(got: &Tensor, want: &[f64]) {
@@ -335,10 +373,15 @@ mod tests {
         let bad = Fact::new(DType::F32, vec![Dim::known(3)]);
         assert!(op.infer(&[Some(&x), Some(&bad), Some(&p), Some(&p), Some(&p)]).unwrap_err().0.contains("'scale'"));
         let xt = Tensor::from_f32s(&[1, 2, 2], vec![1., 2., 3., 4.]);
-        let y = op.eval(&[Some(&xt), Some(&v(&[2., 1.])), Some(&v(&[1., 0.])), Some(&v(&[1., 0.])), Some(&v(&[4., 1.]))]).unwrap();
+        let y = op
+            .eval(&[Some(&xt), Some(&v(&[2., 1.])), Some(&v(&[1., 0.])), Some(&v(&[1., 0.])), Some(&v(&[4., 1.]))])
+            .unwrap();
         close(&y[0], &[1., 2., 3., 4.]);
         assert!(parse_op("BatchNormalization", 15, &[], 3).unwrap_err().0.contains("training"));
-        assert!(parse_op("BatchNormalization", 15, &[("training_mode", Attr::Int(1))], 1).unwrap_err().0.contains("training_mode"));
+        assert!(parse_op("BatchNormalization", 15, &[("training_mode", Attr::Int(1))], 1)
+            .unwrap_err()
+            .0
+            .contains("training_mode"));
         assert!(parse_op("BatchNormalization", 7, &[("spatial", Attr::Int(0))], 1).unwrap_err().0.contains("spatial"));
         assert!(parse_op("BatchNormalization", 7, &[("spatial", Attr::Int(1))], 1).is_ok());
     }
@@ -356,7 +399,23 @@ mod tests {
         assert_eq!(out[1].shape(), &[Dim::sym("B"), Dim::sym("S"), Dim::known(1)]);
         assert!(op.infer(&[Some(&x), Some(&Fact::new(DType::F32, vec![Dim::known(4)])), None]).is_err());
         let y = op.eval(&[Some(&xi()), Some(&v(&[1., 2., 3.])), None]).unwrap();
-        close(&y[0], &[-1.0896974, -0.47159564, 3.9764853, -1.1982690, -0.10267151, 3.7488132, -1.2098749, -0.05843445, 3.7172737, -1.2144011, -0.04086361, 3.7044973]);
+        close(
+            &y[0],
+            &[
+                -1.0896974,
+                -0.47159564,
+                3.9764853,
+                -1.1982690,
+                -0.10267151,
+                3.7488132,
+                -1.2098749,
+                -0.05843445,
+                3.7172737,
+                -1.2144011,
+                -0.04086361,
+                3.7044973,
+            ],
+        );
         close(&y[1], &[1.2761424, 8.125498, 18.614872, 31.701883]);
         close(&y[2], &[0.8538995, 0.40905696, 0.30880436, 0.2582797]);
         assert_eq!(y[1].shape(), &[2, 2, 1]);
@@ -366,8 +425,26 @@ mod tests {
     fn instance_norm_and_lrn_match_onnxruntime() {
         let op = parse_op("InstanceNormalization", 6, &[("epsilon", Attr::Float(1e-3))], 1).unwrap();
         let y = op.eval(&[Some(&xi()), Some(&v(&[1., 2.])), Some(&v(&[0., 1.]))]).unwrap();
-        close(&y[0], &[-1.0893043, -0.23571283, 1.3250171, -1.3963385, 0.8973379, 3.4990025, -1.2098169, -0.029215336, 1.2390332, -1.4287214, 0.95913696, 3.4695835]);
-        let lrn = parse_op("LRN", 13, &[("size", Attr::Int(3)), ("alpha", Attr::Float(0.5)), ("bias", Attr::Float(2.0))], 1).unwrap();
+        close(
+            &y[0],
+            &[
+                -1.0893043,
+                -0.23571283,
+                1.3250171,
+                -1.3963385,
+                0.8973379,
+                3.4990025,
+                -1.2098169,
+                -0.029215336,
+                1.2390332,
+                -1.4287214,
+                0.95913696,
+                3.4695835,
+            ],
+        );
+        let lrn =
+            parse_op("LRN", 13, &[("size", Attr::Int(3)), ("alpha", Attr::Float(0.5)), ("bias", Attr::Float(2.0))], 1)
+                .unwrap();
         let x = Tensor::from_f32s(&[1, 4, 2, 1], (0..8).map(|v| v as f32).collect());
         let y = lrn.eval(&[Some(&x)]).unwrap();
         close(&y[0], &[0.0, 0.37739524, 0.56987679, 0.6407096, 0.64757746, 0.62992775, 1.0165523, 0.9502494]);

@@ -22,8 +22,13 @@ pub const OPS: &[OpSpec] = &[
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolKind {
     /// `column_major`: ONNX `storage_order = 1` for the Indices output.
-    Max { indices: bool, column_major: bool },
-    Average { count_include_pad: bool },
+    Max {
+        indices: bool,
+        column_major: bool,
+    },
+    Average {
+        count_include_pad: bool,
+    },
 }
 
 /// MaxPool or AveragePool over a sliding window.
@@ -91,13 +96,18 @@ impl Op for Pool {
         let planes = xs[0] * xs[1];
         let mut shape = xs[..2].to_vec();
         shape.extend_from_slice(&geom.output[3 - (xs.len() - 2)..]);
-        let wrap = |v: Vec<f32>| ArrayD::from_shape_vec(IxDyn(&shape), v).map(Tensor::F32).map_err(|e| crate::ir::OpError(e.to_string()));
+        let wrap = |v: Vec<f32>| {
+            ArrayD::from_shape_vec(IxDyn(&shape), v).map(Tensor::F32).map_err(|e| crate::ir::OpError(e.to_string()))
+        };
         match self.kind {
             PoolKind::Max { indices, column_major } => {
-                let (y, idx) = kernels::max_pool(contiguous(&x_std), planes, &geom, indices, column_major, xs.len() - 2);
+                let (y, idx) =
+                    kernels::max_pool(contiguous(&x_std), planes, &geom, indices, column_major, xs.len() - 2);
                 let mut out = vec![into_dtype(wrap(y)?, xt.dtype())];
                 if indices {
-                    out.push(Tensor::I64(ArrayD::from_shape_vec(IxDyn(&shape), idx).map_err(|e| crate::ir::OpError(e.to_string()))?));
+                    out.push(Tensor::I64(
+                        ArrayD::from_shape_vec(IxDyn(&shape), idx).map_err(|e| crate::ir::OpError(e.to_string()))?,
+                    ));
                 }
                 Ok(out)
             }
@@ -116,7 +126,10 @@ impl Op for Pool {
 fn parse_window(ctx: &NodeCtx) -> OpResult<(Window, Vec<usize>)> {
     let mut window = Window::parse(ctx)?;
     window.ceil_mode = ctx.flag("ceil_mode", false)?;
-    let kernel = window.kernel.clone().ok_or_else(|| crate::ir::OpError("required attribute 'kernel_shape' is missing".into()))?;
+    let kernel = window
+        .kernel
+        .clone()
+        .ok_or_else(|| crate::ir::OpError("required attribute 'kernel_shape' is missing".into()))?;
     op_ensure!(!kernel.is_empty(), "attribute 'kernel_shape' must not be empty");
     Ok((window, kernel))
 }
@@ -207,13 +220,10 @@ fn parse_global_max_pool(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes};
+    use crate::ir::Attr;
 
     fn parse_op(op: &str, opset: i64, attrs: &[(&str, Attr)], num_outputs: usize) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let ctx = NodeCtx { name: "n", op_type: op, domain: "", opset, attrs: &attrs, inputs_present: &[true], num_outputs };
-        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
-        (spec.parse)(&ctx)
+        crate::ir::ops::testutil::parse_node(op, opset, attrs, &[true], num_outputs)
     }
 
     fn ints(v: &[i64]) -> Attr {
@@ -236,7 +246,9 @@ mod tests {
         cm.push(("storage_order", Attr::Int(1)));
         let y = parse_op("MaxPool", 12, &cm, 2).unwrap().eval(&[Some(&grid())]).unwrap();
         assert_eq!(y[1].to_i64_vec(), vec![6, 16, 21, 8, 18, 23, 9, 19, 24]);
-        let facts = op.infer(&[Some(&Fact::new(DType::F32, vec![Dim::sym("N"), Dim::known(1), Dim::known(5), Dim::known(5)]))]).unwrap();
+        let facts = op
+            .infer(&[Some(&Fact::new(DType::F32, vec![Dim::sym("N"), Dim::known(1), Dim::known(5), Dim::known(5)]))])
+            .unwrap();
         assert_eq!(facts.len(), 2);
         assert_eq!(facts[1].dtype(), DType::I64);
         assert_eq!(facts[0].shape()[2], Dim::known(3));
@@ -247,7 +259,12 @@ mod tests {
 
     #[test]
     fn average_pool_divisors_match_onnxruntime() {
-        let base = [("kernel_shape", ints(&[3, 3])), ("strides", ints(&[2, 2])), ("pads", ints(&[1, 1, 1, 1])), ("ceil_mode", Attr::Int(1))];
+        let base = [
+            ("kernel_shape", ints(&[3, 3])),
+            ("strides", ints(&[2, 2])),
+            ("pads", ints(&[1, 1, 1, 1])),
+            ("ceil_mode", Attr::Int(1)),
+        ];
         let mut incl = base.to_vec();
         incl.push(("count_include_pad", Attr::Int(1)));
         let y = parse_op("AveragePool", 17, &incl, 1).unwrap().eval(&[Some(&grid())]).unwrap();
@@ -266,7 +283,10 @@ mod tests {
     fn global_pools_and_errors() {
         let op = parse_op("GlobalAveragePool", 17, &[], 1).unwrap();
         let f = Fact::new(DType::F32, vec![Dim::sym("N"), Dim::known(8), Dim::sym("H"), Dim::sym("W")]);
-        assert_eq!(op.infer(&[Some(&f)]).unwrap()[0].shape(), &[Dim::sym("N"), Dim::known(8), Dim::known(1), Dim::known(1)]);
+        assert_eq!(
+            op.infer(&[Some(&f)]).unwrap()[0].shape(),
+            &[Dim::sym("N"), Dim::known(8), Dim::known(1), Dim::known(1)]
+        );
         assert_eq!(op.eval(&[Some(&grid())]).unwrap()[0].to_f64_vec(), vec![12.0]);
         let op = parse_op("GlobalMaxPool", 17, &[], 1).unwrap();
         assert_eq!(op.eval(&[Some(&grid())]).unwrap()[0].to_f64_vec(), vec![24.0]);

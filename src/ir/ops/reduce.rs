@@ -57,11 +57,7 @@ impl Reduce {
             ReduceAxes::Input => axes_input.unwrap_or_default(),
         };
         if given.is_empty() {
-            return Ok(if self.noop_with_empty_axes {
-                Vec::new()
-            } else {
-                (0..rank).collect()
-            });
+            return Ok(if self.noop_with_empty_axes { Vec::new() } else { (0..rank).collect() });
         }
         normalize_axes(&given, rank)
     }
@@ -112,16 +108,8 @@ fn axes_fact(inputs: &[Option<&Fact>]) -> OpResult<Option<Vec<i64>>> {
     let Some(f) = optional(inputs, 1) else {
         return Ok(None);
     };
-    op_ensure!(
-        f.dtype() == DType::I64,
-        "input 'axes' must be int64, found {}",
-        f.dtype()
-    );
-    op_ensure!(
-        f.rank() == 1,
-        "input 'axes' must be 1-D, found rank {}",
-        f.rank()
-    );
+    op_ensure!(f.dtype() == DType::I64, "input 'axes' must be int64, found {}", f.dtype());
+    op_ensure!(f.rank() == 1, "input 'axes' must be 1-D, found rank {}", f.rank());
     match f.as_ints() {
         Some(v) => Ok(Some(v)),
         None => op_bail!("input 'axes' must be a compile-time constant"),
@@ -222,13 +210,7 @@ fn parse_reduce(
         );
         (ReduceAxes::Attr(ctx.ints_or("axes", Vec::new())?), false)
     };
-    Ok(Box::new(Reduce {
-        kind,
-        op_name,
-        axes,
-        keepdims,
-        noop_with_empty_axes,
-    }))
+    Ok(Box::new(Reduce { kind, op_name, axes, keepdims, noop_with_empty_axes }))
 }
 
 /// ReduceSum: sum over `axes`. Axes become input 1 at opset 13 (see [`parse_reduce`]).
@@ -308,35 +290,16 @@ impl Op for ArgReduce {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "data")?;
-        op_ensure!(
-            x.dtype() != DType::Bool,
-            "{} does not accept bool input",
-            self.name()
-        );
-        op_ensure!(
-            x.rank() > 0,
-            "{} needs an input of rank 1 or more, found a scalar",
-            self.name()
-        );
+        op_ensure!(x.dtype() != DType::Bool, "{} does not accept bool input", self.name());
+        op_ensure!(x.rank() > 0, "{} needs an input of rank 1 or more, found a scalar", self.name());
         let axis = normalize_axis(self.axis, x.rank())?;
-        Ok(vec![Fact::new(
-            DType::I64,
-            reduced_shape(x.shape(), &[axis], self.keepdims, Dim::known(1)),
-        )])
+        Ok(vec![Fact::new(DType::I64, reduced_shape(x.shape(), &[axis], self.keepdims, Dim::known(1)))])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0, "data")?;
-        op_ensure!(
-            x.dtype() != DType::Bool,
-            "{} does not accept bool input",
-            self.name()
-        );
-        op_ensure!(
-            x.rank() > 0,
-            "{} needs an input of rank 1 or more, found a scalar",
-            self.name()
-        );
+        op_ensure!(x.dtype() != DType::Bool, "{} does not accept bool input", self.name());
+        op_ensure!(x.rank() > 0, "{} needs an input of rank 1 or more, found a scalar", self.name());
         let axis = normalize_axis(self.axis, x.rank())?;
         let out = with_tensor!(x, a => arg_reduce(a, axis, self.want_max, self.select_last_index)?);
         let shape = reduced_shape(x.shape(), &[axis], self.keepdims, 1usize);
@@ -373,31 +336,11 @@ fn parse_argmin(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes};
+    use crate::ir::Attr;
     use std::sync::Arc;
 
-    fn parse(
-        op: &str,
-        opset: i64,
-        attrs: &[(&str, Attr)],
-        n_inputs: usize,
-    ) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        let present = vec![true; n_inputs];
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: op,
-            domain: "",
-            opset,
-            attrs: &attrs,
-            inputs_present: &present,
-            num_outputs: 1,
-        };
-        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
-        (spec.parse)(&ctx)
+    fn parse(op: &str, opset: i64, attrs: &[(&str, Attr)], n_inputs: usize) -> OpResult<Box<dyn Op>> {
+        crate::ir::ops::testutil::parse_node(op, opset, attrs, &vec![true; n_inputs], 1)
     }
 
     fn sym_shape() -> Vec<Dim> {
@@ -413,10 +356,7 @@ mod tests {
         let op = parse("ReduceMean", 13, &[("axes", Attr::Ints(vec![-1]))], 1).unwrap();
         let x = Fact::new(DType::F16, sym_shape());
         let out = op.infer(&[Some(&x)]).unwrap();
-        assert_eq!(
-            out[0].shape(),
-            &[Dim::sym("N"), Dim::known(3), Dim::known(1)]
-        );
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), Dim::known(3), Dim::known(1)]);
         assert_eq!(out[0].dtype(), DType::F16);
     }
 
@@ -429,17 +369,8 @@ mod tests {
         // No axes: reduce everything.
         let out = op.infer(&[Some(&x), None]).unwrap();
         assert!(out[0].shape().is_empty());
-        let noop = parse(
-            "ReduceSum",
-            13,
-            &[("noop_with_empty_axes", Attr::Int(1))],
-            2,
-        )
-        .unwrap();
-        assert_eq!(
-            noop.infer(&[Some(&x), Some(&axes_const(&[]))]).unwrap()[0].shape(),
-            x.shape()
-        );
+        let noop = parse("ReduceSum", 13, &[("noop_with_empty_axes", Attr::Int(1))], 2).unwrap();
+        assert_eq!(noop.infer(&[Some(&x), Some(&axes_const(&[]))]).unwrap()[0].shape(), x.shape());
         // Axes that are not known at compile time are rejected clearly.
         let unknown = Fact::new(DType::I64, vec![Dim::known(1)]);
         let err = op.infer(&[Some(&x), Some(&unknown)]).unwrap_err();
@@ -456,11 +387,7 @@ mod tests {
         let op = parse("ReduceL2", 11, &[("axes", Attr::Ints(vec![1, -2]))], 1).unwrap();
         assert!(op.infer(&[Some(&x)]).unwrap_err().0.contains("repeated"));
         let op = parse("ReduceL2", 11, &[("axes", Attr::Ints(vec![3]))], 1).unwrap();
-        assert!(op
-            .infer(&[Some(&x)])
-            .unwrap_err()
-            .0
-            .contains("out of range"));
+        assert!(op.infer(&[Some(&x)]).unwrap_err().0.contains("out of range"));
     }
 
     #[test]
@@ -468,10 +395,7 @@ mod tests {
         let shape = Fact::symbolic(vec![Dim::sym("N"), Dim::known(3), Dim::known(4)], false);
         let op = parse("ReduceProd", 18, &[("keepdims", Attr::Int(0))], 1).unwrap();
         let out = op.infer(&[Some(&shape)]).unwrap();
-        assert_eq!(
-            out[0].sym.as_deref(),
-            Some(&[Dim::sym("N").mul(&Dim::known(12))][..])
-        );
+        assert_eq!(out[0].sym.as_deref(), Some(&[Dim::sym("N").mul(&Dim::known(12))][..]));
         assert!(out[0].shape().is_empty());
     }
 
@@ -480,18 +404,10 @@ mod tests {
         // numpy: x = arange(24).reshape(2,3,4) as float32
         let x = Tensor::from_f32s(&[2, 3, 4], (0..24).map(|v| v as f32).collect());
         let op = parse("ReduceSum", 13, &[], 2).unwrap();
-        let out = op
-            .eval(&[Some(&x), Some(&Tensor::from_i64s(&[2], vec![0, 2]))])
-            .unwrap();
+        let out = op.eval(&[Some(&x), Some(&Tensor::from_i64s(&[2], vec![0, 2]))]).unwrap();
         assert_eq!(out[0].shape(), &[1, 3, 1]);
         assert_eq!(out[0].to_f64_vec(), vec![60.0, 92.0, 124.0]); // x.sum((0,2))
-        let op = parse(
-            "ReduceLogSumExp",
-            13,
-            &[("axes", Attr::Ints(vec![1])), ("keepdims", Attr::Int(0))],
-            1,
-        )
-        .unwrap();
+        let op = parse("ReduceLogSumExp", 13, &[("axes", Attr::Ints(vec![1])), ("keepdims", Attr::Int(0))], 1).unwrap();
         let out = op.eval(&[Some(&x)]).unwrap();
         // numpy: np.log(np.exp(x).sum(1))[0]
         let want = [8.018_479, 9.018_479, 10.018_479, 11.018_479];
@@ -508,43 +424,23 @@ mod tests {
 
     #[test]
     fn bool_reductions() {
-        let b = Tensor::Bool(
-            ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![true, false, true, true]).unwrap(),
-        );
+        let b = Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![true, false, true, true]).unwrap());
         let op = parse("ReduceMin", 20, &[("keepdims", Attr::Int(0))], 2).unwrap();
-        let out = op
-            .eval(&[Some(&b), Some(&Tensor::from_i64s(&[1], vec![1]))])
-            .unwrap();
+        let out = op.eval(&[Some(&b), Some(&Tensor::from_i64s(&[1], vec![1]))]).unwrap();
         assert_eq!(out[0].to_i64_vec(), vec![0, 1]);
         let sum = parse("ReduceSum", 13, &[], 1).unwrap();
-        let err = sum
-            .infer(&[Some(&Fact::new(DType::Bool, vec![Dim::known(2)]))])
-            .unwrap_err();
+        let err = sum.infer(&[Some(&Fact::new(DType::Bool, vec![Dim::known(2)]))]).unwrap_err();
         assert!(err.0.contains("bool"), "{}", err.0);
     }
 
     #[test]
     fn argmax_infer_and_eval() {
-        let op = parse(
-            "ArgMax",
-            13,
-            &[("axis", Attr::Int(-1)), ("keepdims", Attr::Int(0))],
-            1,
-        )
-        .unwrap();
-        let out = op
-            .infer(&[Some(&Fact::new(DType::F32, sym_shape()))])
-            .unwrap();
+        let op = parse("ArgMax", 13, &[("axis", Attr::Int(-1)), ("keepdims", Attr::Int(0))], 1).unwrap();
+        let out = op.infer(&[Some(&Fact::new(DType::F32, sym_shape()))]).unwrap();
         assert_eq!(out[0].dtype(), DType::I64);
         assert_eq!(out[0].shape(), &[Dim::sym("N"), Dim::known(3)]);
         let x = Tensor::from_f32s(&[2, 3], vec![1.0, 5.0, 5.0, 7.0, 0.0, 7.0]);
-        let last = parse(
-            "ArgMin",
-            13,
-            &[("axis", Attr::Int(1)), ("select_last_index", Attr::Int(1))],
-            1,
-        )
-        .unwrap();
+        let last = parse("ArgMin", 13, &[("axis", Attr::Int(1)), ("select_last_index", Attr::Int(1))], 1).unwrap();
         let out = last.eval(&[Some(&x)]).unwrap();
         assert_eq!(out[0].shape(), &[2, 1]);
         assert_eq!(out[0].to_i64_vec(), vec![0, 1]);

@@ -8,16 +8,11 @@ use super::OpSpec;
 use crate::ir::broadcast::normalize_axes;
 use crate::ir::dim::known_shape;
 use crate::ir::{optional, required, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor};
-use crate::reference::resize::{
-    resize_f32, resize_nearest, AxisResample, CoordMode, InterpMode, NearestMode,
-};
+use crate::reference::resize::{resize_f32, resize_nearest, AxisResample, CoordMode, InterpMode, NearestMode};
 use crate::{map_tensor, op_bail, op_ensure};
 use std::any::Any;
 
-pub const OPS: &[OpSpec] = &[
-    OpSpec::onnx("Resize", parse_resize),
-    OpSpec::onnx("Upsample", parse_upsample),
-];
+pub const OPS: &[OpSpec] = &[OpSpec::onnx("Resize", parse_resize), OpSpec::onnx("Upsample", parse_upsample)];
 
 /// `keep_aspect_ratio_policy` (Resize-18) for `sizes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,11 +28,7 @@ pub enum ScaleSource {
     /// Upsample-7: the `scales` attribute.
     Attr(Vec<f32>),
     /// Input indices of roi, scales and sizes (each optional; an empty tensor is absent).
-    Inputs {
-        roi: Option<usize>,
-        scales: Option<usize>,
-        sizes: Option<usize>,
-    },
+    Inputs { roi: Option<usize>, scales: Option<usize>, sizes: Option<usize> },
 }
 
 #[derive(Clone, Debug)]
@@ -104,12 +95,7 @@ impl Resize {
         let n = axes.len();
         let mut plan: Vec<AxisPlan> = in_shape
             .iter()
-            .map(|d| AxisPlan {
-                out: d.clone(),
-                scale: Some(1.0),
-                roi: (0.0, 1.0),
-                from_sizes: false,
-            })
+            .map(|d| AxisPlan { out: d.clone(), scale: Some(1.0), roi: (0.0, 1.0), from_sizes: false })
             .collect();
         if self.coord == CoordMode::TfCropAndResize {
             let Some(roi) = req.roi else {
@@ -136,14 +122,8 @@ impl Resize {
                 );
                 for (k, &ax) in axes.iter().enumerate() {
                     let s = scales[k];
-                    op_ensure!(
-                        s.is_finite() && s > 0.0,
-                        "scale {s} of axis {ax} must be a positive number"
-                    );
-                    op_ensure!(
-                        !self.upsample_only || s >= 1.0,
-                        "Upsample scales must be >= 1, axis {ax} has {s}"
-                    );
+                    op_ensure!(s.is_finite() && s > 0.0, "scale {s} of axis {ax} must be a positive number");
+                    op_ensure!(!self.upsample_only || s >= 1.0, "Upsample scales must be >= 1, axis {ax} has {s}");
                     plan[ax].out = scaled_dim(&in_shape[ax], s);
                     plan[ax].scale = Some(s);
                 }
@@ -167,11 +147,7 @@ impl Resize {
                     AspectPolicy::Stretch => {
                         for (k, &ax) in axes.iter().enumerate() {
                             plan[ax].out = sizes[k].clone();
-                            plan[ax].scale = if sizes[k] == in_shape[ax] {
-                                Some(1.0)
-                            } else {
-                                ratio(k, ax)
-                            };
+                            plan[ax].scale = if sizes[k] == in_shape[ax] { Some(1.0) } else { ratio(k, ax) };
                             plan[ax].from_sizes = true;
                         }
                     }
@@ -197,11 +173,7 @@ impl Resize {
                                 ),
                             }
                         }
-                        let pick = if policy == AspectPolicy::NotLarger {
-                            f32::min
-                        } else {
-                            f32::max
-                        };
+                        let pick = if policy == AspectPolicy::NotLarger { f32::min } else { f32::max };
                         let scale = ratios.iter().copied().reduce(pick).unwrap_or(1.0);
                         for &ax in &axes {
                             let i = in_shape[ax].as_known().unwrap_or(0);
@@ -227,13 +199,7 @@ impl Resize {
 
     fn request_from_facts(&self, inputs: &[Option<&Fact>]) -> OpResult<Request> {
         let (roi_i, scales_i, sizes_i) = match &self.source {
-            ScaleSource::Attr(s) => {
-                return Ok(Request {
-                    roi: None,
-                    scales: Some(s.clone()),
-                    sizes: None,
-                })
-            }
+            ScaleSource::Attr(s) => return Ok(Request { roi: None, scales: Some(s.clone()), sizes: None }),
             ScaleSource::Inputs { roi, scales, sizes } => (*roi, *scales, *sizes),
         };
         let present = |i: Option<usize>| -> Option<&Fact> {
@@ -243,11 +209,7 @@ impl Resize {
             (!empty).then_some(f)
         };
         let floats = |f: &Fact, what: &str| -> OpResult<Vec<f32>> {
-            op_ensure!(
-                f.dtype().is_float(),
-                "input '{what}' must be a float tensor, found {}",
-                f.dtype()
-            );
+            op_ensure!(f.dtype().is_float(), "input '{what}' must be a float tensor, found {}", f.dtype());
             match &f.konst {
                 Some(t) => Ok(t.to_f64_vec().into_iter().map(|v| v as f32).collect()),
                 None => op_bail!("input '{what}' must be a compile-time constant"),
@@ -261,11 +223,7 @@ impl Resize {
         let sizes = match present(sizes_i) {
             None => None,
             Some(f) => {
-                op_ensure!(
-                    f.dtype() == DType::I64,
-                    "input 'sizes' must be int64, found {}",
-                    f.dtype()
-                );
+                op_ensure!(f.dtype() == DType::I64, "input 'sizes' must be int64, found {}", f.dtype());
                 // Sizes only known at run time (of static length) give data-dependent dims.
                 Some(super::shape::runtime_dims_input(f, "sizes")?)
             }
@@ -275,22 +233,13 @@ impl Resize {
 
     fn request_from_tensors(&self, inputs: &[Option<&Tensor>]) -> OpResult<Request> {
         let (roi_i, scales_i, sizes_i) = match &self.source {
-            ScaleSource::Attr(s) => {
-                return Ok(Request {
-                    roi: None,
-                    scales: Some(s.clone()),
-                    sizes: None,
-                })
-            }
+            ScaleSource::Attr(s) => return Ok(Request { roi: None, scales: Some(s.clone()), sizes: None }),
             ScaleSource::Inputs { roi, scales, sizes } => (*roi, *scales, *sizes),
         };
         let present = |i: Option<usize>| optional(inputs, i?).filter(|t| !t.is_empty());
-        let floats =
-            |t: &Tensor| -> Vec<f32> { t.to_f64_vec().into_iter().map(|v| v as f32).collect() };
+        let floats = |t: &Tensor| -> Vec<f32> { t.to_f64_vec().into_iter().map(|v| v as f32).collect() };
         Ok(Request {
-            roi: present(roi_i)
-                .filter(|_| self.coord == CoordMode::TfCropAndResize)
-                .map(floats),
+            roi: present(roi_i).filter(|_| self.coord == CoordMode::TfCropAndResize).map(floats),
             scales: present(scales_i).map(floats),
             sizes: present(sizes_i).map(|t| t.to_i64_vec().into_iter().map(Dim::known).collect()),
         })
@@ -307,10 +256,7 @@ impl Op for Resize {
         self.check_dtype(x.dtype())?;
         let req = self.request_from_facts(inputs)?;
         let plan = self.plan(x.shape(), req)?;
-        Ok(vec![Fact::new(
-            x.dtype(),
-            plan.into_iter().map(|p| p.out).collect(),
-        )])
+        Ok(vec![Fact::new(x.dtype(), plan.into_iter().map(|p| p.out).collect())])
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
@@ -323,26 +269,16 @@ impl Op for Resize {
         for (ax, p) in plan.iter().enumerate() {
             let out_len = known_shape(std::slice::from_ref(&p.out)).map(|v| v[0]);
             let (Some(out_len), Some(scale)) = (out_len, p.scale) else {
-                op_bail!(
-                    "output length of axis {ax} is not a non-negative number ({})",
-                    p.out
-                )
+                op_bail!("output length of axis {ax} is not a non-negative number ({})", p.out)
             };
-            axes.push(AxisResample {
-                scale,
-                out_len,
-                roi: p.roi,
-                from_sizes: p.from_sizes,
-            });
+            axes.push(AxisResample { scale, out_len, roi: p.roi, from_sizes: p.from_sizes });
         }
         let ev = self.extrapolation_value;
         let y = match self.mode {
             InterpMode::Nearest(nm) => {
                 map_tensor!(x, a => resize_nearest(a, &axes, nm, self.coord, ev as f64))
             }
-            mode => {
-                Tensor::F32(resize_f32(&x.to_f32(), &axes, mode, self.coord, ev)).cast(x.dtype())
-            }
+            mode => Tensor::F32(resize_f32(&x.to_f32(), &axes, mode, self.coord, ev)).cast(x.dtype()),
         };
         Ok(vec![y])
     }
@@ -380,37 +316,20 @@ fn parse_resize(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         );
         return Ok(Box::new(Resize {
             op_name: "Resize",
-            mode: if mode == "linear" {
-                InterpMode::Linear
-            } else {
-                InterpMode::Nearest(NearestMode::Legacy)
-            },
+            mode: if mode == "linear" { InterpMode::Linear } else { InterpMode::Nearest(NearestMode::Legacy) },
             coord: CoordMode::Asymmetric,
             extrapolation_value: 0.0,
             axes: None,
             aspect: AspectPolicy::Stretch,
-            source: ScaleSource::Inputs {
-                roi: None,
-                scales: Some(1),
-                sizes: None,
-            },
+            source: ScaleSource::Inputs { roi: None, scales: Some(1), sizes: None },
             upsample_only: false,
         }));
     }
-    let mut coords = vec![
-        "half_pixel",
-        "pytorch_half_pixel",
-        "align_corners",
-        "asymmetric",
-        "tf_crop_and_resize",
-    ];
+    let mut coords = vec!["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"];
     if ctx.opset >= 19 {
         coords.push("half_pixel_symmetric");
     }
-    let coord = match ctx
-        .choice("coordinate_transformation_mode", "half_pixel", &coords)?
-        .as_str()
-    {
+    let coord = match ctx.choice("coordinate_transformation_mode", "half_pixel", &coords)?.as_str() {
         "half_pixel" => CoordMode::HalfPixel,
         "pytorch_half_pixel" => CoordMode::PytorchHalfPixel,
         "align_corners" => CoordMode::AlignCorners,
@@ -419,11 +338,7 @@ fn parse_resize(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         _ => CoordMode::HalfPixelSymmetric,
     };
     let nearest = match ctx
-        .choice(
-            "nearest_mode",
-            "round_prefer_floor",
-            &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"],
-        )?
+        .choice("nearest_mode", "round_prefer_floor", &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])?
         .as_str()
     {
         "round_prefer_floor" => NearestMode::RoundPreferFloor,
@@ -431,10 +346,7 @@ fn parse_resize(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         "floor" => NearestMode::Floor,
         _ => NearestMode::Ceil,
     };
-    let mode = match ctx
-        .choice("mode", "nearest", &["nearest", "linear", "cubic"])?
-        .as_str()
-    {
+    let mode = match ctx.choice("mode", "nearest", &["nearest", "linear", "cubic"])?.as_str() {
         "nearest" => InterpMode::Nearest(nearest),
         "linear" => InterpMode::Linear,
         _ => InterpMode::Cubic {
@@ -447,11 +359,7 @@ fn parse_resize(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
             op_bail!("attribute 'antialias'=1 is not supported (the antialiasing filter is not implemented)");
         }
         let aspect = match ctx
-            .choice(
-                "keep_aspect_ratio_policy",
-                "stretch",
-                &["stretch", "not_larger", "not_smaller"],
-            )?
+            .choice("keep_aspect_ratio_policy", "stretch", &["stretch", "not_larger", "not_smaller"])?
             .as_str()
         {
             "stretch" => AspectPolicy::Stretch,
@@ -482,11 +390,7 @@ fn parse_resize(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         extrapolation_value: ctx.float_or("extrapolation_value", 0.0)?,
         axes,
         aspect,
-        source: ScaleSource::Inputs {
-            roi: input(1),
-            scales: input(2),
-            sizes: input(3),
-        },
+        source: ScaleSource::Inputs { roi: input(1), scales: input(2), sizes: input(3) },
         upsample_only: false,
     }))
 }
@@ -506,19 +410,11 @@ fn parse_upsample(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
             "Upsample-9 takes inputs (X, scales), the node has {} inputs",
             ctx.num_inputs()
         );
-        ScaleSource::Inputs {
-            roi: None,
-            scales: Some(1),
-            sizes: None,
-        }
+        ScaleSource::Inputs { roi: None, scales: Some(1), sizes: None }
     };
     Ok(Box::new(Resize {
         op_name: "Upsample",
-        mode: if mode == "linear" {
-            InterpMode::Linear
-        } else {
-            InterpMode::Nearest(NearestMode::Legacy)
-        },
+        mode: if mode == "linear" { InterpMode::Linear } else { InterpMode::Nearest(NearestMode::Legacy) },
         coord: CoordMode::Asymmetric,
         extrapolation_value: 0.0,
         axes: None,
@@ -531,30 +427,11 @@ fn parse_upsample(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes};
+    use crate::ir::Attr;
     use std::sync::Arc;
 
-    fn parse(
-        op: &str,
-        opset: i64,
-        attrs: &[(&str, Attr)],
-        present: &[bool],
-    ) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: op,
-            domain: "",
-            opset,
-            attrs: &attrs,
-            inputs_present: present,
-            num_outputs: 1,
-        };
-        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
-        (spec.parse)(&ctx)
+    fn parse(op: &str, opset: i64, attrs: &[(&str, Attr)], present: &[bool]) -> OpResult<Box<dyn Op>> {
+        crate::ir::ops::testutil::parse_node(op, opset, attrs, present, 1)
     }
 
     fn s(v: &str) -> Attr {
@@ -579,24 +456,12 @@ mod tests {
         let x = Fact::new(DType::F32, nchw());
         let scales = konst(f32s(&[1.0, 1.0, 2.0, 0.5]));
         let out = op.infer(&[Some(&x), None, Some(&scales)]).unwrap();
-        assert_eq!(
-            out[0].shape(),
-            &[
-                Dim::sym("N"),
-                Dim::known(3),
-                Dim::sym("H").mul(&Dim::known(2)),
-                Dim::known(5)
-            ]
-        );
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), Dim::known(3), Dim::sym("H").mul(&Dim::known(2)), Dim::known(5)]);
         let half = konst(f32s(&[1.0, 1.0, 0.5, 1.0]));
         let out = op.infer(&[Some(&x), None, Some(&half)]).unwrap();
         assert_eq!(out[0].shape()[2].to_string(), "floor(H/2)");
         let dynamic = Fact::new(DType::F32, vec![Dim::known(4)]);
-        assert!(op
-            .infer(&[Some(&x), None, Some(&dynamic)])
-            .unwrap_err()
-            .0
-            .contains("compile-time constant"));
+        assert!(op.infer(&[Some(&x), None, Some(&dynamic)]).unwrap_err().0.contains("compile-time constant"));
     }
 
     #[test]
@@ -604,27 +469,11 @@ mod tests {
         let op = parse("Resize", 13, &[], &[true, true, true, true]).unwrap();
         let x = Fact::new(DType::F16, nchw());
         let empty = konst(Tensor::from_f32s(&[0], vec![]));
-        let sizes = Fact::symbolic(
-            vec![Dim::sym("N"), Dim::known(3), Dim::known(64), Dim::known(64)],
-            false,
-        );
-        let out = op
-            .infer(&[Some(&x), Some(&empty), Some(&empty), Some(&sizes)])
-            .unwrap();
-        assert_eq!(
-            out[0].shape(),
-            &[Dim::sym("N"), Dim::known(3), Dim::known(64), Dim::known(64)]
-        );
-        let op18 = parse(
-            "Resize",
-            18,
-            &[("axes", Attr::Ints(vec![-1]))],
-            &[true, false, true],
-        )
-        .unwrap();
-        let out = op18
-            .infer(&[Some(&x), None, Some(&konst(f32s(&[3.0])))])
-            .unwrap();
+        let sizes = Fact::symbolic(vec![Dim::sym("N"), Dim::known(3), Dim::known(64), Dim::known(64)], false);
+        let out = op.infer(&[Some(&x), Some(&empty), Some(&empty), Some(&sizes)]).unwrap();
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), Dim::known(3), Dim::known(64), Dim::known(64)]);
+        let op18 = parse("Resize", 18, &[("axes", Attr::Ints(vec![-1]))], &[true, false, true]).unwrap();
+        let out = op18.infer(&[Some(&x), None, Some(&konst(f32s(&[3.0])))]).unwrap();
         assert_eq!(out[0].shape()[3], Dim::known(30));
         assert_eq!(out[0].shape()[2], Dim::sym("H"));
         let err = op.infer(&[Some(&x), None, None, None]).unwrap_err();
@@ -633,21 +482,11 @@ mod tests {
 
     #[test]
     fn parse_rejects_unsupported_attributes() {
-        let err = parse(
-            "Resize",
-            18,
-            &[("antialias", Attr::Int(1))],
-            &[true, true, true],
-        )
-        .unwrap_err();
+        let err = parse("Resize", 18, &[("antialias", Attr::Int(1))], &[true, true, true]).unwrap_err();
         assert!(err.0.contains("antialias"), "{}", err.0);
-        let err = parse(
-            "Resize",
-            13,
-            &[("coordinate_transformation_mode", s("tf_half_pixel_for_nn"))],
-            &[true, true, true],
-        )
-        .unwrap_err();
+        let err =
+            parse("Resize", 13, &[("coordinate_transformation_mode", s("tf_half_pixel_for_nn"))], &[true, true, true])
+                .unwrap_err();
         assert!(err.0.contains("not supported"), "{}", err.0);
         assert!(parse(
             "Resize",
@@ -664,26 +503,15 @@ mod tests {
         )
         .is_err());
         assert!(parse("Resize", 13, &[("mode", s("area"))], &[true, true, true]).is_err());
-        assert!(parse("Upsample", 7, &[], &[true])
-            .unwrap_err()
-            .0
-            .contains("scales"));
+        assert!(parse("Upsample", 7, &[], &[true]).unwrap_err().0.contains("scales"));
     }
 
     #[test]
     fn eval_nearest_keeps_integers_exact() {
-        let op = parse(
-            "Resize",
-            13,
-            &[("nearest_mode", s("floor"))],
-            &[true, false, true],
-        )
-        .unwrap();
+        let op = parse("Resize", 13, &[("nearest_mode", s("floor"))], &[true, false, true]).unwrap();
         let big = i64::MAX - 3;
         let x = Tensor::from_i64s(&[1, 2], vec![big, 7]);
-        let out = op
-            .eval(&[Some(&x), None, Some(&f32s(&[1.0, 2.0]))])
-            .unwrap();
+        let out = op.eval(&[Some(&x), None, Some(&f32s(&[1.0, 2.0]))]).unwrap();
         // half_pixel + floor: x = (j + 0.5) / 2 - 0.5 → -0.25, 0.25, 0.75, 1.25 → 0, 0, 0, 1.
         assert_eq!(out[0].to_i64_vec(), vec![big, big, big, 7]);
     }
@@ -694,74 +522,39 @@ mod tests {
         let op = parse(
             "Resize",
             13,
-            &[
-                ("mode", s("linear")),
-                ("coordinate_transformation_mode", s("align_corners")),
-            ],
+            &[("mode", s("linear")), ("coordinate_transformation_mode", s("align_corners"))],
             &[true, false, false, true],
         )
         .unwrap();
         let x = Tensor::from_f32s(&[1, 2], vec![0.0, 3.0]);
-        let out = op
-            .eval(&[
-                Some(&x),
-                None,
-                None,
-                Some(&Tensor::from_i64s(&[2], vec![1, 4])),
-            ])
-            .unwrap();
+        let out = op.eval(&[Some(&x), None, None, Some(&Tensor::from_i64s(&[2], vec![1, 4]))]).unwrap();
         assert_eq!(out[0].shape(), &[1, 4]);
         assert_eq!(out[0].to_f64_vec(), vec![0.0, 1.0, 2.0, 3.0]);
         // not_larger: sizes (4, 6) for a 2x2 input gives scale min(2, 3) = 2 → 4x4.
-        let op = parse(
-            "Resize",
-            18,
-            &[("keep_aspect_ratio_policy", s("not_larger"))],
-            &[true, false, false, true],
-        )
-        .unwrap();
+        let op =
+            parse("Resize", 18, &[("keep_aspect_ratio_policy", s("not_larger"))], &[true, false, false, true]).unwrap();
         let x = Tensor::from_f32s(&[2, 2], vec![1.0, 2.0, 3.0, 4.0]);
-        let out = op
-            .eval(&[
-                Some(&x),
-                None,
-                None,
-                Some(&Tensor::from_i64s(&[2], vec![4, 6])),
-            ])
-            .unwrap();
+        let out = op.eval(&[Some(&x), None, None, Some(&Tensor::from_i64s(&[2], vec![4, 6]))]).unwrap();
         assert_eq!(out[0].shape(), &[4, 4]);
     }
 
     #[test]
     fn upsample_versions() {
         let x = Tensor::from_f32s(&[1, 3], vec![0.0, 1.0, 2.0]);
-        let up7 = parse(
-            "Upsample",
-            7,
-            &[("scales", Attr::Floats(vec![1.0, 2.0]))],
-            &[true],
-        )
-        .unwrap();
+        let up7 = parse("Upsample", 7, &[("scales", Attr::Floats(vec![1.0, 2.0]))], &[true]).unwrap();
         let out = up7.eval(&[Some(&x)]).unwrap();
         assert_eq!(out[0].to_f64_vec(), vec![0.0, 0.0, 1.0, 1.0, 2.0, 2.0]);
         let up9 = parse("Upsample", 9, &[("mode", s("linear"))], &[true, true]).unwrap();
         let scales = f32s(&[1.0, 2.0]);
         let fact = up9
-            .infer(&[
-                Some(&Fact::new(DType::F32, vec![Dim::sym("N"), Dim::known(3)])),
-                Some(&konst(scales.clone())),
-            ])
+            .infer(&[Some(&Fact::new(DType::F32, vec![Dim::sym("N"), Dim::known(3)])), Some(&konst(scales.clone()))])
             .unwrap();
         assert_eq!(fact[0].shape(), &[Dim::sym("N"), Dim::known(6)]);
         let out = up9.eval(&[Some(&x), Some(&scales)]).unwrap();
         // ORT Upsample-9 linear: asymmetric, edge clamped.
         assert_eq!(out[0].to_f64_vec(), vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.0]);
         let shrink = f32s(&[1.0, 0.5]);
-        assert!(up9
-            .eval(&[Some(&x), Some(&shrink)])
-            .unwrap_err()
-            .0
-            .contains(">= 1"));
+        assert!(up9.eval(&[Some(&x), Some(&shrink)]).unwrap_err().0.contains(">= 1"));
     }
 
     #[test]
@@ -770,41 +563,20 @@ mod tests {
         let x = Fact::new(DType::F32, nchw());
         let empty = konst(Tensor::from_f32s(&[0], vec![]));
         let sizes = Fact::new(DType::I64, vec![Dim::known(4)]);
-        let out = op
-            .infer(&[Some(&x), Some(&empty), Some(&empty), Some(&sizes)])
-            .unwrap();
+        let out = op.infer(&[Some(&x), Some(&empty), Some(&empty), Some(&sizes)]).unwrap();
         assert_eq!(out[0].shape(), vec![Dim::data_dependent(); 4].as_slice());
         let op18 = parse(
             "Resize",
             18,
-            &[
-                ("axes", Attr::Ints(vec![2, 3])),
-                (
-                    "keep_aspect_ratio_policy",
-                    Attr::String("not_larger".into()),
-                ),
-            ],
+            &[("axes", Attr::Ints(vec![2, 3])), ("keep_aspect_ratio_policy", Attr::String("not_larger".into()))],
             &[true, true, true, true],
         )
         .unwrap();
         let sizes = Fact::new(DType::I64, vec![Dim::known(2)]);
-        let out = op18
-            .infer(&[Some(&x), Some(&empty), Some(&empty), Some(&sizes)])
-            .unwrap();
-        assert_eq!(
-            out[0].shape(),
-            &[
-                Dim::sym("N"),
-                Dim::known(3),
-                Dim::data_dependent(),
-                Dim::data_dependent()
-            ]
-        );
+        let out = op18.infer(&[Some(&x), Some(&empty), Some(&empty), Some(&sizes)]).unwrap();
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), Dim::known(3), Dim::data_dependent(), Dim::data_dependent()]);
         let unknown_len = Fact::new(DType::I64, vec![Dim::sym("R")]);
-        let msg = op
-            .infer(&[Some(&x), Some(&empty), Some(&empty), Some(&unknown_len)])
-            .unwrap_err()
-            .0;
+        let msg = op.infer(&[Some(&x), Some(&empty), Some(&empty), Some(&unknown_len)]).unwrap_err().0;
         assert!(msg.contains("is not static"), "{msg}");
     }
 }

@@ -77,11 +77,7 @@ macro_rules! with_scatter_types {
                 Tensor::U64($body?)
             }
             (Tensor::Bool($d), Tensor::Bool($u)) => {
-                op_ensure!(
-                    $red == Reduction::None,
-                    "reduction '{}' is not supported for bool tensors",
-                    $red.name()
-                );
+                op_ensure!($red == Reduction::None, "reduction '{}' is not supported for bool tensors", $red.name());
                 let $f: fn(bool, bool) -> bool = |_, u| u;
                 Tensor::Bool($body?)
             }
@@ -91,10 +87,7 @@ macro_rules! with_scatter_types {
 }
 
 fn check_index_dtype(dtype: DType, allowed: &[DType], what: &str) -> OpResult<()> {
-    op_ensure!(
-        allowed.contains(&dtype),
-        "input '{what}' must be one of {allowed:?}, found {dtype}"
-    );
+    op_ensure!(allowed.contains(&dtype), "input '{what}' must be one of {allowed:?}, found {dtype}");
     Ok(())
 }
 
@@ -108,14 +101,14 @@ fn check_same_dim(a: &Dim, b: &Dim, what: impl FnOnce() -> String) -> OpResult<(
 
 /// The length `m` of the index tuples (the last dim of `indices`), which must be known.
 fn tuple_len(op: &str, indices: &Fact) -> OpResult<usize> {
-    op_ensure!(
-        indices.rank() >= 1,
-        "{op}: indices must have rank >= 1, found a scalar"
-    );
+    op_ensure!(indices.rank() >= 1, "{op}: indices must have rank >= 1, found a scalar");
     let last = &indices.shape()[indices.rank() - 1];
     match last.as_known() {
         Some(m) if m >= 0 => Ok(m as usize),
-        _ => op_bail!("{op}: the last dim of indices {} (the index tuple length) must be known at compile time", fmt_shape(indices.shape())),
+        _ => op_bail!(
+            "{op}: the last dim of indices {} (the index tuple length) must be known at compile time",
+            fmt_shape(indices.shape())
+        ),
     }
 }
 
@@ -202,9 +195,7 @@ impl Op for GatherNd {
             "GatherND: batch dims of data {xs:?} and indices {is:?} differ"
         );
         let values = idx.to_i64_vec();
-        Ok(vec![
-            crate::map_tensor!(x, a => kernels::gather_nd(a, &values, is, self.batch_dims)?),
-        ])
+        Ok(vec![crate::map_tensor!(x, a => kernels::gather_nd(a, &values, is, self.batch_dims)?)])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -218,9 +209,7 @@ impl Op for GatherNd {
 fn parse_gather_nd(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let b = ctx.int_or("batch_dims", 0)?;
     op_ensure!(b >= 0, "attribute 'batch_dims' = {b} must be non-negative");
-    Ok(Box::new(GatherNd {
-        batch_dims: b as usize,
-    }))
+    Ok(Box::new(GatherNd { batch_dims: b as usize }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -241,10 +230,7 @@ fn check_scatter_nd(data: &Fact, indices: &Fact, updates: &Fact) -> OpResult<()>
     );
     let m = tuple_len("ScatterND", indices)?;
     let (r, q) = (data.rank(), indices.rank());
-    op_ensure!(
-        r >= 1,
-        "ScatterND: data must have rank >= 1, found a scalar"
-    );
+    op_ensure!(r >= 1, "ScatterND: data must have rank >= 1, found a scalar");
     op_ensure!(
         (1..=r).contains(&m),
         "ScatterND: index tuples of length {m} (last dim of indices {}) must have 1 to {r} entries for data {}",
@@ -292,13 +278,8 @@ impl Op for ScatterNd {
         let upd = required(inputs, 2, "updates")?;
         check_scatter_nd(&known_fact(x), &known_fact(idx), &known_fact(upd))?;
         let values = idx.to_i64_vec();
-        let out = with_scatter_types!(x, upd, self.reduction, |d, u, f| kernels::scatter_nd(
-            d,
-            &values,
-            idx.shape(),
-            u,
-            f
-        ));
+        let out =
+            with_scatter_types!(x, upd, self.reduction, |d, u, f| kernels::scatter_nd(d, &values, idx.shape(), u, f));
         Ok(vec![out])
     }
 
@@ -312,9 +293,7 @@ impl Op for ScatterNd {
 /// Opset history: 11 introduced it; 13 added bfloat16; 16 added `reduction` none/add/mul; 18
 /// added max/min. A reduction the node's opset does not define is rejected.
 fn parse_scatter_nd(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(ScatterNd {
-        reduction: parse_reduction(ctx)?,
-    }))
+    Ok(Box::new(ScatterNd { reduction: parse_reduction(ctx)? }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -346,10 +325,7 @@ impl ScatterElements {
             updates.dtype(),
             data.dtype()
         );
-        op_ensure!(
-            data.rank() >= 1,
-            "{op}: data must have rank >= 1, found a scalar"
-        );
+        op_ensure!(data.rank() >= 1, "{op}: data must have rank >= 1, found a scalar");
         op_ensure!(
             indices.rank() == data.rank() && updates.rank() == data.rank(),
             "{op}: data {}, indices {} and updates {} must have the same rank",
@@ -420,11 +396,7 @@ impl Op for ScatterElements {
 /// by `reduction`). Opset history: 11 introduced it (replacing Scatter, negative indices
 /// allowed); 13 added bfloat16; 16 added `reduction` none/add/mul; 18 added max/min.
 fn parse_scatter_elements(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(ScatterElements {
-        axis: ctx.int_or("axis", 0)?,
-        reduction: parse_reduction(ctx)?,
-        legacy_name: false,
-    }))
+    Ok(Box::new(ScatterElements { axis: ctx.int_or("axis", 0)?, reduction: parse_reduction(ctx)?, legacy_name: false }))
 }
 
 /// Scatter: opset 9 name of ScatterElements without `reduction`; deprecated in opset 11 (where
@@ -435,11 +407,7 @@ fn parse_scatter(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
         !ctx.has("reduction"),
         "attribute 'reduction' is not defined for Scatter (use ScatterElements, opset 16+)"
     );
-    Ok(Box::new(ScatterElements {
-        axis: ctx.int_or("axis", 0)?,
-        reduction: Reduction::None,
-        legacy_name: true,
-    }))
+    Ok(Box::new(ScatterElements { axis: ctx.int_or("axis", 0)?, reduction: Reduction::None, legacy_name: true }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -452,29 +420,16 @@ pub struct OneHot {
 
 /// The depth from a one-element numeric tensor (float depths are truncated, as ONNX Runtime does).
 fn depth_of(t: &Tensor) -> OpResult<usize> {
-    op_ensure!(
-        t.len() == 1,
-        "OneHot: 'depth' must hold exactly one value, found shape {:?}",
-        t.shape()
-    );
+    op_ensure!(t.len() == 1, "OneHot: 'depth' must hold exactly one value, found shape {:?}", t.shape());
     let d = t.to_f64_vec()[0];
-    op_ensure!(
-        d.is_finite() && d >= 1.0,
-        "OneHot: 'depth' must be at least 1, found {d}"
-    );
+    op_ensure!(d.is_finite() && d >= 1.0, "OneHot: 'depth' must be at least 1, found {d}");
     Ok(d as usize)
 }
 
 impl OneHot {
     fn check(&self, indices: &Fact, depth: &Fact, values: &Fact) -> OpResult<usize> {
-        op_ensure!(
-            indices.dtype() != DType::Bool,
-            "OneHot: indices must be numeric, found bool"
-        );
-        op_ensure!(
-            depth.dtype() != DType::Bool,
-            "OneHot: depth must be numeric, found bool"
-        );
+        op_ensure!(indices.dtype() != DType::Bool, "OneHot: indices must be numeric, found bool");
+        op_ensure!(depth.dtype() != DType::Bool, "OneHot: depth must be numeric, found bool");
         op_ensure!(
             depth.rank() <= 1,
             "OneHot: depth must be a scalar or a one-element tensor, found {}",
@@ -486,10 +441,7 @@ impl OneHot {
             fmt_shape(values.shape())
         );
         check_same_dim(&values.shape()[0], &Dim::known(2), || {
-            format!(
-                "OneHot: values must hold 2 values [off, on], found {}",
-                fmt_shape(values.shape())
-            )
+            format!("OneHot: values must hold 2 values [off, on], found {}", fmt_shape(values.shape()))
         })?;
         normalize_axis(self.axis, indices.rank() + 1)
     }
@@ -540,9 +492,7 @@ impl Op for OneHot {
             wraps: bool,
         ) -> OpResult<Tensor> {
             let (off, on) = (v[[0]], v[[1]]);
-            Ok(T::wrap(kernels::one_hot(
-                ids, shape, depth, axis, off, on, wraps,
-            )?))
+            Ok(T::wrap(kernels::one_hot(ids, shape, depth, axis, off, on, wraps)?))
         }
         let out = crate::with_tensor!(values, v => go(v, &ids, idx.shape(), depth, axis, true)?);
         Ok(vec![out])
@@ -562,45 +512,21 @@ impl Op for OneHot {
 /// ONNX Runtime applies the opset 11 rules at opset 9 too (checked: index -1 with depth 4 sets
 /// position 3), and so do we; indices outside `[-depth, depth)` select nothing.
 fn parse_one_hot(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(OneHot {
-        axis: ctx.int_or("axis", -1)?,
-    }))
+    Ok(Box::new(OneHot { axis: ctx.int_or("axis", -1)? }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes};
+    use crate::ir::Attr;
     use std::sync::Arc;
 
     fn parse(op: &str, opset: i64, attrs: &[(&str, Attr)]) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        let present = [true; 3];
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: op,
-            domain: "",
-            opset,
-            attrs: &attrs,
-            inputs_present: &present,
-            num_outputs: 1,
-        };
-        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
-        (spec.parse)(&ctx)
+        crate::ir::ops::testutil::parse_node(op, opset, attrs, &[true; 3], 1)
     }
 
     fn sym(names: &[&str]) -> Vec<Dim> {
-        names
-            .iter()
-            .map(|s| {
-                s.parse::<i64>()
-                    .map(Dim::known)
-                    .unwrap_or_else(|_| Dim::sym(*s))
-            })
-            .collect()
+        names.iter().map(|s| s.parse::<i64>().map(Dim::known).unwrap_or_else(|_| Dim::sym(*s))).collect()
     }
 
     fn i64s(shape: &[usize], v: &[i64]) -> Tensor {
@@ -627,11 +553,7 @@ mod tests {
         let err = op.infer(&[Some(&x), Some(&bad)]).unwrap_err();
         assert!(err.0.contains("must be known at compile time"), "{}", err.0);
         let too_long = Fact::new(DType::I64, sym(&["N", "4"]));
-        assert!(op
-            .infer(&[Some(&x), Some(&too_long)])
-            .unwrap_err()
-            .0
-            .contains("1 to 3 entries"));
+        assert!(op.infer(&[Some(&x), Some(&too_long)]).unwrap_err().0.contains("1 to 3 entries"));
     }
 
     #[test]
@@ -649,10 +571,7 @@ mod tests {
         let y0 = eval(op0.as_ref(), &[&x, &i64s(&[2, 1], &[1, 0])]).unwrap();
         assert_eq!(y0.shape(), &[2, 3, 4]);
         assert_eq!(y0.to_f64_vec()[0], 12.0);
-        assert!(eval(op0.as_ref(), &[&x, &i64s(&[1, 1], &[2])])
-            .unwrap_err()
-            .0
-            .contains("out of range"));
+        assert!(eval(op0.as_ref(), &[&x, &i64s(&[1, 1], &[2])]).unwrap_err().0.contains("out of range"));
     }
 
     #[test]
@@ -667,67 +586,33 @@ mod tests {
             eval(none.as_ref(), &[&x, &idx, &upd]).unwrap().to_f64_vec(),
             vec![0.0, 30.0, 2.0, 3.0, 4.0, 5.0, 6.0, 20.0]
         );
-        let add = parse(
-            "ScatterND",
-            16,
-            &[("reduction", Attr::String("add".into()))],
-        )
-        .unwrap();
+        let add = parse("ScatterND", 16, &[("reduction", Attr::String("add".into()))]).unwrap();
         assert_eq!(
             eval(add.as_ref(), &[&x, &idx, &upd]).unwrap().to_f64_vec(),
             vec![0.0, 41.0, 2.0, 3.0, 4.0, 5.0, 6.0, 27.0]
         );
-        let mul = parse(
-            "ScatterND",
-            18,
-            &[("reduction", Attr::String("mul".into()))],
-        )
-        .unwrap();
+        let mul = parse("ScatterND", 18, &[("reduction", Attr::String("mul".into()))]).unwrap();
         assert_eq!(
             eval(mul.as_ref(), &[&x, &idx, &upd]).unwrap().to_f64_vec(),
             vec![0.0, 300.0, 2.0, 3.0, 4.0, 5.0, 6.0, 140.0]
         );
-        let min = parse(
-            "ScatterND",
-            18,
-            &[("reduction", Attr::String("min".into()))],
-        )
-        .unwrap();
+        let min = parse("ScatterND", 18, &[("reduction", Attr::String("min".into()))]).unwrap();
         assert_eq!(
             eval(min.as_ref(), &[&x, &idx, &upd]).unwrap().to_f64_vec(),
             vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
         );
         // Row slices: indices [[1]] replaces row 1; int64 data stays exact.
         let xi = i64s(&[2, 2], &[1 << 60, 1, 2, 3]);
-        let yi = eval(
-            none.as_ref(),
-            &[&xi, &i64s(&[1, 1], &[-2]), &i64s(&[1, 2], &[7, 8])],
-        )
-        .unwrap();
+        let yi = eval(none.as_ref(), &[&xi, &i64s(&[1, 1], &[-2]), &i64s(&[1, 2], &[7, 8])]).unwrap();
         assert_eq!(yi.to_i64_vec(), vec![7, 8, 2, 3]);
         // Opset gating and shape errors.
-        let err = parse(
-            "ScatterND",
-            16,
-            &[("reduction", Attr::String("max".into()))],
-        )
-        .unwrap_err();
+        let err = parse("ScatterND", 16, &[("reduction", Attr::String("max".into()))]).unwrap_err();
         assert!(err.0.contains("not supported"), "{}", err.0);
         let bad = Fact::new(DType::F32, sym(&["2"]));
-        let e = none
-            .infer(&[Some(&known_fact(&x)), Some(&known_fact(&idx)), Some(&bad)])
-            .unwrap_err();
+        let e = none.infer(&[Some(&known_fact(&x)), Some(&known_fact(&idx)), Some(&bad)]).unwrap_err();
         assert!(e.0.contains("must have shape [3]"), "{}", e.0);
-        let bool_add = eval(
-            add.as_ref(),
-            &[&x.cast(DType::Bool), &idx, &upd.cast(DType::Bool)],
-        )
-        .unwrap_err();
-        assert!(
-            bool_add.0.contains("not supported for bool"),
-            "{}",
-            bool_add.0
-        );
+        let bool_add = eval(add.as_ref(), &[&x.cast(DType::Bool), &idx, &upd.cast(DType::Bool)]).unwrap_err();
+        assert!(bool_add.0.contains("not supported for bool"), "{}", bool_add.0);
     }
 
     #[test]
@@ -744,63 +629,29 @@ mod tests {
             assert!((a - b).abs() < 1e-6, "{y:?}");
         }
         // axis=-1 with max: data [[1,5,3]], indices [[0,0,2]], updates [[4,2,1]] -> [[4,5,3]]
-        let op = parse(
-            "ScatterElements",
-            18,
-            &[
-                ("axis", Attr::Int(-1)),
-                ("reduction", Attr::String("max".into())),
-            ],
-        )
-        .unwrap();
+        let op = parse("ScatterElements", 18, &[("axis", Attr::Int(-1)), ("reduction", Attr::String("max".into()))])
+            .unwrap();
         let y = eval(
             op.as_ref(),
-            &[
-                &i64s(&[1, 3], &[1, 5, 3]),
-                &i64s(&[1, 3], &[0, 0, 2]).cast(DType::I32),
-                &i64s(&[1, 3], &[4, 2, 1]),
-            ],
+            &[&i64s(&[1, 3], &[1, 5, 3]), &i64s(&[1, 3], &[0, 0, 2]).cast(DType::I32), &i64s(&[1, 3], &[4, 2, 1])],
         )
         .unwrap();
         assert_eq!(y.to_i64_vec(), vec![4, 5, 3]);
         // Scatter (opset 9) is the same op.
         let legacy = parse("Scatter", 9, &[("axis", Attr::Int(1))]).unwrap();
         assert_eq!(legacy.op_type(), "Scatter");
-        let y = eval(
-            legacy.as_ref(),
-            &[
-                &f32s(&[1, 3], &[1.0, 2.0, 3.0]),
-                &i64s(&[1, 1], &[2]),
-                &f32s(&[1, 1], &[9.0]),
-            ],
-        )
-        .unwrap();
+        let y =
+            eval(legacy.as_ref(), &[&f32s(&[1, 3], &[1.0, 2.0, 3.0]), &i64s(&[1, 1], &[2]), &f32s(&[1, 1], &[9.0])])
+                .unwrap();
         assert_eq!(y.to_f64_vec(), vec![1.0, 2.0, 9.0]);
-        let oob = eval(
-            legacy.as_ref(),
-            &[
-                &f32s(&[1, 3], &[1.0, 2.0, 3.0]),
-                &i64s(&[1, 1], &[3]),
-                &f32s(&[1, 1], &[9.0]),
-            ],
-        )
-        .unwrap_err();
-        assert!(
-            oob.0.contains("index 3 is out of range for axis 1"),
-            "{}",
-            oob.0
-        );
+        let oob =
+            eval(legacy.as_ref(), &[&f32s(&[1, 3], &[1.0, 2.0, 3.0]), &i64s(&[1, 1], &[3]), &f32s(&[1, 1], &[9.0])])
+                .unwrap_err();
+        assert!(oob.0.contains("index 3 is out of range for axis 1"), "{}", oob.0);
         let sym_x = Fact::new(DType::F32, sym(&["N", "8"]));
         let sym_i = Fact::new(DType::I64, sym(&["N", "2"]));
         assert_eq!(
-            legacy
-                .infer(&[
-                    Some(&sym_x),
-                    Some(&sym_i),
-                    Some(&Fact::new(DType::F32, sym(&["N", "2"])))
-                ])
-                .unwrap()[0]
-                .ty,
+            legacy.infer(&[Some(&sym_x), Some(&sym_i), Some(&Fact::new(DType::F32, sym(&["N", "2"])))]).unwrap()[0].ty,
             sym_x.ty
         );
     }
@@ -816,34 +667,18 @@ mod tests {
         let y = eval(op.as_ref(), &[&idx, &depth, &values]).unwrap();
         assert_eq!(y.dtype(), DType::I32);
         assert_eq!(y.shape(), &[2, 4, 2]);
-        assert_eq!(
-            y.to_i64_vec(),
-            vec![7, 2, 2, 2, 2, 2, 2, 7, 2, 2, 2, 2, 2, 7, 2, 2]
-        );
+        assert_eq!(y.to_i64_vec(), vec![7, 2, 2, 2, 2, 2, 2, 7, 2, 2, 2, 2, 2, 7, 2, 2]);
         // Infer: depth constant, symbolic batch dim kept, default axis last.
         let last = parse("OneHot", 9, &[]).unwrap();
         let idx_f = Fact::new(DType::I64, sym(&["N", "S"]));
         let depth_f = Fact::constant(Arc::new(depth.clone()));
-        let out = last
-            .infer(&[Some(&idx_f), Some(&depth_f), Some(&known_fact(&values))])
-            .unwrap();
+        let out = last.infer(&[Some(&idx_f), Some(&depth_f), Some(&known_fact(&values))]).unwrap();
         assert_eq!(out[0].shape(), sym(&["N", "S", "4"]).as_slice());
         let runtime_depth = Fact::new(DType::I64, vec![]);
-        let out = last
-            .infer(&[
-                Some(&idx_f),
-                Some(&runtime_depth),
-                Some(&known_fact(&values)),
-            ])
-            .unwrap();
-        assert_eq!(
-            out[0].shape(),
-            &[Dim::sym("N"), Dim::sym("S"), Dim::data_dependent()]
-        );
+        let out = last.infer(&[Some(&idx_f), Some(&runtime_depth), Some(&known_fact(&values))]).unwrap();
+        assert_eq!(out[0].shape(), &[Dim::sym("N"), Dim::sym("S"), Dim::data_dependent()]);
         let shape_depth = Fact::symbolic(vec![Dim::sym("C")], true);
-        let out = last
-            .infer(&[Some(&idx_f), Some(&shape_depth), Some(&known_fact(&values))])
-            .unwrap();
+        let out = last.infer(&[Some(&idx_f), Some(&shape_depth), Some(&known_fact(&values))]).unwrap();
         assert_eq!(out[0].shape(), sym(&["N", "S", "C"]).as_slice());
         let zero = Fact::constant(Arc::new(i64s(&[1], &[0])));
         assert!(last

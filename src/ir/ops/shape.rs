@@ -11,9 +11,7 @@
 use super::OpSpec;
 use crate::ir::broadcast::{broadcast_shapes, broadcast_usize, normalize_axes};
 use crate::ir::dim::{dims_of, fmt_shape, product};
-use crate::ir::{
-    optional, required, DType, Dim, Fact, NodeCtx, Op, OpError, OpResult, Tensor, ValueType,
-};
+use crate::ir::{optional, required, DType, Dim, Fact, NodeCtx, Op, OpError, OpResult, Tensor, ValueType};
 use crate::reference::indexing as kernels;
 use crate::{map_tensor, op_bail, op_ensure};
 use std::any::Any;
@@ -40,37 +38,17 @@ pub(crate) const MAX_SYM_LEN: i64 = 1024;
 
 /// Reads a shape-like input (a 0-D or 1-D integer tensor) as dims, symbolic ones included.
 pub(crate) fn dims_input(f: &Fact, what: &str) -> OpResult<Vec<Dim>> {
-    op_ensure!(
-        f.dtype().is_int(),
-        "input '{what}' must be an integer tensor, found {}",
-        f.dtype()
-    );
-    op_ensure!(
-        f.rank() <= 1,
-        "input '{what}' must be 1-D, found shape {}",
-        fmt_shape(f.shape())
-    );
-    f.as_dims().ok_or_else(|| {
-        OpError(format!(
-            "input '{what}' must be a compile-time constant or shape expression"
-        ))
-    })
+    op_ensure!(f.dtype().is_int(), "input '{what}' must be an integer tensor, found {}", f.dtype());
+    op_ensure!(f.rank() <= 1, "input '{what}' must be 1-D, found shape {}", fmt_shape(f.shape()));
+    f.as_dims().ok_or_else(|| OpError(format!("input '{what}' must be a compile-time constant or shape expression")))
 }
 
 /// Reads a shape-like input whose contents may only be known at run time: its values as dims
 /// when known (constant or symbolic), otherwise one `Dim::data_dependent()` per element. The
 /// input must be 1-D with a static length, since that length fixes the output rank.
 pub(crate) fn runtime_dims_input(f: &Fact, what: &str) -> OpResult<Vec<Dim>> {
-    op_ensure!(
-        f.dtype().is_int(),
-        "input '{what}' must be an integer tensor, found {}",
-        f.dtype()
-    );
-    op_ensure!(
-        f.rank() <= 1,
-        "input '{what}' must be 1-D, found shape {}",
-        fmt_shape(f.shape())
-    );
+    op_ensure!(f.dtype().is_int(), "input '{what}' must be an integer tensor, found {}", f.dtype());
+    op_ensure!(f.rank() <= 1, "input '{what}' must be 1-D, found shape {}", fmt_shape(f.shape()));
     if let Some(d) = f.as_dims() {
         return Ok(d);
     }
@@ -94,26 +72,13 @@ pub(crate) fn ints_input(f: &Fact, what: &str) -> OpResult<Vec<i64>> {
     dims.iter()
         .map(|d| d.as_known())
         .collect::<Option<Vec<i64>>>()
-        .ok_or_else(|| {
-            OpError(format!(
-                "input '{what}' must be known at compile time, found {}",
-                fmt_shape(&dims)
-            ))
-        })
+        .ok_or_else(|| OpError(format!("input '{what}' must be known at compile time, found {}", fmt_shape(&dims))))
 }
 
 /// The values of an integer input at evaluation time.
 pub(crate) fn tensor_ints(t: &Tensor, what: &str) -> OpResult<Vec<i64>> {
-    op_ensure!(
-        t.dtype().is_int(),
-        "input '{what}' must be an integer tensor, found {}",
-        t.dtype()
-    );
-    op_ensure!(
-        t.rank() <= 1,
-        "input '{what}' must be 1-D, found shape {:?}",
-        t.shape()
-    );
+    op_ensure!(t.dtype().is_int(), "input '{what}' must be an integer tensor, found {}", t.dtype());
+    op_ensure!(t.rank() <= 1, "input '{what}' must be 1-D, found shape {:?}", t.shape());
     Ok(t.to_i64_vec())
 }
 
@@ -139,11 +104,7 @@ pub(crate) fn fact_with_sym(dtype: DType, shape: Vec<Dim>, values: Option<Vec<Di
         _ => false,
     };
     let sym = values.filter(|v| dtype.is_int() && fits(v));
-    Fact {
-        ty: ValueType::new(dtype, shape),
-        konst: None,
-        sym,
-    }
+    Fact { ty: ValueType::new(dtype, shape), konst: None, sym }
 }
 
 /// Concrete sizes of a shape computed at evaluation time (every dim known and non-negative).
@@ -152,17 +113,13 @@ pub(crate) fn concrete(shape: &[Dim]) -> OpResult<Vec<usize>> {
         .iter()
         .map(|d| match d.as_known() {
             Some(v) if v >= 0 => Ok(v as usize),
-            _ => Err(OpError(format!(
-                "invalid output shape {}",
-                fmt_shape(shape)
-            ))),
+            _ => Err(OpError(format!("invalid output shape {}", fmt_shape(shape)))),
         })
         .collect()
 }
 
 fn reshape_tensor(t: &Tensor, shape: &[usize]) -> OpResult<Tensor> {
-    t.reshaped(shape)
-        .ok_or_else(|| OpError(format!("cannot reshape {:?} into {shape:?}", t.shape())))
+    t.reshaped(shape).ok_or_else(|| OpError(format!("cannot reshape {:?} into {shape:?}", t.shape())))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,11 +134,7 @@ pub fn reshape_dims(input: &[Dim], target: &[Dim], allowzero: bool) -> OpResult<
     for (i, t) in target.iter().enumerate() {
         match t.as_known() {
             Some(-1) => {
-                op_ensure!(
-                    infer_at.is_none(),
-                    "shape {} contains more than one -1",
-                    fmt_shape(target)
-                );
+                op_ensure!(infer_at.is_none(), "shape {} contains more than one -1", fmt_shape(target));
                 infer_at = Some(i);
                 out.push(Dim::known(1));
             }
@@ -219,12 +172,7 @@ pub fn reshape_dims(input: &[Dim], target: &[Dim], allowzero: bool) -> OpResult<
             fmt_shape(input)
         );
         if let (Some(t), Some(r)) = (total.as_known(), rest.as_known()) {
-            op_ensure!(
-                t % r == 0,
-                "cannot reshape {} ({t} elements) into {}",
-                fmt_shape(input),
-                fmt_shape(target)
-            );
+            op_ensure!(t % r == 0, "cannot reshape {} ({t} elements) into {}", fmt_shape(input), fmt_shape(target));
         }
         out[i] = total.div_floor(&rest);
     } else {
@@ -252,10 +200,9 @@ impl Reshape {
     fn target(&self, f: Option<&Fact>) -> OpResult<Vec<Dim>> {
         match &self.attr_shape {
             Some(s) => Ok(s.iter().map(|&v| Dim::known(v)).collect()),
-            None => runtime_dims_input(
-                f.ok_or_else(|| OpError("input 1 (shape) is required but missing".into()))?,
-                "shape",
-            ),
+            None => {
+                runtime_dims_input(f.ok_or_else(|| OpError("input 1 (shape) is required but missing".into()))?, "shape")
+            }
         }
     }
 }
@@ -282,16 +229,9 @@ impl Op for Reshape {
         let data = required(inputs, 0, "data")?;
         let target: Vec<Dim> = match &self.attr_shape {
             Some(s) => s.iter().map(|&v| Dim::known(v)).collect(),
-            None => tensor_ints(required(inputs, 1, "shape")?, "shape")?
-                .into_iter()
-                .map(Dim::known)
-                .collect(),
+            None => tensor_ints(required(inputs, 1, "shape")?, "shape")?.into_iter().map(Dim::known).collect(),
         };
-        let out = concrete(&reshape_dims(
-            &dims_of(data.shape()),
-            &target,
-            self.allowzero,
-        )?)?;
+        let out = concrete(&reshape_dims(&dims_of(data.shape()), &target, self.allowzero)?)?;
         Ok(vec![reshape_tensor(data, &out)?])
     }
 
@@ -305,20 +245,9 @@ impl Op for Reshape {
 /// at run time gives data-dependent dims of its static length). Opset 14: adds
 /// `allowzero` (1 makes 0 an actual zero-sized dim instead of "copy the input dim").
 fn parse_reshape(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    let attr_shape = if ctx.opset < 5 {
-        Some(ctx.req_ints("shape")?)
-    } else {
-        None
-    };
-    let allowzero = if ctx.opset >= 14 {
-        ctx.flag("allowzero", false)?
-    } else {
-        false
-    };
-    Ok(Box::new(Reshape {
-        allowzero,
-        attr_shape,
-    }))
+    let attr_shape = if ctx.opset < 5 { Some(ctx.req_ints("shape")?) } else { None };
+    let allowzero = if ctx.opset >= 14 { ctx.flag("allowzero", false)? } else { false };
+    Ok(Box::new(Reshape { allowzero, attr_shape }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -332,16 +261,8 @@ pub struct Flatten {
 impl Flatten {
     fn out_shape(&self, shape: &[Dim]) -> OpResult<Vec<Dim>> {
         let r = shape.len() as i64;
-        op_ensure!(
-            (-r..=r).contains(&self.axis),
-            "axis {} is out of range for rank {r}",
-            self.axis
-        );
-        let a = if self.axis < 0 {
-            self.axis + r
-        } else {
-            self.axis
-        } as usize;
+        op_ensure!((-r..=r).contains(&self.axis), "axis {} is out of range for rank {r}", self.axis);
+        let a = if self.axis < 0 { self.axis + r } else { self.axis } as usize;
         Ok(vec![product(&shape[..a]), product(&shape[a..])])
     }
 }
@@ -371,9 +292,7 @@ impl Op for Flatten {
 /// negative axes; they are accepted for every opset since older models never contain them.
 /// Opsets 9/13 only widened the type list.
 fn parse_flatten(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(Flatten {
-        axis: ctx.int_or("axis", 1)?,
-    }))
+    Ok(Box::new(Flatten { axis: ctx.int_or("axis", 1)? }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -391,18 +310,14 @@ pub enum AxesFrom {
 fn axes_at_infer(from: &AxesFrom, inputs: &[Option<&Fact>]) -> OpResult<Option<Vec<i64>>> {
     match from {
         AxesFrom::Attr(a) => Ok(a.clone()),
-        AxesFrom::Input => optional(inputs, 1)
-            .map(|f| ints_input(f, "axes"))
-            .transpose(),
+        AxesFrom::Input => optional(inputs, 1).map(|f| ints_input(f, "axes")).transpose(),
     }
 }
 
 fn axes_at_eval(from: &AxesFrom, inputs: &[Option<&Tensor>]) -> OpResult<Option<Vec<i64>>> {
     match from {
         AxesFrom::Attr(a) => Ok(a.clone()),
-        AxesFrom::Input => optional(inputs, 1)
-            .map(|t| tensor_ints(t, "axes"))
-            .transpose(),
+        AxesFrom::Input => optional(inputs, 1).map(|t| tensor_ints(t, "axes")).transpose(),
     }
 }
 
@@ -415,11 +330,7 @@ fn squeeze_dims(shape: &[Dim], axes: Option<&[i64]>) -> OpResult<Vec<Dim>> {
             for &a in &axes {
                 // A symbolic dim being squeezed is 1 at run time by the model's contract.
                 if let Some(v) = shape[a].as_known() {
-                    op_ensure!(
-                        v == 1,
-                        "cannot squeeze axis {a} of shape {}: its size is {v}, not 1",
-                        fmt_shape(shape)
-                    );
+                    op_ensure!(v == 1, "cannot squeeze axis {a} of shape {}: its size is {v}, not 1", fmt_shape(shape));
                 }
             }
             axes
@@ -431,17 +342,10 @@ fn squeeze_dims(shape: &[Dim], axes: Option<&[i64]>) -> OpResult<Vec<Dim>> {
                     fmt_shape(shape)
                 );
             }
-            (0..shape.len())
-                .filter(|&i| shape[i].as_known() == Some(1))
-                .collect()
+            (0..shape.len()).filter(|&i| shape[i].as_known() == Some(1)).collect()
         }
     };
-    Ok(shape
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !remove.contains(i))
-        .map(|(_, d)| d.clone())
-        .collect())
+    Ok(shape.iter().enumerate().filter(|(i, _)| !remove.contains(i)).map(|(_, d)| d.clone()).collect())
 }
 
 /// Shape after inserting 1s at `axes` (positions in the output).
@@ -454,9 +358,7 @@ fn unsqueeze_dims(shape: &[Dim], axes: &[i64]) -> OpResult<Vec<Dim>> {
             if axes.contains(&i) {
                 Ok(Dim::known(1))
             } else {
-                rest.next()
-                    .cloned()
-                    .ok_or_else(|| OpError("internal: unsqueeze rank mismatch".into()))
+                rest.next().cloned().ok_or_else(|| OpError("internal: unsqueeze rank mismatch".into()))
             }
         })
         .collect()
@@ -495,11 +397,7 @@ impl Op for Squeeze {
 /// opset 11); from opset 13 they are the optional int64 input 1. Without axes every dim of
 /// size 1 is removed, which needs a fully known shape (a symbolic dim could be 1 or not).
 fn parse_squeeze(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    let axes = if ctx.opset >= 13 {
-        AxesFrom::Input
-    } else {
-        AxesFrom::Attr(ctx.ints("axes")?)
-    };
+    let axes = if ctx.opset >= 13 { AxesFrom::Input } else { AxesFrom::Attr(ctx.ints("axes")?) };
     Ok(Box::new(Squeeze { axes }))
 }
 
@@ -538,11 +436,7 @@ impl Op for Unsqueeze {
 /// opset 11); from opset 13 they are the required int64 input 1. Axes index the output, so
 /// `[0, 2]` on `[N, S]` gives `[1, N, 1, S]`.
 fn parse_unsqueeze(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    let axes = if ctx.opset >= 13 {
-        AxesFrom::Input
-    } else {
-        AxesFrom::Attr(Some(ctx.req_ints("axes")?))
-    };
+    let axes = if ctx.opset >= 13 { AxesFrom::Input } else { AxesFrom::Attr(Some(ctx.req_ints("axes")?)) };
     Ok(Box::new(Unsqueeze { axes }))
 }
 
@@ -560,11 +454,7 @@ impl Transpose {
         match &self.perm {
             None => Ok((0..rank).rev().collect()),
             Some(p) => {
-                op_ensure!(
-                    p.len() == rank,
-                    "perm {p:?} has {} entries for an input of rank {rank}",
-                    p.len()
-                );
+                op_ensure!(p.len() == rank, "perm {p:?} has {} entries for an input of rank {rank}", p.len());
                 let mut seen = vec![false; rank];
                 p.iter()
                     .map(|&a| {
@@ -608,9 +498,7 @@ impl Op for Transpose {
 /// Transpose with the `perm` attribute (default: reversed axes). Unchanged since opset 1
 /// except for types (13).
 fn parse_transpose(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    Ok(Box::new(Transpose {
-        perm: ctx.ints("perm")?,
-    }))
+    Ok(Box::new(Transpose { perm: ctx.ints("perm")? }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -636,10 +524,7 @@ impl Op for Expand {
         // A broadcast shape tensor: the values of a 0-D/1-element input repeated.
         let sym = sym_values(x).and_then(|v| match (out.as_slice(), v.len()) {
             ([], 1) => Some(v),
-            ([n], 1) => n
-                .as_known()
-                .filter(|&n| n <= MAX_SYM_LEN)
-                .map(|n| vec![v[0].clone(); n as usize]),
+            ([n], 1) => n.as_known().filter(|&n| n <= MAX_SYM_LEN).map(|n| vec![v[0].clone(); n as usize]),
             ([_], _) => Some(v),
             _ => None,
         });
@@ -651,15 +536,10 @@ impl Op for Expand {
         let shape = tensor_ints(required(inputs, 1, "shape")?, "shape")?;
         let shape: Vec<usize> = shape
             .iter()
-            .map(|&d| {
-                usize::try_from(d)
-                    .map_err(|_| OpError(format!("shape {shape:?} has a negative dim")))
-            })
+            .map(|&d| usize::try_from(d).map_err(|_| OpError(format!("shape {shape:?} has a negative dim"))))
             .collect::<OpResult<_>>()?;
         let out = broadcast_usize(&[x.shape(), &shape])?;
-        Ok(vec![
-            crate::with_tensor!(x, a => kernels::expand(a, &out).map(crate::ir::Elem::wrap))?,
-        ])
+        Ok(vec![crate::with_tensor!(x, a => kernels::expand(a, &out).map(crate::ir::Elem::wrap))?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -683,13 +563,9 @@ fn expand_runtime_dims(x: &[Dim], shape: &[Dim]) -> OpResult<Vec<Dim>> {
                     Some(v) if v != 1 => d.clone(),
                     _ => Dim::data_dependent(),
                 }),
-                (Some(d), Some(s)) => {
-                    Ok(
-                        broadcast_shapes(&[std::slice::from_ref(d), std::slice::from_ref(s)])
-                            .map_err(|e| OpError(format!("axis {axis}: {}", e.0)))?[0]
-                            .clone(),
-                    )
-                }
+                (Some(d), Some(s)) => Ok(broadcast_shapes(&[std::slice::from_ref(d), std::slice::from_ref(s)])
+                    .map_err(|e| OpError(format!("axis {axis}: {}", e.0)))?[0]
+                    .clone()),
                 (None, None) => Ok(Dim::known(1)),
             }
         })
@@ -726,32 +602,25 @@ impl Op for Tile {
             x.rank()
         );
         if let Some(r) = reps.iter().find(|r| r.as_known().is_some_and(|v| v < 0)) {
-            op_bail!(
-                "repeats {} contains the negative count {r}",
-                fmt_shape(&reps)
-            );
+            op_bail!("repeats {} contains the negative count {r}", fmt_shape(&reps));
         }
         let out: Vec<Dim> = x
             .shape()
             .iter()
             .zip(&reps)
-            .map(
-                |(d, r)| match (r.is_data_dependent_marker(), d.as_known()) {
-                    (true, Some(0)) => Dim::known(0),
-                    (true, _) => Dim::data_dependent(),
-                    (false, _) => d.mul(r),
-                },
-            )
+            .map(|(d, r)| match (r.is_data_dependent_marker(), d.as_known()) {
+                (true, Some(0)) => Dim::known(0),
+                (true, _) => Dim::data_dependent(),
+                (false, _) => d.mul(r),
+            })
             .collect();
         let sym = match (sym_values(x), reps.first().and_then(Dim::as_known)) {
             // `repeats` is model-controlled: a negative or huge count is no shape tensor to fold.
-            (Some(v), Some(r)) if x.rank() == 1 && r >= 0 && (v.len() as i64).checked_mul(r).is_some_and(|n| n <= MAX_SYM_LEN) => Some(
-                v.iter()
-                    .cycle()
-                    .take(v.len() * r as usize)
-                    .cloned()
-                    .collect(),
-            ),
+            (Some(v), Some(r))
+                if x.rank() == 1 && r >= 0 && (v.len() as i64).checked_mul(r).is_some_and(|n| n <= MAX_SYM_LEN) =>
+            {
+                Some(v.iter().cycle().take(v.len() * r as usize).cloned().collect())
+            }
             _ => None,
         };
         Ok(vec![fact_with_sym(x.dtype(), out, sym)])
@@ -760,17 +629,10 @@ impl Op for Tile {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0, "input")?;
         let reps = tensor_ints(required(inputs, 1, "repeats")?, "repeats")?;
-        op_ensure!(
-            reps.len() == x.rank(),
-            "repeats {reps:?} must have one entry per input dim (rank {})",
-            x.rank()
-        );
+        op_ensure!(reps.len() == x.rank(), "repeats {reps:?} must have one entry per input dim (rank {})", x.rank());
         let reps: Vec<usize> = reps
             .iter()
-            .map(|&r| {
-                usize::try_from(r)
-                    .map_err(|_| OpError(format!("repeats {reps:?} has a negative count")))
-            })
+            .map(|&r| usize::try_from(r).map_err(|_| OpError(format!("repeats {reps:?} has a negative count"))))
             .collect::<OpResult<_>>()?;
         Ok(vec![map_tensor!(x, a => kernels::tile(a, &reps))])
     }
@@ -784,11 +646,7 @@ impl Op for Tile {
 /// Repeats are read through `as_dims`, so a symbolic repeat count multiplies the dim; repeats
 /// only known at run time make the output dims data-dependent (a zero-sized dim stays zero).
 fn parse_tile(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    op_ensure!(
-        ctx.opset >= 6,
-        "Tile of opset {} (tiles/axis inputs) is not supported; opset 6 or later is",
-        ctx.opset
-    );
+    op_ensure!(ctx.opset >= 6, "Tile of opset {} (tiles/axis inputs) is not supported; opset 6 or later is", ctx.opset);
     Ok(Box::new(Tile))
 }
 
@@ -839,11 +697,7 @@ impl Op for Shape {
 /// `[N,3,224,224]` flows into Gather/Concat/Reshape as `N` and folds when `N` is static.
 /// Opset 15 adds `start`/`end` (negative counts from the back, clamped to `[0, rank]`).
 fn parse_shape(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
-    let (start, end) = if ctx.opset >= 15 {
-        (ctx.int_or("start", 0)?, ctx.int("end")?)
-    } else {
-        (0, None)
-    };
+    let (start, end) = if ctx.opset >= 15 { (ctx.int_or("start", 0)?, ctx.int("end")?) } else { (0, None) };
     Ok(Box::new(Shape { start, end }))
 }
 
@@ -876,171 +730,10 @@ fn parse_size(_ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     Ok(Box::new(Size))
 }
 
-/// Builders shared by the unit tests of the data-movement families.
-#[cfg(test)]
-pub(crate) mod testutil {
-    use super::OpSpec;
-    use crate::ir::graph::{Graph, Node, ValueId};
-    use crate::ir::{Attr, Attributes, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor, ValueType};
-    use std::sync::Arc;
-
-    /// Every op of the shape, indexing and generator families.
-    fn specs() -> impl Iterator<Item = &'static OpSpec> {
-        super::OPS
-            .iter()
-            .chain(super::super::indexing::OPS)
-            .chain(super::super::generator::OPS)
-    }
-
-    /// Parses one node of `op_type` at `opset`, with `n_in` present inputs and `n_out` outputs.
-    pub fn parse(
-        op_type: &str,
-        opset: i64,
-        attrs: Vec<(&str, Attr)>,
-        n_in: usize,
-        n_out: usize,
-    ) -> OpResult<Box<dyn Op>> {
-        parse_with(op_type, opset, attrs, &vec![true; n_in], n_out)
-    }
-
-    pub fn parse_with(
-        op_type: &str,
-        opset: i64,
-        attrs: Vec<(&str, Attr)>,
-        present: &[bool],
-        n_out: usize,
-    ) -> OpResult<Box<dyn Op>> {
-        let attrs: Attributes = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        let spec = specs()
-            .find(|s| s.op_type == op_type)
-            .expect("op is registered in this family");
-        let ctx = NodeCtx {
-            name: "n",
-            op_type,
-            domain: "",
-            opset,
-            attrs: &attrs,
-            inputs_present: present,
-            num_outputs: n_out,
-        };
-        (spec.parse)(&ctx)
-    }
-
-    /// A shape from text: `"N,3,224"` (numbers are known dims, names symbols, `""` is 0-D).
-    pub fn dims(s: &str) -> Vec<Dim> {
-        s.split(',')
-            .filter(|p| !p.is_empty())
-            .map(|p| match p.trim().parse::<i64>() {
-                Ok(v) => Dim::known(v),
-                Err(_) => Dim::sym(p.trim()),
-            })
-            .collect()
-    }
-
-    pub fn fact(dtype: DType, shape: &str) -> Fact {
-        Fact::new(dtype, dims(shape))
-    }
-
-    pub fn ints(v: &[i64]) -> Fact {
-        Fact::constant(Arc::new(Tensor::from_i64s(&[v.len()], v.to_vec())))
-    }
-
-    pub fn scalar(v: i64) -> Fact {
-        Fact::constant(Arc::new(Tensor::from_i64s(&[], vec![v])))
-    }
-
-    pub fn t_ints(v: &[i64]) -> Tensor {
-        Tensor::from_i64s(&[v.len()], v.to_vec())
-    }
-
-    pub fn t_f32(shape: &[usize], v: Vec<f32>) -> Tensor {
-        Tensor::from_f32s(shape, v)
-    }
-
-    pub fn iota(shape: &[usize]) -> Tensor {
-        let n = shape.iter().product::<usize>();
-        Tensor::from_f32s(shape, (0..n).map(|v| v as f32).collect())
-    }
-
-    /// Infers one op and returns the single output's shape as text.
-    pub fn out_shape(op: &dyn Op, inputs: &[&Fact]) -> String {
-        let ins: Vec<Option<&Fact>> = inputs.iter().map(|f| Some(*f)).collect();
-        let out = op
-            .infer(&ins)
-            .unwrap_or_else(|e| panic!("infer failed: {e}"));
-        crate::ir::dim::fmt_shape(out[0].shape())
-    }
-
-    pub fn eval1(op: &dyn Op, inputs: &[&Tensor]) -> Tensor {
-        let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
-        let mut out = op.eval(&ins).unwrap_or_else(|e| panic!("eval failed: {e}"));
-        out.remove(0)
-    }
-
-    /// A hand-built graph for driver-level tests.
-    #[derive(Default)]
-    pub struct GraphBuilder {
-        pub g: Graph,
-        pub opset: i64,
-    }
-
-    impl GraphBuilder {
-        pub fn new(opset: i64) -> Self {
-            let mut g = Graph::default();
-            g.info.source = "test.onnx".into();
-            g.info.opsets.insert(String::new(), opset);
-            GraphBuilder { g, opset }
-        }
-
-        pub fn input(&mut self, name: &str, dtype: DType, shape: &str) -> ValueId {
-            let id = self
-                .g
-                .add_value(name.into(), Some(ValueType::new(dtype, dims(shape))));
-            self.g.inputs.push(id);
-            id
-        }
-
-        pub fn konst(&mut self, name: &str, t: Tensor) -> ValueId {
-            let id = self.g.add_value(
-                name.into(),
-                Some(ValueType::new(
-                    t.dtype(),
-                    crate::ir::dim::dims_of(t.shape()),
-                )),
-            );
-            self.g.values[id].konst = Some(Arc::new(t));
-            id
-        }
-
-        pub fn node(
-            &mut self,
-            op_type: &str,
-            attrs: Vec<(&str, Attr)>,
-            inputs: &[ValueId],
-            n_out: usize,
-        ) -> Vec<ValueId> {
-            let op = parse(op_type, self.opset, attrs, inputs.len(), n_out).expect("node parses");
-            let n = self.g.nodes.len();
-            let outputs: Vec<ValueId> = (0..n_out)
-                .map(|k| self.g.add_value(format!("{op_type}_{n}_{k}"), None))
-                .collect();
-            self.g.nodes.push(Node {
-                name: format!("{op_type}_{n}"),
-                op_type: op_type.into(),
-                domain: String::new(),
-                op,
-                inputs: inputs.iter().map(|&i| Some(i)).collect(),
-                outputs: outputs.clone(),
-            });
-            outputs
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::testutil::*;
     use crate::ir::infer::infer_graph;
+    use crate::ir::ops::testutil::*;
     use crate::ir::{Attr, DType, Dim, Fact};
     use std::collections::BTreeMap;
 
@@ -1048,10 +741,7 @@ mod tests {
     fn reshape_keeps_symbolic_dims() {
         let op = parse("Reshape", 13, vec![], 2, 1).unwrap();
         let x = fact(DType::F32, "N,S,768");
-        assert_eq!(
-            out_shape(&*op, &[&x, &ints(&[0, 0, 12, 64])]),
-            "[N,S,12,64]"
-        );
+        assert_eq!(out_shape(&*op, &[&x, &ints(&[0, 0, 12, 64])]), "[N,S,12,64]");
         assert_eq!(out_shape(&*op, &[&x, &ints(&[-1, 768])]), "[N*S,768]");
         assert_eq!(out_shape(&*op, &[&x, &ints(&[0, -1])]), "[N,768*S]");
         // A symbolic target from a shape subgraph.
@@ -1065,34 +755,15 @@ mod tests {
         let op = parse("Reshape", 13, vec![], 2, 1).unwrap();
         let x = fact(DType::F32, "2,3");
         let err = |shape: &[i64]| op.infer(&[Some(&x), Some(&ints(shape))]).unwrap_err().0;
-        assert!(
-            err(&[-1, -1]).contains("more than one -1"),
-            "{}",
-            err(&[-1, -1])
-        );
-        assert!(
-            err(&[4]).contains("cannot reshape [2,3] (6 elements) into [4]"),
-            "{}",
-            err(&[4])
-        );
-        assert!(
-            err(&[4, -1]).contains("cannot reshape"),
-            "{}",
-            err(&[4, -1])
-        );
-        assert!(
-            err(&[0, 0, 0]).contains("copies dim 2"),
-            "{}",
-            err(&[0, 0, 0])
-        );
+        assert!(err(&[-1, -1]).contains("more than one -1"), "{}", err(&[-1, -1]));
+        assert!(err(&[4]).contains("cannot reshape [2,3] (6 elements) into [4]"), "{}", err(&[4]));
+        assert!(err(&[4, -1]).contains("cannot reshape"), "{}", err(&[4, -1]));
+        assert!(err(&[0, 0, 0]).contains("copies dim 2"), "{}", err(&[0, 0, 0]));
         // A run-time shape of static length gives data-dependent dims of that rank; one of
         // unknown length leaves the rank unknown, which is an error.
         let runtime = fact(DType::I64, "2");
         let out = op.infer(&[Some(&x), Some(&runtime)]).unwrap();
-        assert_eq!(
-            out[0].shape(),
-            &[Dim::data_dependent(), Dim::data_dependent()]
-        );
+        assert_eq!(out[0].shape(), &[Dim::data_dependent(), Dim::data_dependent()]);
         let unknown_len = fact(DType::I64, "R");
         let msg = op.infer(&[Some(&x), Some(&unknown_len)]).unwrap_err().0;
         assert!(msg.contains("is not static"), "{msg}");
@@ -1135,30 +806,13 @@ mod tests {
         let msg = sq13.infer(&[Some(&x), None]).unwrap_err().0;
         assert!(msg.contains("symbolic dim N"), "{msg}");
         assert_eq!(out_shape(&*sq13, &[&fact(DType::F32, "1,3,1")]), "[3]");
-        assert_eq!(
-            out_shape(&*sq13, &[&fact(DType::F32, "1,3,1"), &ints(&[])]),
-            "[3]"
-        );
-        assert!(sq13
-            .infer(&[Some(&fact(DType::F32, "2,3")), Some(&ints(&[0]))])
-            .unwrap_err()
-            .0
-            .contains("not 1"));
+        assert_eq!(out_shape(&*sq13, &[&fact(DType::F32, "1,3,1"), &ints(&[])]), "[3]");
+        assert!(sq13.infer(&[Some(&fact(DType::F32, "2,3")), Some(&ints(&[0]))]).unwrap_err().0.contains("not 1"));
 
-        let un11 = parse(
-            "Unsqueeze",
-            11,
-            vec![("axes", Attr::Ints(vec![0, -1]))],
-            1,
-            1,
-        )
-        .unwrap();
+        let un11 = parse("Unsqueeze", 11, vec![("axes", Attr::Ints(vec![0, -1]))], 1, 1).unwrap();
         assert_eq!(out_shape(&*un11, &[&fact(DType::F32, "N,S")]), "[1,N,S,1]");
         let un13 = parse("Unsqueeze", 13, vec![], 2, 1).unwrap();
-        assert_eq!(
-            out_shape(&*un13, &[&fact(DType::F32, "N,S"), &ints(&[0, 2])]),
-            "[1,N,1,S]"
-        );
+        assert_eq!(out_shape(&*un13, &[&fact(DType::F32, "N,S"), &ints(&[0, 2])]), "[1,N,1,S]");
         assert!(parse("Unsqueeze", 11, vec![], 1, 1).is_err());
 
         // A scalar symbol becomes a one-element shape tensor and back.
@@ -1169,63 +823,30 @@ mod tests {
         let back = sq13.infer(&[Some(&out[0]), Some(&ints(&[0]))]).unwrap();
         assert_eq!(back[0].rank(), 0);
         assert_eq!(back[0].sym, Some(vec![Dim::sym("N")]));
-        assert_eq!(
-            eval1(&*un13, &[&iota(&[2, 3]), &t_ints(&[1])]).shape(),
-            &[2, 1, 3]
-        );
+        assert_eq!(eval1(&*un13, &[&iota(&[2, 3]), &t_ints(&[1])]).shape(), &[2, 1, 3]);
     }
 
     #[test]
     fn transpose_default_and_perm() {
         let rev = parse("Transpose", 13, vec![], 1, 1).unwrap();
         assert_eq!(out_shape(&*rev, &[&fact(DType::F32, "N,3,4")]), "[4,3,N]");
-        let p = parse(
-            "Transpose",
-            13,
-            vec![("perm", Attr::Ints(vec![0, 2, 1]))],
-            1,
-            1,
-        )
-        .unwrap();
+        let p = parse("Transpose", 13, vec![("perm", Attr::Ints(vec![0, 2, 1]))], 1, 1).unwrap();
         let out = eval1(&*p, &[&iota(&[1, 2, 3])]);
         // numpy: np.arange(6).reshape(1,2,3).transpose(0,2,1).ravel()
         assert_eq!(out.to_f64_vec(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
-        let bad = parse(
-            "Transpose",
-            13,
-            vec![("perm", Attr::Ints(vec![0, 0, 1]))],
-            1,
-            1,
-        )
-        .unwrap();
-        assert!(bad
-            .infer(&[Some(&fact(DType::F32, "1,2,3"))])
-            .unwrap_err()
-            .0
-            .contains("not a permutation"));
+        let bad = parse("Transpose", 13, vec![("perm", Attr::Ints(vec![0, 0, 1]))], 1, 1).unwrap();
+        assert!(bad.infer(&[Some(&fact(DType::F32, "1,2,3"))]).unwrap_err().0.contains("not a permutation"));
     }
 
     #[test]
     fn expand_is_bidirectional() {
         let op = parse("Expand", 13, vec![], 2, 1).unwrap();
-        assert_eq!(
-            out_shape(&*op, &[&fact(DType::F32, "3,1"), &ints(&[2, 1, 4])]),
-            "[2,3,4]"
-        );
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "3,1"), &ints(&[2, 1, 4])]), "[2,3,4]");
         let sym_shape = Fact::symbolic(vec![Dim::sym("N"), Dim::known(1), Dim::sym("S")], false);
-        assert_eq!(
-            out_shape(&*op, &[&fact(DType::F32, "1,4,1"), &sym_shape]),
-            "[N,4,S]"
-        );
-        let msg = op
-            .infer(&[Some(&fact(DType::F32, "3")), Some(&ints(&[4]))])
-            .unwrap_err()
-            .0;
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "1,4,1"), &sym_shape]), "[N,4,S]");
+        let msg = op.infer(&[Some(&fact(DType::F32, "3")), Some(&ints(&[4]))]).unwrap_err().0;
         assert!(msg.contains("cannot be broadcast"), "{msg}");
-        let out = eval1(
-            &*op,
-            &[&t_f32(&[3, 1], vec![1.0, 2.0, 3.0]), &t_ints(&[2, 1, 2])],
-        );
+        let out = eval1(&*op, &[&t_f32(&[3, 1], vec![1.0, 2.0, 3.0]), &t_ints(&[2, 1, 2])]);
         assert_eq!(out.shape(), &[2, 3, 2]);
         assert_eq!(out.to_f64_vec()[..6], [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
     }
@@ -1233,24 +854,13 @@ mod tests {
     #[test]
     fn tile_shapes_and_values() {
         let op = parse("Tile", 13, vec![], 2, 1).unwrap();
-        assert_eq!(
-            out_shape(&*op, &[&fact(DType::F32, "N,3"), &ints(&[2, 1])]),
-            "[2*N,3]"
-        );
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "N,3"), &ints(&[2, 1])]), "[2*N,3]");
         let reps = Fact::symbolic(vec![Dim::known(1), Dim::sym("K")], false);
-        assert_eq!(
-            out_shape(&*op, &[&fact(DType::F32, "N,3"), &reps]),
-            "[N,3*K]"
-        );
+        assert_eq!(out_shape(&*op, &[&fact(DType::F32, "N,3"), &reps]), "[N,3*K]");
         let out = eval1(&*op, &[&iota(&[2, 2]), &t_ints(&[1, 2])]);
         // numpy: np.tile(np.arange(4).reshape(2,2), (1,2))
-        assert_eq!(
-            out.to_f64_vec(),
-            vec![0.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0]
-        );
-        assert!(op
-            .infer(&[Some(&fact(DType::F32, "N,3")), Some(&ints(&[2]))])
-            .is_err());
+        assert_eq!(out.to_f64_vec(), vec![0.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0]);
+        assert!(op.infer(&[Some(&fact(DType::F32, "N,3")), Some(&ints(&[2]))]).is_err());
         assert!(parse("Tile", 1, vec![], 3, 1).is_err());
     }
 
@@ -1262,22 +872,9 @@ mod tests {
         assert_eq!(out[0].sym, Some(dims("N,3,224,224")));
         assert_eq!(out[0].shape(), &[Dim::known(4)]);
         let tail = parse("Shape", 15, vec![("start", Attr::Int(-2))], 1, 1).unwrap();
-        assert_eq!(
-            tail.infer(&[Some(&x)]).unwrap()[0].sym,
-            Some(dims("224,224"))
-        );
-        let mid = parse(
-            "Shape",
-            15,
-            vec![("start", Attr::Int(1)), ("end", Attr::Int(-1))],
-            1,
-            1,
-        )
-        .unwrap();
-        assert_eq!(
-            eval1(&*mid, &[&iota(&[2, 3, 4, 5])]).to_i64_vec(),
-            vec![3, 4]
-        );
+        assert_eq!(tail.infer(&[Some(&x)]).unwrap()[0].sym, Some(dims("224,224")));
+        let mid = parse("Shape", 15, vec![("start", Attr::Int(1)), ("end", Attr::Int(-1))], 1, 1).unwrap();
+        assert_eq!(eval1(&*mid, &[&iota(&[2, 3, 4, 5])]).to_i64_vec(), vec![3, 4]);
         let clamped = parse("Shape", 15, vec![("start", Attr::Int(10))], 1, 1).unwrap();
         assert_eq!(eval1(&*clamped, &[&iota(&[2, 3])]).shape(), &[0]);
         let size = parse("Size", 13, vec![], 1, 1).unwrap();
@@ -1289,7 +886,7 @@ mod tests {
 
     /// The classic PyTorch flatten export:
     /// `Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1]))`.
-    fn flatten_chain(batch: &str) -> (super::testutil::GraphBuilder, usize) {
+    fn flatten_chain(batch: &str) -> (crate::ir::ops::testutil::GraphBuilder, usize) {
         let mut b = GraphBuilder::new(13);
         let x = b.input("x", DType::F32, &format!("{batch},2048,1,1"));
         let zero = b.konst("zero", crate::ir::Tensor::from_i64s(&[], vec![0]));
@@ -1323,22 +920,10 @@ mod tests {
         let (mut b, y) = flatten_chain("N");
         infer_graph(&mut b.g).unwrap();
         assert_eq!(b.g.ty(y).to_string(), "float32[N,2048]");
-        let target =
-            b.g.nodes
-                .iter()
-                .find(|n| n.op_type == "Concat")
-                .unwrap()
-                .outputs[0];
-        assert_eq!(
-            b.g.value(target).sym,
-            Some(vec![Dim::sym("N"), Dim::known(-1)])
-        );
+        let target = b.g.nodes.iter().find(|n| n.op_type == "Concat").unwrap().outputs[0];
+        assert_eq!(b.g.value(target).sym, Some(vec![Dim::sym("N"), Dim::known(-1)]));
         // The executor runs the kept shape subgraph and binds N.
-        let out = crate::reference::run(
-            &b.g,
-            &BTreeMap::from([("x".to_string(), iota(&[3, 2048, 1, 1]))]),
-        )
-        .unwrap();
+        let out = crate::reference::run(&b.g, &BTreeMap::from([("x".to_string(), iota(&[3, 2048, 1, 1]))])).unwrap();
         assert_eq!(out[0].1.shape(), &[3, 2048]);
     }
 
@@ -1347,35 +932,19 @@ mod tests {
         let op = parse("Expand", 13, vec![], 2, 1).unwrap();
         let dd = Dim::data_dependent();
         // A known input dim other than 1 decides its axis; the rest depend on the data.
-        let out = op
-            .infer(&[
-                Some(&fact(DType::F32, "N,3,1")),
-                Some(&fact(DType::I64, "4")),
-            ])
-            .unwrap();
-        assert_eq!(
-            out[0].shape(),
-            &[dd.clone(), dd.clone(), Dim::known(3), dd.clone()]
-        );
+        let out = op.infer(&[Some(&fact(DType::F32, "N,3,1")), Some(&fact(DType::I64, "4"))]).unwrap();
+        assert_eq!(out[0].shape(), &[dd.clone(), dd.clone(), Dim::known(3), dd.clone()]);
         // A shorter shape leaves the leading input dims as they are.
-        let out = op
-            .infer(&[
-                Some(&fact(DType::F32, "2,5,1")),
-                Some(&fact(DType::I64, "1")),
-            ])
-            .unwrap();
+        let out = op.infer(&[Some(&fact(DType::F32, "2,5,1")), Some(&fact(DType::I64, "1"))]).unwrap();
         assert_eq!(out[0].shape(), &[Dim::known(2), Dim::known(5), dd]);
-        let msg = op
-            .infer(&[Some(&fact(DType::F32, "3")), Some(&fact(DType::I64, "K"))])
-            .unwrap_err()
-            .0;
+        let msg = op.infer(&[Some(&fact(DType::F32, "3")), Some(&fact(DType::I64, "K"))]).unwrap_err().0;
         assert!(msg.contains("length [K] is not static"), "{msg}");
     }
 
     #[test]
     fn runtime_expand_binds_its_dims_when_run() {
         // Expand([1,3,1], shape) with `shape` a graph input, as ONNX's test_expand_shape_model*.
-        let mut b = super::testutil::GraphBuilder::new(13);
+        let mut b = crate::ir::ops::testutil::GraphBuilder::new(13);
         let x = b.input("x", DType::F32, "1,3,1");
         let shape = b.input("shape", DType::I64, "2");
         let y = b.node("Expand", vec![], &[x, shape], 1)[0];
@@ -1395,21 +964,14 @@ mod tests {
     fn tile_and_reshape_with_runtime_inputs() {
         let dd = Dim::data_dependent();
         let tile = parse("Tile", 13, vec![], 2, 1).unwrap();
-        let out = tile
-            .infer(&[Some(&fact(DType::F32, "0,N")), Some(&fact(DType::I64, "2"))])
-            .unwrap();
+        let out = tile.infer(&[Some(&fact(DType::F32, "0,N")), Some(&fact(DType::I64, "2"))]).unwrap();
         assert_eq!(out[0].shape(), &[Dim::known(0), dd.clone()]);
         let out = eval1(&*tile, &[&t_f32(&[1, 2], vec![1.0, 2.0]), &t_ints(&[2, 2])]);
         assert_eq!(out.to_f64_vec(), [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]);
-        let msg = tile
-            .infer(&[Some(&fact(DType::F32, "2")), Some(&fact(DType::I64, "2"))])
-            .unwrap_err()
-            .0;
+        let msg = tile.infer(&[Some(&fact(DType::F32, "2")), Some(&fact(DType::I64, "2"))]).unwrap_err().0;
         assert!(msg.contains("one entry per input dim"), "{msg}");
         let reshape = parse("Reshape", 13, vec![], 2, 1).unwrap();
-        let out = reshape
-            .infer(&[Some(&fact(DType::F32, "N,6")), Some(&fact(DType::I64, "3"))])
-            .unwrap();
+        let out = reshape.infer(&[Some(&fact(DType::F32, "N,6")), Some(&fact(DType::I64, "3"))]).unwrap();
         assert_eq!(out[0].shape(), &[dd.clone(), dd.clone(), dd]);
         // The run-time values still follow Reshape's 0 / -1 rules.
         let out = eval1(&*reshape, &[&iota(&[2, 6]), &t_ints(&[0, -1, 3])]);

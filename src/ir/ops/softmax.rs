@@ -7,10 +7,7 @@ use crate::op_ensure;
 use crate::reference::softmax::{softmax_axis, softmax_coerced_2d};
 use std::any::Any;
 
-pub const OPS: &[OpSpec] = &[
-    OpSpec::onnx("LogSoftmax", parse_log_softmax),
-    OpSpec::onnx("Softmax", parse_softmax),
-];
+pub const OPS: &[OpSpec] = &[OpSpec::onnx("LogSoftmax", parse_log_softmax), OpSpec::onnx("Softmax", parse_softmax)];
 
 /// Softmax or LogSoftmax.
 #[derive(Clone, Debug)]
@@ -32,16 +29,8 @@ impl Softmax {
     }
 
     fn check(&self, dtype: DType, rank: usize) -> OpResult<usize> {
-        op_ensure!(
-            dtype.is_float(),
-            "{} needs a floating-point input, found {dtype}",
-            self.name()
-        );
-        op_ensure!(
-            rank > 0,
-            "{} needs an input of rank 1 or more, found a scalar",
-            self.name()
-        );
+        op_ensure!(dtype.is_float(), "{} needs a floating-point input, found {dtype}", self.name());
+        op_ensure!(rank > 0, "{} needs an input of rank 1 or more, found a scalar", self.name());
         normalize_axis(self.axis, rank)
     }
 }
@@ -61,11 +50,7 @@ impl Op for Softmax {
         let x = required(inputs, 0, "input")?;
         let axis = self.check(x.dtype(), x.rank())?;
         let a = x.to_f32();
-        let y = if self.coerce_2d {
-            softmax_coerced_2d(&a, axis, self.log)
-        } else {
-            softmax_axis(&a, axis, self.log)
-        };
+        let y = if self.coerce_2d { softmax_coerced_2d(&a, axis, self.log) } else { softmax_axis(&a, axis, self.log) };
         Ok(vec![Tensor::F32(y).cast(x.dtype())])
     }
 
@@ -81,11 +66,7 @@ impl Op for Softmax {
 fn parse(ctx: &NodeCtx, log: bool) -> OpResult<Box<dyn Op>> {
     let coerce_2d = ctx.opset < 13;
     let axis = ctx.int_or("axis", if coerce_2d { 1 } else { -1 })?;
-    Ok(Box::new(Softmax {
-        log,
-        axis,
-        coerce_2d,
-    }))
+    Ok(Box::new(Softmax { log, axis, coerce_2d }))
 }
 
 /// Softmax: `exp(x - max) / sum(exp(x - max))` (see [`parse`] for the opset history).
@@ -101,45 +82,22 @@ fn parse_log_softmax(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attr, Attributes, Dim};
+    use crate::ir::{Attr, Dim};
 
     fn parse_op(op: &str, opset: i64, attrs: &[(&str, Attr)]) -> Box<dyn Op> {
-        let attrs: Attributes = attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        let ctx = NodeCtx {
-            name: "n",
-            op_type: op,
-            domain: "",
-            opset,
-            attrs: &attrs,
-            inputs_present: &[true],
-            num_outputs: 1,
-        };
-        let spec = OPS.iter().find(|s| s.op_type == op).expect("op registered");
-        (spec.parse)(&ctx).expect("parses")
+        crate::ir::ops::testutil::parse_node(op, opset, attrs, &[true], 1).expect("parses")
     }
 
     #[test]
     fn infer_keeps_symbolic_shape_and_checks_dtype() {
         let op = parse_op("Softmax", 13, &[]);
-        let x = Fact::new(
-            DType::F16,
-            vec![Dim::sym("N"), Dim::sym("S"), Dim::known(8)],
-        );
+        let x = Fact::new(DType::F16, vec![Dim::sym("N"), Dim::sym("S"), Dim::known(8)]);
         let out = op.infer(&[Some(&x)]).unwrap();
         assert_eq!(out[0].ty, x.ty);
-        let err = op
-            .infer(&[Some(&Fact::new(DType::I32, vec![Dim::known(3)]))])
-            .unwrap_err();
+        let err = op.infer(&[Some(&Fact::new(DType::I32, vec![Dim::known(3)]))]).unwrap_err();
         assert!(err.0.contains("floating-point"), "{}", err.0);
         let bad_axis = parse_op("Softmax", 13, &[("axis", Attr::Int(3))]);
-        assert!(bad_axis
-            .infer(&[Some(&x)])
-            .unwrap_err()
-            .0
-            .contains("out of range"));
+        assert!(bad_axis.infer(&[Some(&x)]).unwrap_err().0.contains("out of range"));
     }
 
     #[test]
@@ -157,15 +115,9 @@ mod tests {
         for (i, v) in old[0].to_f64_vec().iter().enumerate() {
             assert!((v - want_old[i % 4]).abs() < 1e-6, "{v}");
         }
-        let log_old = parse_op("LogSoftmax", 1, &[("axis", Attr::Int(0))])
-            .eval(&[Some(&x)])
-            .unwrap();
+        let log_old = parse_op("LogSoftmax", 1, &[("axis", Attr::Int(0))]).eval(&[Some(&x)]).unwrap();
         // numpy: x.ravel() - logsumexp(x.ravel())
-        assert!(
-            (log_old[0].to_f64_vec()[7] - (-0.458_339_7)).abs() < 1e-5,
-            "{:?}",
-            log_old[0]
-        );
+        assert!((log_old[0].to_f64_vec()[7] - (-0.458_339_7)).abs() < 1e-5, "{:?}", log_old[0]);
     }
 
     #[test]

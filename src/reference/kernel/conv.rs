@@ -17,11 +17,7 @@ pub fn conv2d(
     act: Option<Act>,
 ) -> OpResult<ArrayD<f32>> {
     if x.ndim() != 4 || w.ndim() != 4 {
-        return Err(OpError(format!(
-            "Conv2d needs rank-4 input and weights, got {:?} and {:?}",
-            x.shape(),
-            w.shape()
-        )));
+        return Err(OpError(format!("Conv2d needs rank-4 input and weights, got {:?} and {:?}", x.shape(), w.shape())));
     }
     let (x_nhwc, w_krsc) = match layout {
         Layout::Nhwc => (x.as_standard_layout().into_owned(), w.as_standard_layout().into_owned()),
@@ -53,11 +49,7 @@ pub fn conv2d(
     }
     if let Some(r) = residual {
         if r.shape() != out.shape() {
-            return Err(OpError(format!(
-                "residual shape {:?} differs from the output {:?}",
-                r.shape(),
-                out.shape()
-            )));
+            return Err(OpError(format!("residual shape {:?} differs from the output {:?}", r.shape(), out.shape())));
         }
         out += r;
     }
@@ -73,10 +65,7 @@ fn conv2d_nhwc(geom: &ConvGeom, x: &ArrayD<f32>, w: &ArrayD<f32>) -> OpResult<Ar
     let (k, r, s_, cg) = (w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]);
     let g = geom.group;
     if cg * g != c || k % g != 0 {
-        return Err(OpError(format!(
-            "weights {:?} do not fit {c} input channels in {g} groups",
-            w.shape()
-        )));
+        return Err(OpError(format!("weights {:?} do not fit {c} input channels in {g} groups", w.shape())));
     }
     let kg = k / g;
     let [sh, sw] = geom.strides;
@@ -90,10 +79,7 @@ fn conv2d_nhwc(geom: &ConvGeom, x: &ArrayD<f32>, w: &ArrayD<f32>) -> OpResult<Ar
     let p = (h + pt + pb - span_h) / sh + 1;
     let q = (wd + pl + pr - span_w) / sw + 1;
     let xs = x.as_slice().ok_or_else(|| OpError("input is not contiguous".into()))?;
-    let w2 = w
-        .view()
-        .into_shape_with_order((k, r * s_ * cg))
-        .map_err(|e| OpError(e.to_string()))?;
+    let w2 = w.view().into_shape_with_order((k, r * s_ * cg)).map_err(|e| OpError(e.to_string()))?;
     let mut out = ArrayD::<f32>::zeros(IxDyn(&[n, p, q, k]));
     let mut cols = Array2::<f32>::zeros((p * q, r * s_ * cg));
     for img in 0..n {

@@ -93,9 +93,7 @@ fn apply_contiguous(op: BinOp, x: &mut ArrayD<f32>, y: &ArrayD<f32>, shape: &[us
 }
 
 fn input(inputs: &[ArrayD<f32>], i: usize) -> OpResult<&ArrayD<f32>> {
-    inputs
-        .get(i)
-        .ok_or_else(|| OpError(format!("elementwise expression reads missing input {i}")))
+    inputs.get(i).ok_or_else(|| OpError(format!("elementwise expression reads missing input {i}")))
 }
 
 fn broadcast<'a>(a: &'a ArrayD<f32>, i: usize, shape: &[usize]) -> OpResult<ndarray::ArrayViewD<'a, f32>> {

@@ -14,16 +14,8 @@ pub fn gemm(
     residual: Option<&ArrayD<f32>>,
 ) -> OpResult<ArrayD<f32>> {
     let err = |e: ndarray::ShapeError| OpError(e.to_string());
-    let a2 = if a.ndim() == 1 {
-        a.view().insert_axis(ndarray::Axis(0)).into_owned()
-    } else {
-        a.clone()
-    };
-    let b2 = if b.ndim() == 1 {
-        b.view().insert_axis(ndarray::Axis(1)).into_owned()
-    } else {
-        b.clone()
-    };
+    let a2 = if a.ndim() == 1 { a.view().insert_axis(ndarray::Axis(0)).into_owned() } else { a.clone() };
+    let b2 = if b.ndim() == 1 { b.view().insert_axis(ndarray::Axis(1)).into_owned() } else { b.clone() };
     let (ra, rb) = (a2.ndim(), b2.ndim());
     let mut a2 = a2;
     let mut b2 = b2;
@@ -43,23 +35,11 @@ pub fn gemm(
     a_shape.extend([m, k]);
     let mut b_shape = batch.clone();
     b_shape.extend([k, n]);
-    let av = a2
-        .broadcast(IxDyn(&a_shape))
-        .ok_or_else(|| OpError("A does not broadcast over the batch".into()))?;
-    let bv = b2
-        .broadcast(IxDyn(&b_shape))
-        .ok_or_else(|| OpError("B does not broadcast over the batch".into()))?;
+    let av = a2.broadcast(IxDyn(&a_shape)).ok_or_else(|| OpError("A does not broadcast over the batch".into()))?;
+    let bv = b2.broadcast(IxDyn(&b_shape)).ok_or_else(|| OpError("B does not broadcast over the batch".into()))?;
     let nb: usize = batch.iter().product();
-    let a3 = av
-        .as_standard_layout()
-        .into_owned()
-        .into_shape_with_order((nb, m, k))
-        .map_err(err)?;
-    let b3 = bv
-        .as_standard_layout()
-        .into_owned()
-        .into_shape_with_order((nb, k, n))
-        .map_err(err)?;
+    let a3 = av.as_standard_layout().into_owned().into_shape_with_order((nb, m, k)).map_err(err)?;
+    let b3 = bv.as_standard_layout().into_owned().into_shape_with_order((nb, k, n)).map_err(err)?;
     let mut out = ndarray::Array3::<f32>::zeros((nb, m, n));
     for i in 0..nb {
         let x = a3.index_axis(ndarray::Axis(0), i).into_dimensionality::<Ix2>().map_err(err)?;

@@ -24,7 +24,13 @@ pub fn reduce_mean(x: &ArrayD<f32>, axes: &[usize], keepdims: bool) -> ArrayD<f3
 }
 
 /// Layernorm over axes `axis..`, population variance.
-pub fn layer_norm(x: &ArrayD<f32>, axis: usize, eps: f32, scale: &ArrayD<f32>, bias: Option<&ArrayD<f32>>) -> OpResult<ArrayD<f32>> {
+pub fn layer_norm(
+    x: &ArrayD<f32>,
+    axis: usize,
+    eps: f32,
+    scale: &ArrayD<f32>,
+    bias: Option<&ArrayD<f32>>,
+) -> OpResult<ArrayD<f32>> {
     let inner_shape = &x.shape()[axis..];
     let inner: usize = inner_shape.iter().product();
     let sv = scale
@@ -94,7 +100,10 @@ pub fn pool(p: &Pool, x: &ArrayD<f32>) -> OpResult<ArrayD<f32>> {
                     for kx in 0..p.kernel[1] {
                         let ix = (ox * sw + kx * dw) as isize - pl as isize;
                         let inside = iy >= 0 && iy < h as isize && ix >= 0 && ix < w as isize;
-                        let in_pads = iy >= -(pt as isize) && iy < (h + pb) as isize && ix >= -(pl as isize) && ix < (w + pr) as isize;
+                        let in_pads = iy >= -(pt as isize)
+                            && iy < (h + pb) as isize
+                            && ix >= -(pl as isize)
+                            && ix < (w + pr) as isize;
                         match p.kind {
                             PoolKind::Max => {
                                 if inside {

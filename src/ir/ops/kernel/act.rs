@@ -48,10 +48,7 @@ pub enum Act {
 impl Act {
     /// Whether this is an activation function a conv/gemm epilogue applies.
     pub fn is_activation(self) -> bool {
-        !matches!(
-            self,
-            Act::Erf | Act::Sqrt | Act::Exp | Act::Log | Act::Neg | Act::Abs | Act::Reciprocal
-        )
+        !matches!(self, Act::Erf | Act::Sqrt | Act::Exp | Act::Log | Act::Neg | Act::Abs | Act::Reciprocal)
     }
 
     /// Parses the leaf spelling (`relu`, `clip:0:6`, `leaky:0.01`, …).
@@ -69,10 +66,7 @@ impl Act {
             if params.len() == n {
                 Ok(())
             } else {
-                Err(OpError(format!(
-                    "activation '{token}' takes {n} parameter(s), found {}",
-                    params.len()
-                )))
+                Err(OpError(format!("activation '{token}' takes {n} parameter(s), found {}", params.len())))
             }
         };
         let a = match head {
@@ -88,10 +82,7 @@ impl Act {
             "hardswish" => Act::HardSwish,
             "hardsigmoid" => {
                 arity(2)?;
-                Act::HardSigmoid {
-                    alpha: num(0)?,
-                    beta: num(1)?,
-                }
+                Act::HardSigmoid { alpha: num(0)?, beta: num(1)? }
             }
             "tanh" => Act::Tanh,
             "leaky" => {
@@ -111,10 +102,7 @@ impl Act {
             "reciprocal" => Act::Reciprocal,
             _ => return Err(OpError(format!("unknown pointwise function '{token}'"))),
         };
-        if !matches!(
-            a,
-            Act::Clip { .. } | Act::HardSigmoid { .. } | Act::LeakyRelu { .. } | Act::Elu { .. }
-        ) {
+        if !matches!(a, Act::Clip { .. } | Act::HardSigmoid { .. } | Act::LeakyRelu { .. } | Act::Elu { .. }) {
             arity(0)?;
         }
         Ok(a)
@@ -209,7 +197,9 @@ pub fn erf(x: f32) -> f32 {
         + t * (1.00002368
             + t * (0.37409196
                 + t * (0.09678418
-                    + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+                    + t * (-0.18628806
+                        + t * (0.27886807
+                            + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
     let erfc = t * poly.exp();
     let r = 1.0 - erfc;
     (if x >= 0.0 { r } else { -r }) as f32

@@ -27,10 +27,7 @@ impl ConvGeom {
         if let Some(p) = padded.as_known() {
             op_ensure!(p >= span as i64, "window of {span} taps does not fit in padded input size {p}");
         }
-        Ok(padded
-            .sub(&Dim::from(span))
-            .div_floor(&Dim::from(self.strides[axis]))
-            .add(&Dim::known(1)))
+        Ok(padded.sub(&Dim::from(span)).div_floor(&Dim::from(self.strides[axis])).add(&Dim::known(1)))
     }
 
     /// Parses the leaf spelling `s1,1:p0,0,0,0:d1,1:g1`.
@@ -46,11 +43,8 @@ impl ConvGeom {
         }
         let nums = |f: &str, tag: char, n: usize| -> OpResult<Vec<usize>> {
             let body = f.strip_prefix(tag).ok_or_else(bad)?;
-            let v: Vec<usize> = body
-                .split(',')
-                .map(|x| x.parse::<usize>())
-                .collect::<Result<_, _>>()
-                .map_err(|_| bad())?;
+            let v: Vec<usize> =
+                body.split(',').map(|x| x.parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
             if v.len() == n {
                 Ok(v)
             } else {
@@ -61,12 +55,8 @@ impl ConvGeom {
         let p = nums(fields[1], 'p', 4)?;
         let d = nums(fields[2], 'd', 2)?;
         let g = nums(fields[3], 'g', 1)?;
-        let geom = ConvGeom {
-            strides: [s[0], s[1]],
-            pads: [p[0], p[1], p[2], p[3]],
-            dilations: [d[0], d[1]],
-            group: g[0],
-        };
+        let geom =
+            ConvGeom { strides: [s[0], s[1]], pads: [p[0], p[1], p[2], p[3]], dilations: [d[0], d[1]], group: g[0] };
         op_ensure!(
             geom.strides.iter().chain(&geom.dilations).all(|&v| v > 0) && geom.group > 0,
             "convolution geometry '{token}': strides, dilations and group must be positive"
@@ -132,10 +122,7 @@ impl Op for Conv2d {
             op_bail!("kernel size must be known at compile time, found weights {}", fmt_shape(w.shape()))
         };
         if let (Some(c), Some(cg)) = (c.as_known(), cg.as_known()) {
-            op_ensure!(
-                c == cg * g as i64,
-                "input has {c} channels but weights expect {cg} per group × {g} groups"
-            );
+            op_ensure!(c == cg * g as i64, "input has {c} channels but weights expect {cg} per group × {g} groups");
         }
         if let Some(k) = k.as_known() {
             op_ensure!(k % g as i64 == 0, "{k} output channels do not divide into {g} groups");

@@ -90,7 +90,9 @@ impl EwExpr {
             EwExpr::Input(j) if *j == i => sub.clone(),
             EwExpr::Input(j) => EwExpr::Input(*j),
             EwExpr::Unary(f, a) => EwExpr::Unary(*f, Box::new(a.substitute(i, sub))),
-            EwExpr::Binary(op, a, b) => EwExpr::Binary(*op, Box::new(a.substitute(i, sub)), Box::new(b.substitute(i, sub))),
+            EwExpr::Binary(op, a, b) => {
+                EwExpr::Binary(*op, Box::new(a.substitute(i, sub)), Box::new(b.substitute(i, sub)))
+            }
         }
     }
 }
@@ -114,25 +116,16 @@ pub struct Elementwise {
 
 impl Elementwise {
     pub fn new(expr: EwExpr, num_inputs: usize) -> OpResult<Elementwise> {
-        op_ensure!(
-            expr.arity() <= num_inputs,
-            "elementwise expression {expr} reads more than {num_inputs} inputs"
-        );
+        op_ensure!(expr.arity() <= num_inputs, "elementwise expression {expr} reads more than {num_inputs} inputs");
         Ok(Elementwise { expr, num_inputs })
     }
 
     pub fn unary(f: Act) -> Elementwise {
-        Elementwise {
-            expr: EwExpr::Unary(f, Box::new(EwExpr::Input(0))),
-            num_inputs: 1,
-        }
+        Elementwise { expr: EwExpr::Unary(f, Box::new(EwExpr::Input(0))), num_inputs: 1 }
     }
 
     pub fn binary(op: BinOp) -> Elementwise {
-        Elementwise {
-            expr: EwExpr::Binary(op, Box::new(EwExpr::Input(0)), Box::new(EwExpr::Input(1))),
-            num_inputs: 2,
-        }
+        Elementwise { expr: EwExpr::Binary(op, Box::new(EwExpr::Input(0)), Box::new(EwExpr::Input(1))), num_inputs: 2 }
     }
 }
 
@@ -142,30 +135,16 @@ impl Op for Elementwise {
     }
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
-        op_ensure!(
-            inputs.len() == self.num_inputs,
-            "expected {} inputs, found {}",
-            self.num_inputs,
-            inputs.len()
-        );
+        op_ensure!(inputs.len() == self.num_inputs, "expected {} inputs, found {}", self.num_inputs, inputs.len());
         let mut facts = Vec::with_capacity(inputs.len());
         for i in 0..self.num_inputs {
             facts.push(required(inputs, i, "operand")?);
         }
-        let Some(first) = facts.first() else {
-            op_bail!("an elementwise kernel needs at least one input")
-        };
+        let Some(first) = facts.first() else { op_bail!("an elementwise kernel needs at least one input") };
         let dtype = first.dtype();
-        op_ensure!(
-            dtype.is_float(),
-            "elementwise kernels compute on floating-point tensors, found {dtype}"
-        );
+        op_ensure!(dtype.is_float(), "elementwise kernels compute on floating-point tensors, found {dtype}");
         for f in &facts {
-            op_ensure!(
-                f.dtype() == dtype,
-                "operands have different element types: {dtype} and {}",
-                f.dtype()
-            );
+            op_ensure!(f.dtype() == dtype, "operands have different element types: {dtype} and {}", f.dtype());
         }
         let shapes: Vec<&[crate::ir::Dim]> = facts.iter().map(|f| f.shape()).collect();
         Ok(vec![Fact::new(dtype, broadcast_shapes(&shapes)?)])

@@ -24,13 +24,7 @@ pub struct Gemm {
 
 impl Gemm {
     pub fn matmul() -> Gemm {
-        Gemm {
-            trans_a: false,
-            trans_b: false,
-            alpha: 1.0,
-            beta: 1.0,
-            act: None,
-        }
+        Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: None }
     }
 
     /// Output shape from the operand shapes (1-D promotion and batch broadcast).
@@ -46,35 +40,13 @@ impl Gemm {
             "transposed operands must have rank ≥ 2"
         );
         let one = Dim::known(1);
-        let a2: Vec<Dim> = if a.len() == 1 {
-            vec![one.clone(), a[0].clone()]
-        } else {
-            a.to_vec()
-        };
-        let b2: Vec<Dim> = if b.len() == 1 {
-            vec![b[0].clone(), one.clone()]
-        } else {
-            b.to_vec()
-        };
+        let a2: Vec<Dim> = if a.len() == 1 { vec![one.clone(), a[0].clone()] } else { a.to_vec() };
+        let b2: Vec<Dim> = if b.len() == 1 { vec![b[0].clone(), one.clone()] } else { b.to_vec() };
         let (ra, rb) = (a2.len(), b2.len());
-        let (m, ka) = if self.trans_a {
-            (&a2[ra - 1], &a2[ra - 2])
-        } else {
-            (&a2[ra - 2], &a2[ra - 1])
-        };
-        let (kb, n) = if self.trans_b {
-            (&b2[rb - 1], &b2[rb - 2])
-        } else {
-            (&b2[rb - 2], &b2[rb - 1])
-        };
+        let (m, ka) = if self.trans_a { (&a2[ra - 1], &a2[ra - 2]) } else { (&a2[ra - 2], &a2[ra - 1]) };
+        let (kb, n) = if self.trans_b { (&b2[rb - 1], &b2[rb - 2]) } else { (&b2[rb - 2], &b2[rb - 1]) };
         if ka != kb && ka.is_known() && kb.is_known() {
-            op_bail!(
-                "inner dimensions differ: {} and {} (shapes {} and {})",
-                ka,
-                kb,
-                fmt_shape(a),
-                fmt_shape(b)
-            );
+            op_bail!("inner dimensions differ: {} and {} (shapes {} and {})", ka, kb, fmt_shape(a), fmt_shape(b));
         }
         let mut out = broadcast_shapes(&[&a2[..ra - 2], &b2[..rb - 2]])?;
         if a.len() > 1 {
@@ -97,11 +69,7 @@ impl Op for Gemm {
         let b = required(inputs, 1, "B")?;
         let dtype = a.dtype();
         op_ensure!(dtype.is_float(), "matrix products compute on floating-point tensors, found {dtype}");
-        op_ensure!(
-            b.dtype() == dtype,
-            "operands have different element types: {dtype} and {}",
-            b.dtype()
-        );
+        op_ensure!(b.dtype() == dtype, "operands have different element types: {dtype} and {}", b.dtype());
         let out = self.out_shape(a.shape(), b.shape())?;
         for (i, what) in [(2, "bias"), (3, "residual")] {
             if let Some(f) = optional(inputs, i) {

@@ -75,12 +75,7 @@ impl Op for Transpose {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0, "data")?;
-        op_ensure!(
-            x.rank() == self.perm.len(),
-            "permutation {:?} does not fit shape {:?}",
-            self.perm,
-            x.shape()
-        );
+        op_ensure!(x.rank() == self.perm.len(), "permutation {:?} does not fit shape {:?}", self.perm, x.shape());
         Ok(vec![map_tensor!(x, a => permute(a, &self.perm))])
     }
 
@@ -112,9 +107,7 @@ impl Op for Flatten {
         op_ensure!(self.axis <= x.rank(), "axis {} is out of range for rank {}", self.axis, x.rank());
         let outer: usize = x.shape()[..self.axis].iter().product();
         let inner: usize = x.shape()[self.axis..].iter().product();
-        Ok(vec![x
-            .reshaped(&[outer, inner])
-            .ok_or_else(|| OpError("flatten: element count mismatch".into()))?])
+        Ok(vec![x.reshaped(&[outer, inner]).ok_or_else(|| OpError("flatten: element count mismatch".into()))?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -162,9 +155,7 @@ impl Op for ChannelView {
         let x = required(inputs, 0, "input")?;
         let mut shape = vec![x.len()];
         shape.extend(std::iter::repeat_n(1, self.trailing_ones));
-        Ok(vec![x
-            .reshaped(&shape)
-            .ok_or_else(|| OpError("channel view: element count mismatch".into()))?])
+        Ok(vec![x.reshaped(&shape).ok_or_else(|| OpError("channel view: element count mismatch".into()))?])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -189,10 +180,7 @@ impl ReduceMean {
             "k0" => false,
             _ => return Err(bad()),
         };
-        let axes = axes
-            .split(',')
-            .map(|a| a.parse::<i64>().map_err(|_| bad()))
-            .collect::<OpResult<Vec<i64>>>()?;
+        let axes = axes.split(',').map(|a| a.parse::<i64>().map_err(|_| bad())).collect::<OpResult<Vec<i64>>>()?;
         Ok(ReduceMean { axes, keepdims })
     }
 
@@ -209,11 +197,7 @@ impl Op for ReduceMean {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "data")?;
-        op_ensure!(
-            x.dtype().is_float(),
-            "mean reduction computes on floating-point tensors, found {}",
-            x.dtype()
-        );
+        op_ensure!(x.dtype().is_float(), "mean reduction computes on floating-point tensors, found {}", x.dtype());
         let axes = normalize_axes(&self.axes, x.rank())?;
         let mut shape = Vec::new();
         for (i, d) in x.shape().iter().enumerate() {
@@ -229,9 +213,7 @@ impl Op for ReduceMean {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0, "data")?;
         let axes = normalize_axes(&self.axes, x.rank())?;
-        Ok(vec![
-            Tensor::F32(kernels::reduce_mean(&x.to_f32(), &axes, self.keepdims)).cast(x.dtype())
-        ])
+        Ok(vec![Tensor::F32(kernels::reduce_mean(&x.to_f32(), &axes, self.keepdims)).cast(x.dtype())])
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -256,11 +238,7 @@ impl Op for LayerNorm {
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "X")?;
         let scale = required(inputs, 1, "scale")?;
-        op_ensure!(
-            x.dtype().is_float(),
-            "layernorm computes on floating-point tensors, found {}",
-            x.dtype()
-        );
+        op_ensure!(x.dtype().is_float(), "layernorm computes on floating-point tensors, found {}", x.dtype());
         let axis = normalize_axis(self.axis, x.rank())?;
         let inner = &x.shape()[axis..];
         for (what, f) in [("scale", Some(scale)), ("bias", optional(inputs, 2))] {
@@ -315,9 +293,7 @@ impl Pool {
         if !self.ceil_mode {
             return self.geom.out_dim(axis, input, self.kernel[axis]);
         }
-        let Some(h) = input.as_known() else {
-            op_bail!("ceil-mode pooling needs a known spatial size, found {input}")
-        };
+        let Some(h) = input.as_known() else { op_bail!("ceil-mode pooling needs a known spatial size, found {input}") };
         let span = (self.geom.dilations[axis] * (self.kernel[axis] - 1) + 1) as i64;
         let padded = h + (self.geom.pads[axis] + self.geom.pads[axis + 2]) as i64;
         op_ensure!(padded >= span, "window of {span} taps does not fit in padded input size {padded}");
@@ -332,11 +308,8 @@ impl Pool {
     /// Parses the leaf spelling `max:k3,3:s2,2:p1,1,1,1:d1,1:c0` (`avg0`/`avg1` for average
     /// pooling without/with padding counted).
     pub fn parse(token: &str, layout: Layout) -> OpResult<Pool> {
-        let bad = || {
-            OpError(format!(
-                "malformed pooling '{token}' (expected max|avg0|avg1:k<h>,<w>:s..:p..:d..:c<0|1>)"
-            ))
-        };
+        let bad =
+            || OpError(format!("malformed pooling '{token}' (expected max|avg0|avg1:k<h>,<w>:s..:p..:d..:c<0|1>)"));
         let f: Vec<&str> = token.split(':').collect();
         if f.len() != 6 {
             return Err(bad());
@@ -362,13 +335,7 @@ impl Pool {
             "c1" => true,
             _ => return Err(bad()),
         };
-        Ok(Pool {
-            kind,
-            layout,
-            kernel: [k[0], k[1]],
-            geom,
-            ceil_mode,
-        })
+        Ok(Pool { kind, layout, kernel: [k[0], k[1]], geom, ceil_mode })
     }
 
     pub fn token(&self) -> String {
@@ -396,11 +363,7 @@ impl Op for Pool {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "X")?;
-        op_ensure!(
-            x.dtype().is_float(),
-            "pooling computes on floating-point tensors, found {}",
-            x.dtype()
-        );
+        op_ensure!(x.dtype().is_float(), "pooling computes on floating-point tensors, found {}", x.dtype());
         op_ensure!(x.rank() == 4, "2-D pooling needs a rank-4 input, found {}", fmt_shape(x.shape()));
         let s = x.shape();
         let out = match self.layout {
@@ -436,16 +399,8 @@ impl Op for GlobalAvgPool {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "X")?;
-        op_ensure!(
-            x.dtype().is_float(),
-            "pooling computes on floating-point tensors, found {}",
-            x.dtype()
-        );
-        op_ensure!(
-            x.rank() == 4,
-            "global pooling kernel needs a rank-4 input, found {}",
-            fmt_shape(x.shape())
-        );
+        op_ensure!(x.dtype().is_float(), "pooling computes on floating-point tensors, found {}", x.dtype());
+        op_ensure!(x.rank() == 4, "global pooling kernel needs a rank-4 input, found {}", fmt_shape(x.shape()));
         let s = x.shape();
         let one = Dim::known(1);
         let c = match self.layout {
