@@ -44,6 +44,67 @@ macro_rules! with_tensor {
     };
 }
 
+/// Runs `$body` with the type alias `$T` bound to the Rust element type of `$dt`.
+#[macro_export]
+macro_rules! with_dtype {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            $crate::ir::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::ir::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::ir::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::ir::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::ir::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::ir::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::ir::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::ir::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::ir::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::ir::DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            $crate::ir::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::ir::DType::U64 => {
+                type $T = u64;
+                $body
+            }
+            $crate::ir::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+
 /// Like `with_tensor!`, but the body builds a new tensor of the same element type:
 /// `map_tensor!(t, a => a.t().to_owned())`.
 #[macro_export]
@@ -224,24 +285,7 @@ impl Tensor {
 
     /// A tensor of zeros (false for bool).
     pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
-        fn z<T: Elem>(shape: &[usize]) -> Tensor {
-            T::wrap(ArrayD::from_elem(IxDyn(shape), T::default()))
-        }
-        match dtype {
-            DType::F32 => z::<f32>(shape),
-            DType::F64 => z::<f64>(shape),
-            DType::F16 => z::<f16>(shape),
-            DType::BF16 => z::<bf16>(shape),
-            DType::I8 => z::<i8>(shape),
-            DType::I16 => z::<i16>(shape),
-            DType::I32 => z::<i32>(shape),
-            DType::I64 => z::<i64>(shape),
-            DType::U8 => z::<u8>(shape),
-            DType::U16 => z::<u16>(shape),
-            DType::U32 => z::<u32>(shape),
-            DType::U64 => z::<u64>(shape),
-            DType::Bool => z::<bool>(shape),
-        }
+        with_dtype!(dtype, T => T::wrap(ArrayD::from_elem(IxDyn(shape), T::default())))
     }
 
     /// A tensor filled with `value` converted to `dtype`.
@@ -256,21 +300,7 @@ impl Tensor {
             return self.clone();
         }
         fn go<S: Elem>(a: &ArrayD<S>, to: DType) -> Tensor {
-            match to {
-                DType::F32 => Tensor::F32(cast_array(a)),
-                DType::F64 => Tensor::F64(cast_array(a)),
-                DType::F16 => Tensor::F16(cast_array(a)),
-                DType::BF16 => Tensor::BF16(cast_array(a)),
-                DType::I8 => Tensor::I8(cast_array(a)),
-                DType::I16 => Tensor::I16(cast_array(a)),
-                DType::I32 => Tensor::I32(cast_array(a)),
-                DType::I64 => Tensor::I64(cast_array(a)),
-                DType::U8 => Tensor::U8(cast_array(a)),
-                DType::U16 => Tensor::U16(cast_array(a)),
-                DType::U32 => Tensor::U32(cast_array(a)),
-                DType::U64 => Tensor::U64(cast_array(a)),
-                DType::Bool => Tensor::Bool(cast_array(a)),
-            }
+            with_dtype!(to, T => T::wrap(cast_array::<S, T>(a)))
         }
         with_tensor!(self, a => go(a, to))
     }

@@ -4,67 +4,8 @@
 //! receive normalised, in-range parameters and only check what would otherwise panic.
 
 use crate::ir::{DType, Elem, OpError, OpResult, Tensor};
+use crate::with_dtype;
 use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Slice};
-
-/// Runs `$body` with the type alias `$T` bound to the Rust element type of `$dt`.
-macro_rules! with_dtype {
-    ($dt:expr, $T:ident => $body:expr) => {
-        match $dt {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            DType::I8 => {
-                type $T = i8;
-                $body
-            }
-            DType::I16 => {
-                type $T = i16;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            DType::U16 => {
-                type $T = u16;
-                $body
-            }
-            DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            DType::U64 => {
-                type $T = u64;
-                $body
-            }
-            DType::Bool => {
-                type $T = bool;
-                $body
-            }
-        }
-    };
-}
 
 /// Copies a (possibly strided) view into a standard-layout array of the given shape.
 fn collect_into<T: Elem>(v: ArrayViewD<'_, T>, shape: &[usize]) -> OpResult<ArrayD<T>> {
