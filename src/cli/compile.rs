@@ -7,6 +7,7 @@
 
 use super::{Failure, ModelArg};
 use clap::Args;
+use onnx2ait::egraph::{optimize, OptimizeOptions};
 use onnx2ait::ir::dim::fmt_shape;
 use onnx2ait::ir::{Dim, Graph, ValueId};
 use serde::Serialize;
@@ -144,18 +145,38 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     a.model.check()?;
     let g = onnx2ait::onnx::load_model(&a.model.model)?;
     let j = graph_json(&g);
-    let json =
-        serde_json::to_string_pretty(&j).map_err(|e| Failure::new(1, format!("cannot serialise graph.json: {e}")))?;
-    let summary = summary_text(&j);
+    // The optimised kernel graph is what code generation will consume; it is written now so its
+    // changes can be reviewed as diffs. No timings go into OUT: the same model gives the same files.
+    let (optimised, report) = optimize(&g, &OptimizeOptions::standard()?)?;
+    let k = graph_json(&optimised);
+    let to_json = |v: &GraphJson, file: &str| {
+        serde_json::to_string_pretty(v).map_err(|e| Failure::new(1, format!("cannot serialise {file}: {e}")))
+    };
+    let (json, kernels_json) = (to_json(&j, "graph.json")?, to_json(&k, "kernels.json")?);
+    let mut summary = summary_text(&j);
+    let kernels: Vec<String> = report.kernels_after.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+    let _ = writeln!(
+        summary,
+        "optimised: {} ONNX nodes -> {} kernels ({})",
+        g.nodes.len(),
+        optimised.nodes.len(),
+        kernels.join(", ")
+    );
     std::fs::create_dir_all(&a.out)
         .map_err(|e| Failure::new(1, format!("{}: cannot create directory: {e}", a.out.display())))?;
-    for (file, text) in [("graph.json", format!("{json}\n")), ("summary.txt", summary.clone())] {
+    let files = [
+        ("graph.json", format!("{json}\n")),
+        ("kernels.json", format!("{kernels_json}\n")),
+        ("summary.txt", summary.clone()),
+    ];
+    for (file, text) in &files {
         let p = a.out.join(file);
         std::fs::write(&p, text).map_err(|e| Failure::new(1, format!("{}: cannot write: {e}", p.display())))?;
     }
     super::emit(&format!(
-        "{summary}\nwrote {} and {}\nnote: code generation is not implemented yet, so no CUDA library was produced; the model imports and its shapes infer.\n",
+        "{summary}\nwrote {}, {} and {}\nnote: code generation is not implemented yet, so no CUDA library was produced; the model imports, its shapes infer and it optimises into the kernels above.\n",
         a.out.join("graph.json").display(),
+        a.out.join("kernels.json").display(),
         a.out.join("summary.txt").display()
     ));
     Ok(0)
