@@ -170,10 +170,15 @@ fn main_command_writes_graph_json_and_summary() {
         let summary = std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary.txt written");
         assert!(summary.contains("x float32[N,3,16,16]") && summary.contains("not built yet"), "{summary}");
     }
-    // The output is stable: both runs wrote the same files.
-    let a = std::fs::read(dir.join("out0/graph.json")).unwrap();
-    let b = std::fs::read(dir.join("out1/graph.json")).unwrap();
-    assert_eq!(a, b);
+    // The output is stable: both runs wrote the same files, the optimised kernel graph included.
+    for file in ["graph.json", "kernels.json", "summary.txt"] {
+        let a = std::fs::read(dir.join("out0").join(file)).unwrap();
+        let b = std::fs::read(dir.join("out1").join(file)).unwrap();
+        assert_eq!(a, b, "{file} differs between two runs");
+    }
+    let kernels: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("out0/kernels.json")).unwrap()).unwrap();
+    assert_eq!(kernels["outputs"][0]["shape"], serde_json::json!(["N", 10]));
     std::fs::remove_dir_all(&dir).ok();
 }
 
