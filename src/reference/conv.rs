@@ -125,22 +125,10 @@ pub fn conv(
     g: &Geom3,
     group: usize,
 ) -> OpResult<Vec<f32>> {
-    if group == 0 || c % group != 0 || k % group != 0 {
-        return Err(OpError(format!("{c} input and {k} output channels do not divide into {group} groups")));
-    }
-    let (cg, kg) = (c / group, k / group);
+    let (cg, kg) = group_sizes(c, k, group)?;
     let (in_len, out_len, ksz) = (g.in_len(), g.out_len(), g.kernel_len());
-    check_len("X", x.len(), n * c * in_len)?;
     check_len("W", w.len(), k * cg * ksz)?;
-    if let Some(b) = bias {
-        check_len("B", b.len(), k)?;
-    }
-    let mut y = vec![0.0f32; out_size(n, k, out_len)?];
-    if let Some(b) = bias {
-        for (plane, &bv) in y.chunks_mut(out_len.max(1)).zip(b.iter().cycle()) {
-            plane.fill(bv);
-        }
-    }
+    let mut y = checked_output(x, n * c * in_len, bias, n, k, out_len)?;
     let beta = if bias.is_some() { 1.0 } else { 0.0 };
     // Nothing to compute; returning here also skips the im2col buffer sized by `out_len`.
     if y.is_empty() {
@@ -172,6 +160,37 @@ pub fn conv(
 
 /// `n * k * out_len` values of a conv output, checked: with an empty batch or channel axis the
 /// spatial size is not bounded by any real allocation.
+/// Channels per group of the input and the output, checking that both divide into `group`.
+fn group_sizes(c: usize, k: usize, group: usize) -> OpResult<(usize, usize)> {
+    if group == 0 || c % group != 0 || k % group != 0 {
+        return Err(OpError(format!("{c} input and {k} output channels do not divide into {group} groups")));
+    }
+    Ok((c / group, k / group))
+}
+
+/// Checks the input and bias lengths and returns the `[n, k, out_len]` output, each output
+/// plane filled with its bias (or zeros), as conv and transposed conv both accumulate into it.
+fn checked_output(
+    x: &[f32],
+    x_len: usize,
+    bias: Option<&[f32]>,
+    n: usize,
+    k: usize,
+    out_len: usize,
+) -> OpResult<Vec<f32>> {
+    check_len("X", x.len(), x_len)?;
+    if let Some(b) = bias {
+        check_len("B", b.len(), k)?;
+    }
+    let mut y = vec![0.0f32; out_size(n, k, out_len)?];
+    if let Some(b) = bias {
+        for (plane, &bv) in y.chunks_mut(out_len.max(1)).zip(b.iter().cycle()) {
+            plane.fill(bv);
+        }
+    }
+    Ok(y)
+}
+
 fn out_size(n: usize, k: usize, out_len: usize) -> OpResult<usize> {
     n.checked_mul(k)
         .and_then(|v| v.checked_mul(out_len))
@@ -312,22 +331,10 @@ pub fn conv_transpose(
     g: &Geom3,
     group: usize,
 ) -> OpResult<Vec<f32>> {
-    if group == 0 || c % group != 0 || k % group != 0 {
-        return Err(OpError(format!("{c} input and {k} output channels do not divide into {group} groups")));
-    }
-    let (cg, kg) = (c / group, k / group);
+    let (cg, kg) = group_sizes(c, k, group)?;
     let (in_len, out_len, ksz) = (g.in_len(), g.out_len(), g.kernel_len());
-    check_len("X", x.len(), n * c * in_len)?;
     check_len("W", w.len(), c * kg * ksz)?;
-    if let Some(b) = bias {
-        check_len("B", b.len(), k)?;
-    }
-    let mut y = vec![0.0f32; out_size(n, k, out_len)?];
-    if let Some(b) = bias {
-        for (plane, &bv) in y.chunks_mut(out_len.max(1)).zip(b.iter().cycle()) {
-            plane.fill(bv);
-        }
-    }
+    let mut y = checked_output(x, n * c * in_len, bias, n, k, out_len)?;
     if y.is_empty() || in_len == 0 {
         return Ok(y);
     }
