@@ -4,11 +4,15 @@
 //! typed graph with shape inference and constant folding, [`reference`] executes it on the CPU,
 //! [`validate`] compares it with ONNX Runtime.
 
+pub mod build;
+pub mod codegen;
 pub mod egraph;
 pub mod error;
 pub mod ir;
+pub mod lower;
 pub mod onnx;
 pub mod reference;
+pub mod runtime;
 pub mod validate;
 
 pub use error::{Error, Result};

@@ -153,14 +153,11 @@ fn inspect_lists_every_unsupported_op_and_exits_2() {
 fn main_command_writes_graph_json_and_summary() {
     let dir = scratch("compile");
     let m = convnet();
-    for (i, args) in
-        [vec![m.to_str().unwrap(), "-o"], vec!["compile", m.to_str().unwrap(), "-o"]].into_iter().enumerate()
-    {
+    for i in 0..2 {
         let out_dir = dir.join(format!("out{i}"));
-        let mut a = args.clone();
-        a.push(out_dir.to_str().unwrap());
-        let (out, _) = expect_code(&run(&a), 0);
-        assert!(out.contains("code generation is not implemented yet"), "{out}");
+        let (out, _) =
+            expect_code(&run(&["compile", m.to_str().unwrap(), "-o", out_dir.to_str().unwrap(), "--no-build"]), 0);
+        assert!(out.contains("wrote the sources to") && out.contains("generated:"), "{out}");
         let json = std::fs::read_to_string(out_dir.join("graph.json")).expect("graph.json written");
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v["inputs"][0]["shape"], serde_json::json!(["N", 3, 16, 16]));
@@ -168,17 +165,39 @@ fn main_command_writes_graph_json_and_summary() {
         assert!(v["nodes"].as_array().unwrap().iter().all(|n| n["outputs"][0]["dtype"] == "float32"));
         assert!(v["constants"]["bytes"].as_u64().unwrap() > 0);
         let summary = std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary.txt written");
-        assert!(summary.contains("x float32[N,3,16,16]") && summary.contains("not built yet"), "{summary}");
+        assert!(summary.contains("x float32[N,3,16,16]") && summary.contains("memory:"), "{summary}");
+        assert!(!out_dir.join("libmodel.so").exists(), "--no-build runs no compiler");
     }
-    // The output is stable: both runs wrote the same files, the optimised kernel graph included.
-    for file in ["graph.json", "kernels.json", "summary.txt"] {
-        let a = std::fs::read(dir.join("out0").join(file)).unwrap();
-        let b = std::fs::read(dir.join("out1").join(file)).unwrap();
-        assert_eq!(a, b, "{file} differs between two runs");
+    // The output is stable: both runs wrote the same files, sources and weights included.
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("out0")).unwrap().flatten().map(|e| e.file_name()).collect();
+    files.sort();
+    assert!(files.iter().any(|f| f == "model.cu") && files.iter().any(|f| f == "weights.bin"), "{files:?}");
+    for file in files {
+        let a = std::fs::read(dir.join("out0").join(&file)).unwrap();
+        let b = std::fs::read(dir.join("out1").join(&file)).unwrap();
+        assert_eq!(a, b, "{} differs between two runs", file.to_string_lossy());
     }
     let kernels: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("out0/kernels.json")).unwrap()).unwrap();
     assert_eq!(kernels["outputs"][0]["shape"], serde_json::json!(["N", 10]));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Without a working nvcc the main command still writes the sources, fails, and says what is
+/// missing and how to get it.
+#[test]
+fn main_command_without_nvcc_writes_sources_and_says_what_is_missing() {
+    let dir = scratch("no-nvcc");
+    let m = convnet();
+    let out_dir = dir.join("out");
+    let o = Command::new(BIN)
+        .args([m.to_str().unwrap(), "-o", out_dir.to_str().unwrap()])
+        .env("NVCC", dir.join("missing/nvcc"))
+        .output()
+        .expect("run onnx2ait");
+    let (_, err) = expect_code(&o, 1);
+    assert!(err.contains("no library was built") && err.contains("nvcc"), "{err}");
+    assert!(out_dir.join("model.cu").exists() && out_dir.join("model.h").exists());
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -1,15 +1,21 @@
-//! `onnx2ait [compile] MODEL -o OUT`: import, infer, and write the analysed graph.
+//! `onnx2ait [compile] MODEL -o OUT`: import, optimise, lower, generate the CUDA sources and build
+//! `OUT/libmodel.so`.
 //!
-//! Code generation does not exist yet, so the command stops after analysis and says so. What it
-//! writes is stable (no timestamps, sorted maps) so it can be diffed between versions:
-//! `OUT/graph.json` (inputs/outputs with symbolic shapes, every node with its op and output
-//! types, constants) and `OUT/summary.txt` (the same, for people).
+//! Besides the sources (see `onnx2ait::codegen`), OUT gets `graph.json` (the imported graph:
+//! inputs/outputs with symbolic shapes, every node with its op and output types), `kernels.json`
+//! (the optimised kernel graph) and `summary.txt` (both, for people). All of these are stable (no
+//! timestamps, sorted maps) so they can be diffed between versions; only `build_report.json`
+//! (timings) changes from build to build. Without nvcc the sources are still written and the
+//! error says what to install.
 
 use super::{Failure, ModelArg};
 use clap::Args;
+use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::BuildOptions;
 use onnx2ait::egraph::{optimize, OptimizeOptions};
 use onnx2ait::ir::dim::fmt_shape;
 use onnx2ait::ir::{Dim, Graph, ValueId};
+use onnx2ait::lower::LowerOptions;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -22,7 +28,44 @@ pub struct CompileArgs {
     /// Output directory (created if missing).
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     pub out: PathBuf,
+    /// GPU architecture: sm_80 (A100), sm_90 (H100/H200), sm_90a (Hopper-only kernels).
+    #[arg(long, default_value = "sm_90")]
+    pub arch: String,
+    /// Largest run-time batch (when the model's batch dim is symbolic); sizes the activation arena.
+    #[arg(long = "max-batch", default_value_t = 64)]
+    pub max_batch: i64,
+    /// Fixes a symbolic dim at compile time (repeatable): --dim seq=128.
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim)]
+    pub dims: Vec<(String, i64)>,
+    /// Write the sources only; do not run nvcc.
+    #[arg(long = "no-build")]
+    pub no_build: bool,
+    /// Parallel nvcc jobs (default: cores, limited by available memory).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Object cache shared between builds (default: OUT/obj; env ONNX2AIT_CACHE_DIR).
+    #[arg(long = "cache-dir", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
+
+impl CompileArgs {
+    /// The defaults of `onnx2ait MODEL -o OUT`.
+    pub fn new(model: ModelArg, out: PathBuf) -> CompileArgs {
+        CompileArgs {
+            model,
+            out,
+            arch: "sm_90".into(),
+            max_batch: 64,
+            dims: Vec::new(),
+            no_build: false,
+            jobs: None,
+            cache_dir: None,
+        }
+    }
+}
+
+/// The library every build produces.
+const LIB_NAME: &str = "libmodel.so";
 
 /// Version of the graph.json layout; bump it when fields change meaning.
 const GRAPH_JSON_VERSION: u32 = 1;
@@ -134,10 +177,6 @@ fn summary_text(j: &GraphJson) -> String {
     for (op, n) in &j.op_histogram {
         let _ = writeln!(s, "  {op:<24} {n}");
     }
-    let _ = writeln!(
-        s,
-        "codegen:   not built yet (CUDA code generation is a later stage; this run imports and analyses only)"
-    );
     s
 }
 
@@ -145,8 +184,8 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     a.model.check()?;
     let g = onnx2ait::onnx::load_model(&a.model.model)?;
     let j = graph_json(&g);
-    // The optimised kernel graph is what code generation will consume; it is written now so its
-    // changes can be reviewed as diffs. No timings go into OUT: the same model gives the same files.
+    // The optimised kernel graph is written beside the sources so its changes can be reviewed as
+    // diffs. No timings go into these files: the same model gives the same bytes.
     let (optimised, report) = optimize(&g, &OptimizeOptions::standard()?)?;
     let k = graph_json(&optimised);
     let to_json = |v: &GraphJson, file: &str| {
@@ -164,6 +203,12 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     );
     std::fs::create_dir_all(&a.out)
         .map_err(|e| Failure::new(1, format!("{}: cannot create directory: {e}", a.out.display())))?;
+
+    let arch: Arch = a.arch.parse()?;
+    let lower_opts = LowerOptions { dims: a.dims.iter().cloned().collect(), max_batch: a.max_batch };
+    let generated = onnx2ait::codegen::generate_cuda(&optimised, &lower_opts, arch, &a.out)?;
+    let _ = writeln!(summary, "{}", generated.summary());
+
     let files = [
         ("graph.json", format!("{json}\n")),
         ("kernels.json", format!("{kernels_json}\n")),
@@ -173,12 +218,27 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
         let p = a.out.join(file);
         std::fs::write(&p, text).map_err(|e| Failure::new(1, format!("{}: cannot write: {e}", p.display())))?;
     }
-    super::emit(&format!(
-        "{summary}\nwrote {}, {} and {}\nnote: code generation is not implemented yet, so no CUDA library was produced; the model imports, its shapes infer and it optimises into the kernels above.\n",
-        a.out.join("graph.json").display(),
-        a.out.join("kernels.json").display(),
-        a.out.join("summary.txt").display()
-    ));
+    super::emit(&format!("{summary}wrote the sources to {}\n", a.out.display()));
+    if a.no_build {
+        return Ok(0);
+    }
+    let compiler = Nvcc::discover(arch).map_err(|e| {
+        Failure::new(
+            1,
+            format!(
+                "the CUDA sources are in {} but no library was built: {e}\n(run with --no-build to write sources only)",
+                a.out.display()
+            ),
+        )
+    })?;
+    let cache_dir = a.cache_dir.clone().or_else(|| std::env::var_os("ONNX2AIT_CACHE_DIR").map(PathBuf::from));
+    let opts = BuildOptions { jobs: a.jobs, cache_dir, progress: true };
+    let built =
+        onnx2ait::build::build(&a.out, &generated.files.sources, &generated.files.headers, &compiler, &opts, LIB_NAME)?;
+    let report_json = serde_json::to_string_pretty(&built).map_err(|e| Failure::new(1, e.to_string()))? + "\n";
+    let rp = a.out.join("build_report.json");
+    std::fs::write(&rp, report_json).map_err(|e| Failure::new(1, format!("{}: cannot write: {e}", rp.display())))?;
+    // build() has printed its summary line (progress is on).
     Ok(0)
 }
 
@@ -200,6 +260,6 @@ mod tests {
         assert_eq!(v["inputs"][0]["dtype"], "float32");
         assert_eq!(v["format_version"], 1);
         let text = summary_text(&j);
-        assert!(text.contains("x float32[N,3]") && text.contains("not built yet"), "{text}");
+        assert!(text.contains("x float32[N,3]"), "{text}");
     }
 }

@@ -4,10 +4,12 @@
 //! onnx2ait does not support (every command, so scripts can tell "not yet supported" from
 //! "broken"). Errors print as `error: <message>` on stderr, never as a panic.
 
+mod bench;
 mod compile;
 mod explain;
 mod inspect;
 mod ops;
+mod run;
 mod validate;
 
 use clap::{Args, Parser, Subcommand};
@@ -47,6 +49,10 @@ enum Command {
     Explain(explain::ExplainArgs),
     /// List every supported ONNX op, by family.
     Ops(ops::OpsArgs),
+    /// Run a compiled model (OUT of `onnx2ait MODEL -o OUT`) on the GPU; write its outputs as .npy.
+    Run(run::RunArgs),
+    /// Time a compiled model on the GPU at several batch sizes (CUDA graph and plain launches).
+    Bench(bench::BenchArgs),
 }
 
 /// A command's failure: what to print and the exit code.
@@ -135,7 +141,9 @@ fn run_cli() -> ExitCode {
         (Some(Command::Validate(a)), _, _) => validate::run(&a),
         (Some(Command::Explain(a)), _, _) => explain::run(&a),
         (Some(Command::Ops(a)), _, _) => ops::run(&a),
-        (None, Some(model), Some(out)) => compile::run(&compile::CompileArgs { model: ModelArg { model }, out }),
+        (Some(Command::Run(a)), _, _) => run::run(&a),
+        (Some(Command::Bench(a)), _, _) => bench::run(&a),
+        (None, Some(model), Some(out)) => compile::run(&compile::CompileArgs::new(ModelArg { model }, out)),
         // clap enforces MODEL and -o without a subcommand; kept total rather than unwrapped.
         (None, _, _) => Err(Failure::new(1, "usage: onnx2ait MODEL -o OUT (see onnx2ait --help)")),
     };

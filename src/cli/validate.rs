@@ -1,5 +1,6 @@
 //! `onnx2ait validate MODEL [--input name=file.npy …] [--seed S] [--dim N=4 …] [--rtol R]
-//! [--atol A] [--json]`: run ONNX Runtime and the reference executor on the same inputs and
+//! [--atol A] [--build OUT] [--batch B] [--json]`: run ONNX Runtime and the reference executor
+//! (and, with `--build`, the compiled library OUT/libmodel.so on the GPU) on the same inputs and
 //! compare. Exit 0 within tolerance, 1 past it (the failing outputs are named).
 
 use super::{Failure, ModelArg};
@@ -22,12 +23,21 @@ pub struct ValidateArgs {
     /// Value of a symbolic dim (repeatable): --dim N=4. Unset dims are 1.
     #[arg(long = "dim", value_name = "NAME=N", value_parser = parse_dim)]
     pub dims: Vec<(String, i64)>,
-    /// Relative tolerance for float outputs (default: 1e-4 for float32/float64, 5e-3 float16, 3e-2 bfloat16).
+    /// Relative tolerance for float outputs, times the output's largest magnitude (default: 1e-4 for
+    /// float32/float64, 5e-3 float16, 3e-2 bfloat16; the GPU library, which computes in fp16: 1e-2).
     #[arg(long, value_parser = parse_tolerance)]
     pub rtol: Option<f64>,
-    /// Absolute tolerance for float outputs (default: 1e-5 for float32/float64, 1e-3 float16, 1e-2 bfloat16).
+    /// Absolute tolerance for float outputs (default: 1e-5 for float32/float64, 1e-3 float16, 1e-2 bfloat16;
+    /// the GPU library: 1e-4).
     #[arg(long, value_parser = parse_tolerance)]
     pub atol: Option<f64>,
+    /// Also run the compiled model in OUT (`onnx2ait MODEL -o OUT`) on the GPU and compare it.
+    #[arg(long = "build", value_name = "OUT")]
+    pub build: Option<PathBuf>,
+    /// Value of the batch dim for every engine (default 1; needs a GPU build or a model with one
+    /// symbolic input dim).
+    #[arg(long, value_name = "B", value_parser = parse_batch)]
+    pub batch: Option<i64>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -38,13 +48,21 @@ fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
     Ok((k, PathBuf::from(v)))
 }
 
-fn parse_dim(s: &str) -> Result<(String, i64), String> {
+pub fn parse_dim(s: &str) -> Result<(String, i64), String> {
     let (k, v) = parse_assignment(s)?;
     let n: i64 = v.parse().map_err(|_| format!("dim '{k}': '{v}' is not a whole number"))?;
     if n < 0 {
         return Err(format!("dim '{k}' cannot be negative"));
     }
     Ok((k, n))
+}
+
+/// A batch size: a whole number from 1.
+pub fn parse_batch(s: &str) -> Result<i64, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{s}' is not a batch size (a whole number from 1)")),
+    }
 }
 
 fn parse_tolerance(s: &str) -> Result<f64, String> {
@@ -76,6 +94,8 @@ pub fn run(a: &ValidateArgs) -> Result<u8, Failure> {
         inputs: InputOptions { seed: a.seed, dims: to_map(&a.dims, "--dim")?, files: to_map(&a.inputs, "--input")? },
         rtol: a.rtol,
         atol: a.atol,
+        build: a.build.clone(),
+        batch: a.batch,
     };
     let report = validate::validate(&a.model.model, &options)?;
     if a.json {
@@ -100,6 +120,8 @@ mod tests {
         assert_eq!(parse_dim("N=4").unwrap(), ("N".to_string(), 4));
         assert!(parse_dim("N=-1").is_err());
         assert!(parse_dim("N=x").is_err());
+        assert_eq!(parse_batch("8").unwrap(), 8);
+        assert!(parse_batch("0").is_err() && parse_batch("x").is_err());
         assert_eq!(parse_tolerance("1e-3").unwrap(), 1e-3);
         assert!(parse_tolerance("-1").is_err());
         assert!(parse_tolerance("nan").is_err());

@@ -66,6 +66,12 @@ impl Dim {
         self.terms.keys().flat_map(|m| m.iter().map(String::as_str))
     }
 
+    /// The polynomial's terms: (sorted product of symbols, coefficient); the constant term has
+    /// an empty product. Code generation renders dims from these as C++ expressions.
+    pub fn terms(&self) -> impl Iterator<Item = (&[String], i64)> {
+        self.terms.iter().map(|(m, c)| (m.as_slice(), *c))
+    }
+
     /// Substitutes symbol values; symbols missing from `env` stay symbolic.
     pub fn eval(&self, env: &BTreeMap<String, i64>) -> Dim {
         let mut out = Dim::known(0);

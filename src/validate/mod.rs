@@ -1,26 +1,27 @@
 //! Validation: runs a model on the same inputs in several *engines* and compares every output
 //! with the baseline engine's.
 //!
-//! The baseline is ONNX Runtime ([`ort`]); today the only other engine is the CPU reference
-//! executor ([`crate::reference`]), and the compiled GPU library will be a third. A [`Report`]
+//! The baseline is ONNX Runtime ([`ort`]); the other engines are the CPU reference executor
+//! ([`crate::reference`]) and, given a build folder, the compiled GPU library ([`gpu`]). A [`Report`]
 //! has one row per graph output and one column group per compared engine; it prints as a table
 //! and serialises to JSON. Inputs come from [`inputs`], the comparison rule from [`compare`].
 
 pub mod compare;
+pub mod gpu;
 pub mod inputs;
 pub mod ort;
 
 use crate::error::{Error, Result};
-use crate::ir::{Graph, Tensor};
+use crate::ir::{DType, Graph, Tensor};
 use compare::{fmt_num, Comparison, Status, Tolerance};
 use inputs::{InputOptions, InputSource};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Something that runs a model: ONNX Runtime, the reference executor, later the GPU build.
+/// Something that runs a model: ONNX Runtime, the reference executor, the compiled GPU library.
 pub trait Engine {
     /// Short column name: `ort`, `reference`, `gpu`.
     fn name(&self) -> &'static str;
@@ -28,6 +29,10 @@ pub trait Engine {
     fn describe(&self) -> String;
     /// Runs the model; returns the graph outputs by name.
     fn run(&mut self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>>;
+    /// The bounds its outputs of `dtype` are held to, before `--rtol`/`--atol` overrides.
+    fn default_tolerance(&self, dtype: DType) -> Tolerance {
+        Tolerance::default_for(dtype)
+    }
 }
 
 /// ONNX Runtime on the CPU, loading the model file itself (not our import of it).
@@ -93,6 +98,10 @@ pub struct Options {
     /// Overrides of the per-dtype default tolerance (float outputs only).
     pub rtol: Option<f64>,
     pub atol: Option<f64>,
+    /// The build folder of the model (`onnx2ait MODEL -o OUT`): its library is a third engine.
+    pub build: Option<PathBuf>,
+    /// The batch dim's value for every engine (`--batch`).
+    pub batch: Option<i64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -114,8 +123,19 @@ pub struct EngineRun {
 #[derive(Clone, Debug, Serialize)]
 pub struct EngineResult {
     pub engine: String,
+    /// The engine it is compared with.
+    pub baseline: String,
+    /// Fraction of rows whose arg-max agrees, for `[N, classes]` float outputs; else null.
+    pub top1_agree: Option<f64>,
     #[serde(flatten)]
     pub comparison: Comparison,
+}
+
+impl EngineResult {
+    fn new(engine: &str, baseline: &str, comparison: Comparison) -> EngineResult {
+        let top1_agree = comparison.top1.map(|t| t.agree as f64 / t.rows as f64);
+        EngineResult { engine: engine.to_string(), baseline: baseline.to_string(), top1_agree, comparison }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -171,13 +191,30 @@ impl Report {
     }
 }
 
-/// Imports `model_path`, makes inputs, runs ONNX Runtime and the reference executor, compares.
+/// Imports `model_path`, makes inputs, runs ONNX Runtime, the reference executor and (with
+/// `options.build`) the compiled library, compares.
 pub fn validate(model_path: &Path, options: &Options) -> Result<Report> {
     let graph = crate::onnx::load_model(model_path)?;
+    // The GPU first: a missing library or GPU is reported before the slow engines run.
+    let gpu = options.build.as_deref().map(gpu::GpuEngine::open).transpose()?;
+    let mut input_options = options.inputs.clone();
+    gpu::bind_dims(&graph, gpu.as_ref(), options.batch, &mut input_options.dims)?;
     let ort = OrtEngine::load(model_path)?;
-    let inputs = inputs::make_inputs(&graph, &options.inputs)?;
-    let engines: Vec<Box<dyn Engine>> = vec![Box::new(ort), Box::new(ReferenceEngine::new(graph))];
+    let inputs = inputs::make_inputs(&graph, &input_options)?;
+    let mut engines: Vec<Box<dyn Engine>> = vec![Box::new(ort), Box::new(ReferenceEngine::new(graph))];
+    if let Some(g) = gpu {
+        engines.push(Box::new(g));
+    }
     run_engines(&model_path.display().to_string(), inputs, engines, options)
+}
+
+/// An engine's bounds for `dtype` with the user's overrides (float outputs only).
+fn engine_tolerance(engine: &dyn Engine, dtype: DType, options: &Options) -> Tolerance {
+    let d = engine.default_tolerance(dtype);
+    if !dtype.is_float() {
+        return d;
+    }
+    Tolerance { rtol: options.rtol.unwrap_or(d.rtol), atol: options.atol.unwrap_or(d.atol) }
 }
 
 /// Runs every engine on `inputs` and compares each with the first (the baseline).
@@ -205,14 +242,14 @@ pub fn run_engines(
     let (baseline, others) = results.split_first().expect("at least two engines");
     let mut outputs = Vec::with_capacity(baseline.len());
     for (name, expected) in baseline {
-        let tol = Tolerance::resolve(expected.dtype(), options.rtol, options.atol);
         let mut per_engine = Vec::with_capacity(others.len());
-        for (run, out) in runs[1..].iter().zip(others) {
+        for ((run, out), engine) in runs[1..].iter().zip(others).zip(&engines[1..]) {
+            let tol = engine_tolerance(engine.as_ref(), expected.dtype(), options);
             let comparison = match out.iter().find(|(n, _)| n == name) {
                 Some((_, actual)) => compare::compare(actual, expected, tol),
                 None => missing_output(&run.name, tol),
             };
-            per_engine.push(EngineResult { engine: run.name.clone(), comparison });
+            per_engine.push(EngineResult::new(&run.name, &runs[0].name, comparison));
         }
         outputs.push(OutputReport {
             name: name.clone(),
@@ -222,17 +259,17 @@ pub fn run_engines(
         });
     }
     // An engine output the baseline lacks means the two disagree about the model's interface.
-    for (run, out) in runs[1..].iter().zip(others) {
+    for ((run, out), engine) in runs[1..].iter().zip(others).zip(&engines[1..]) {
         for (name, t) in out {
             if !baseline.iter().any(|(n, _)| n == name) {
-                let tol = Tolerance::resolve(t.dtype(), options.rtol, options.atol);
+                let tol = engine_tolerance(engine.as_ref(), t.dtype(), options);
                 let mut c = missing_output(&runs[0].name, tol);
                 c.reason = format!("'{}' produced output '{name}' that {} does not have", run.name, runs[0].name);
                 outputs.push(OutputReport {
                     name: name.clone(),
                     dtype: t.dtype().to_string(),
                     shape: t.shape().to_vec(),
-                    results: vec![EngineResult { engine: run.name.clone(), comparison: c }],
+                    results: vec![EngineResult::new(&run.name, &runs[0].name, c)],
                 });
             }
         }
@@ -379,8 +416,10 @@ impl fmt::Display for Report {
     }
 }
 
-/// Distinct tolerances used, as `float32: rtol 1e-4, atol 1e-5`.
+/// Distinct tolerances used, as `float32: rtol 1e-4, atol 1e-5` (prefixed with the engine,
+/// `gpu float32: …`, when several engines are compared).
 fn tolerance_summary(r: &Report) -> Vec<String> {
+    let several = r.engines.len() > 2;
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     for o in &r.outputs {
         for res in &o.results {
@@ -390,7 +429,8 @@ fn tolerance_summary(r: &Report) -> Vec<String> {
             } else {
                 format!("rtol {}, atol {}", fmt_num(t.rtol), fmt_num(t.atol))
             };
-            seen.entry(o.dtype.clone()).or_insert(s);
+            let key = if several { format!("{} {}", res.engine, o.dtype) } else { o.dtype.clone() };
+            seen.entry(key).or_insert(s);
         }
     }
     seen.into_iter().map(|(d, s)| format!("{d}: {s}")).collect()

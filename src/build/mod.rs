@@ -1,0 +1,711 @@
+//! Build stage: compiles the generated sources of an output directory into the model's shared
+//! library.
+//!
+//! Target-neutral on purpose: the CUDA specifics (nvcc, its flags, CUTLASS) live behind the
+//! [`Compiler`] trait in [`nvcc`], so a HIP/ROCm back end only adds another implementation.
+//!
+//! Why it is shaped this way:
+//! - Code generation emits one kernel instance per file because template-heavy kernels (CUTLASS)
+//!   cost 10–60 s and gigabytes of memory each to compile. Files are compiled in parallel, with
+//!   the job count bounded by free memory as well as by cores so a big model does not push the
+//!   machine into swap or the OOM killer.
+//! - Regenerating a model usually changes few kernels, so objects are cached by content hash
+//!   (compiler fingerprint + source + shared headers; see [`cache`]) and only changed files are
+//!   recompiled. Objects and the library are written under temporary names and renamed into
+//!   place, so an interrupted build never leaves a truncated file that a later build would trust.
+//! - A failing kernel should be reported with the compiler's own words, not "exit status 2":
+//!   the error names the file and quotes the tail of the compiler output; `build.log` keeps
+//!   everything. Once one file fails no further files are started (the build is lost anyway),
+//!   but files already compiling finish and their failures are reported too.
+
+pub mod cache;
+pub mod nvcc;
+
+pub use nvcc::{Arch, Nvcc};
+
+use crate::error::{Error, Result};
+use cache::Header;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A compiler for one target: how to turn one source into an object and objects into a shared
+/// library. Implementations hold everything discovered about the toolchain; the build stage only
+/// runs the commands they return.
+pub trait Compiler: Sync {
+    /// Short name used in messages ("nvcc").
+    fn name(&self) -> &str;
+
+    /// Everything besides the sources that determines the objects' bytes: compiler version,
+    /// target architecture, flags, versions of external header libraries. Part of every object's
+    /// cache key, so a change here recompiles everything. Leave machine-specific paths out, so a
+    /// cache stays valid when the toolchain is installed elsewhere.
+    fn fingerprint(&self) -> String;
+
+    /// One line for logs and reports (version, paths).
+    fn describe(&self) -> String {
+        self.name().to_string()
+    }
+
+    /// The command compiling `src` into the object `obj`. `include_dir` is the generated tree's
+    /// root, which sources address their shared headers from.
+    fn compile_command(&self, src: &Path, obj: &Path, include_dir: &Path) -> Command;
+
+    /// The command linking `objs` (in this order) into the shared library `lib`.
+    fn link_command(&self, objs: &[PathBuf], lib: &Path) -> Command;
+
+    /// File extension of objects, without the dot.
+    fn object_ext(&self) -> &str {
+        "o"
+    }
+}
+
+/// How to run a build.
+#[derive(Clone, Debug, Default)]
+pub struct BuildOptions {
+    /// Parallel compile jobs; `None` picks [`default_jobs`].
+    pub jobs: Option<usize>,
+    /// Where objects are cached; `None` means `<out_dir>/obj`. Stale objects (older versions of
+    /// a source's object) are deleted only from that default, private cache: a directory given
+    /// here may be shared between models, whose objects must survive each other's builds.
+    pub cache_dir: Option<PathBuf>,
+    /// Show a progress bar (when stderr is a terminal) and print a summary line to stderr.
+    pub progress: bool,
+}
+
+/// What a build did, for the CLI and for reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct BuildReport {
+    /// Sources compiled in this build.
+    pub compiled: usize,
+    /// Sources whose object was already cached.
+    pub cached: usize,
+    /// Wall-clock seconds of the whole build (hashing, compiling, linking).
+    pub seconds: f64,
+    /// Per source, in the order given: its path relative to the output directory, its compile
+    /// time in seconds (0 when cached), and whether it was cached.
+    pub per_file: Vec<(String, f64, bool)>,
+    /// The shared library.
+    pub lib: PathBuf,
+    /// Whether the library was (re)linked in this build, rather than already up to date.
+    pub linked: bool,
+    /// Parallel compile jobs used.
+    pub jobs: usize,
+}
+
+impl BuildReport {
+    /// One line, e.g. "built libmodel.so: 57 sources, 54 compiled, 3 cached, 41.2 s (slowest:
+    /// k012_conv2d_cutlass.cu 18.3 s)".
+    pub fn summary(&self) -> String {
+        let lib = self.lib.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let total = self.per_file.len();
+        let what =
+            if self.compiled == 0 && !self.linked { format!("{lib} up to date") } else { format!("built {lib}") };
+        let mut s = format!(
+            "{what}: {total} source{}, {} compiled, {} cached, {:.1} s",
+            if total == 1 { "" } else { "s" },
+            self.compiled,
+            self.cached,
+            self.seconds
+        );
+        let slowest = self
+            .per_file
+            .iter()
+            .filter(|(_, _, cached)| !cached)
+            .max_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal));
+        if let Some((file, secs, _)) = slowest {
+            let _ = write!(s, " (slowest: {file} {secs:.1} s)");
+        }
+        s
+    }
+}
+
+/// Default number of parallel compile jobs: one per core, but no more than one per 1.5 GiB of
+/// available memory (a CUTLASS instance takes 0.5–3.3 GB to compile), and at least one.
+pub fn default_jobs() -> usize {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let by_memory = mem_available_bytes().map(|b| (b / (3 * 512 * 1024 * 1024)) as usize);
+    match by_memory {
+        Some(m) => cpus.min(m).max(1),
+        None => cpus.max(1),
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo (Linux); `None` where it cannot be read.
+fn mem_available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&info)
+}
+
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let mut it = line["MemAvailable:".len()..].split_whitespace();
+    let n: u64 = it.next()?.parse().ok()?;
+    match it.next() {
+        Some("kB") | None => Some(n * 1024),
+        Some(_) => None,
+    }
+}
+
+/// Lines of compiler output quoted in an error; the rest is in `build.log`.
+const ERROR_TAIL_LINES: usize = 40;
+
+/// Name of the full build log inside the output directory.
+pub const LOG_NAME: &str = "build.log";
+
+/// One source to build.
+struct Unit {
+    /// Path relative to the output directory, as shown to users.
+    rel: String,
+    /// Path the compiler is given.
+    src: PathBuf,
+    base: String,
+    obj: PathBuf,
+    obj_name: String,
+    cached: bool,
+}
+
+/// The result of compiling one unit.
+struct Outcome {
+    seconds: f64,
+    command: String,
+    output: String,
+    /// `None` on success, else why it failed (exit status or spawn error).
+    failure: Option<String>,
+}
+
+/// Compiles `sources` (paths relative to `out_dir`) with `compiler` and links them into
+/// `out_dir/<lib_name>`. `headers` (also relative to `out_dir`) are the local headers every
+/// source includes; their bytes are part of every object's cache key. See the module docs.
+pub fn build(
+    out_dir: &Path,
+    sources: &[PathBuf],
+    headers: &[PathBuf],
+    compiler: &dyn Compiler,
+    opts: &BuildOptions,
+    lib_name: &str,
+) -> Result<BuildReport> {
+    let start = Instant::now();
+    if sources.is_empty() {
+        return Err(Error::Other(format!("build: no sources to compile in {}", out_dir.display())));
+    }
+    if lib_name.is_empty() || lib_name.contains(['/', '\\']) || lib_name.starts_with('.') {
+        return Err(Error::Other(format!("build: '{lib_name}' is not a valid library file name")));
+    }
+    let private_cache = opts.cache_dir.is_none();
+    let cache_dir = opts.cache_dir.clone().unwrap_or_else(|| out_dir.join("obj"));
+    std::fs::create_dir_all(&cache_dir)
+        .map_err(|e| Error::Other(format!("build: cannot create the object cache {}: {e}", cache_dir.display())))?;
+
+    let fingerprint = compiler.fingerprint();
+    let ext = compiler.object_ext().to_string();
+    let headers = read_headers(out_dir, headers)?;
+    let units = plan(out_dir, sources, &headers, &fingerprint, &cache_dir, &ext)?;
+
+    let todo: Vec<usize> = (0..units.len()).filter(|&i| !units[i].cached).collect();
+    let jobs = opts.jobs.unwrap_or_else(default_jobs).clamp(1, todo.len().max(1));
+    let outcomes = compile_all(&units, &todo, compiler, out_dir, jobs, opts.progress);
+
+    let mut log = String::new();
+    let _ = writeln!(log, "# onnx2ait build of {} with {}", out_dir.join(lib_name).display(), compiler.describe());
+    let _ = writeln!(log, "# {} sources, {} to compile, {jobs} jobs\n", units.len(), todo.len());
+    let mut failures: Vec<Error> = Vec::new();
+    let mut not_started: Vec<&str> = Vec::new();
+    let mut per_file: Vec<(String, f64, bool)> = units.iter().map(|u| (u.rel.clone(), 0.0, true)).collect();
+    for (k, &i) in todo.iter().enumerate() {
+        let unit = &units[i];
+        let Some(out) = &outcomes[k] else {
+            not_started.push(&unit.rel);
+            let _ = writeln!(log, "== {}: not compiled (an earlier file failed)\n", unit.rel);
+            continue;
+        };
+        per_file[i] = (unit.rel.clone(), out.seconds, false);
+        let status = out.failure.as_deref().unwrap_or("ok");
+        let _ = writeln!(log, "== {} ({status}, {:.1} s)\n$ {}\n{}", unit.rel, out.seconds, out.command, out.output);
+        if let Some(why) = &out.failure {
+            failures.push(Error::Other(format!(
+                "build: compiling {} with {} failed ({why}):\n{}\n(full output in {})",
+                unit.rel,
+                compiler.name(),
+                tail(&out.output, ERROR_TAIL_LINES),
+                out_dir.join(LOG_NAME).display()
+            )));
+        }
+    }
+    for unit in units.iter().filter(|u| u.cached) {
+        let _ = writeln!(log, "== {}: cached {}", unit.rel, unit.obj.display());
+    }
+
+    if !failures.is_empty() {
+        if !not_started.is_empty() {
+            let shown = not_started.iter().take(10).copied().collect::<Vec<_>>().join(", ");
+            let more = if not_started.len() > 10 { ", …" } else { "" };
+            failures.push(Error::Other(format!(
+                "build: stopped after the first failure; {} source(s) not compiled: {shown}{more}",
+                not_started.len()
+            )));
+        }
+        write_log(out_dir, &log);
+        return Err(Error::from_many(failures));
+    }
+
+    if private_cache {
+        for unit in &units {
+            remove_stale(&cache_dir, unit, &ext, &mut log);
+        }
+    }
+
+    let lib = out_dir.join(lib_name);
+    let linked = match link(&units, compiler, &fingerprint, out_dir, lib_name, &lib, &mut log) {
+        Ok(linked) => linked,
+        Err(e) => {
+            write_log(out_dir, &log);
+            return Err(e);
+        }
+    };
+    write_log(out_dir, &log);
+
+    let compiled = todo.len();
+    let report = BuildReport {
+        compiled,
+        cached: units.len() - compiled,
+        seconds: start.elapsed().as_secs_f64(),
+        per_file,
+        lib,
+        linked,
+        jobs,
+    };
+    if opts.progress {
+        eprintln!("{}", report.summary());
+    }
+    Ok(report)
+}
+
+fn read_headers(out_dir: &Path, headers: &[PathBuf]) -> Result<Vec<Header>> {
+    headers
+        .iter()
+        .map(|h| {
+            let path = out_dir.join(h);
+            let bytes = std::fs::read(&path)
+                .map_err(|e| Error::Other(format!("build: cannot read header {}: {e}", path.display())))?;
+            Ok(Header { name: h.to_string_lossy().into_owned(), bytes })
+        })
+        .collect()
+}
+
+/// Hashes every source and decides which objects are already cached.
+fn plan(
+    out_dir: &Path,
+    sources: &[PathBuf],
+    headers: &[Header],
+    fingerprint: &str,
+    cache_dir: &Path,
+    ext: &str,
+) -> Result<Vec<Unit>> {
+    let mut units: Vec<Unit> = Vec::with_capacity(sources.len());
+    for rel_path in sources {
+        let src = out_dir.join(rel_path);
+        let rel_for_name = src.strip_prefix(out_dir).unwrap_or(rel_path);
+        let rel = rel_for_name.to_string_lossy().into_owned();
+        let base = cache::object_base(rel_for_name).ok_or_else(|| {
+            Error::Other(format!(
+                "build: source {} must be a file inside the output directory {}",
+                rel_path.display(),
+                out_dir.display()
+            ))
+        })?;
+        if let Some(other) = units.iter().find(|u| u.base == base) {
+            return Err(Error::Other(format!(
+                "build: sources {} and {rel} would share the object name '{base}'; rename one",
+                other.rel
+            )));
+        }
+        let bytes = std::fs::read(&src)
+            .map_err(|e| Error::Other(format!("build: cannot read source {}: {e}", src.display())))?;
+        let hash = cache::object_hash(fingerprint, &bytes, headers);
+        let obj_name = cache::object_name(&base, &hash, ext);
+        let obj = cache_dir.join(&obj_name);
+        let cached = obj.is_file();
+        units.push(Unit { rel, src, base, obj, obj_name, cached });
+    }
+    Ok(units)
+}
+
+/// Compiles the units listed in `todo` on `jobs` threads. Returns one entry per `todo` element:
+/// `None` when it was never started because an earlier file failed.
+fn compile_all(
+    units: &[Unit],
+    todo: &[usize],
+    compiler: &dyn Compiler,
+    out_dir: &Path,
+    jobs: usize,
+    progress: bool,
+) -> Vec<Option<Outcome>> {
+    if todo.is_empty() {
+        return Vec::new();
+    }
+    let bar = if progress { ProgressBar::new(todo.len() as u64) } else { ProgressBar::hidden() };
+    if let Ok(style) = ProgressStyle::with_template("compiling [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.enable_steady_tick(Duration::from_millis(250));
+
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Mutex<Vec<Option<Outcome>>> = Mutex::new((0..todo.len()).map(|_| None).collect());
+    let running: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let show_running = |running: &[String]| match running {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first, rest @ ..] => format!("{first} (+{} more)", rest.len()),
+    };
+
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                if failed.load(Ordering::SeqCst) {
+                    break;
+                }
+                let k = next.fetch_add(1, Ordering::SeqCst);
+                let Some(&i) = todo.get(k) else { break };
+                let unit = &units[i];
+                {
+                    let mut r = running.lock().unwrap_or_else(PoisonError::into_inner);
+                    r.push(unit.rel.clone());
+                    bar.set_message(show_running(&r));
+                }
+                let outcome = compile_one(unit, compiler, out_dir);
+                if outcome.failure.is_some() {
+                    failed.store(true, Ordering::SeqCst);
+                }
+                {
+                    let mut r = running.lock().unwrap_or_else(PoisonError::into_inner);
+                    r.retain(|name| name != &unit.rel);
+                    bar.set_message(show_running(&r));
+                }
+                bar.inc(1);
+                let mut res = results.lock().unwrap_or_else(PoisonError::into_inner);
+                res[k] = Some(outcome);
+            });
+        }
+    });
+    bar.finish_and_clear();
+    results.into_inner().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Compiles one unit into a temporary object and renames it into the cache on success.
+fn compile_one(unit: &Unit, compiler: &dyn Compiler, out_dir: &Path) -> Outcome {
+    let ext = compiler.object_ext();
+    let tmp = unit.obj.with_file_name(format!("{}.tmp{}.{ext}", unit.obj_name, std::process::id()));
+    let mut cmd = compiler.compile_command(&unit.src, &tmp, out_dir);
+    let command = render_command(&cmd);
+    let start = Instant::now();
+    let result = cmd.stdin(Stdio::null()).output();
+    let seconds = start.elapsed().as_secs_f64();
+    let (output, failure) = match result {
+        Err(e) => (String::new(), Some(format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()))),
+        Ok(out) => {
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            if !out.status.success() {
+                (text, Some(out.status.to_string()))
+            } else if let Err(e) = std::fs::rename(&tmp, &unit.obj) {
+                (text, Some(format!("cannot move the object to {}: {e}", unit.obj.display())))
+            } else {
+                (text, None)
+            }
+        }
+    };
+    if failure.is_some() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    Outcome { seconds, command, output, failure }
+}
+
+/// Deletes older objects of the same source from the cache.
+fn remove_stale(cache_dir: &Path, unit: &Unit, ext: &str, log: &mut String) {
+    let Ok(entries) = std::fs::read_dir(cache_dir) else { return };
+    let mut stale: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name != unit.obj_name && cache::is_object_of(&name, &unit.base, ext)
+        })
+        .map(|e| e.path())
+        .collect();
+    stale.sort();
+    for path in stale {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                let _ = writeln!(log, "removed stale object {}", path.display());
+            }
+            Err(e) => {
+                let _ = writeln!(log, "could not remove stale object {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// Links the objects into `lib` unless the stamp shows the same objects were linked already.
+/// Returns whether it linked.
+fn link(
+    units: &[Unit],
+    compiler: &dyn Compiler,
+    fingerprint: &str,
+    out_dir: &Path,
+    lib_name: &str,
+    lib: &Path,
+    log: &mut String,
+) -> Result<bool> {
+    let names: Vec<String> = units.iter().map(|u| u.obj_name.clone()).collect();
+    let stamp = cache::link_stamp(fingerprint, lib_name, &names);
+    let stamp_path = out_dir.join(format!("{lib_name}.stamp"));
+    if lib.is_file() && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
+        let _ = writeln!(log, "\n== link: {} is up to date", lib.display());
+        return Ok(false);
+    }
+    // A stamp that outlives a failed link would claim the old library matches the new objects.
+    let _ = std::fs::remove_file(&stamp_path);
+
+    let objs: Vec<PathBuf> = units.iter().map(|u| u.obj.clone()).collect();
+    let tmp = out_dir.join(format!(".{lib_name}.tmp{}", std::process::id()));
+    let mut cmd = compiler.link_command(&objs, &tmp);
+    let command = render_command(&cmd);
+    let start = Instant::now();
+    let result = cmd.stdin(Stdio::null()).output();
+    let seconds = start.elapsed().as_secs_f64();
+    let fail = |why: String, output: &str, log: &mut String| {
+        let _ = std::fs::remove_file(&tmp);
+        let _ = writeln!(log, "\n== link ({why}, {seconds:.1} s)\n$ {command}\n{output}");
+        Error::Other(format!(
+            "build: linking {} with {} failed ({why}):\n{}\n(full output in {})",
+            lib.display(),
+            compiler.name(),
+            tail(output, ERROR_TAIL_LINES),
+            out_dir.join(LOG_NAME).display()
+        ))
+    };
+    let out = match result {
+        Ok(out) => out,
+        Err(e) => {
+            let why = format!("cannot run {}: {e}", cmd.get_program().to_string_lossy());
+            return Err(fail(why, "", log));
+        }
+    };
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(fail(out.status.to_string(), &output, log));
+    }
+    // Renaming (not overwriting) keeps a process that has the old library mapped working.
+    if let Err(e) = std::fs::rename(&tmp, lib) {
+        return Err(fail(format!("cannot move the library to {}: {e}", lib.display()), &output, log));
+    }
+    let _ = writeln!(log, "\n== link (ok, {seconds:.1} s)\n$ {command}\n{output}");
+    std::fs::write(&stamp_path, stamp)
+        .map_err(|e| Error::Other(format!("build: cannot write {}: {e}", stamp_path.display())))?;
+    Ok(true)
+}
+
+/// Best effort: a build whose log cannot be written still reports its result.
+fn write_log(out_dir: &Path, log: &str) {
+    let _ = std::fs::write(out_dir.join(LOG_NAME), log);
+}
+
+/// The last `n` non-empty-trailing lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    if lines.is_empty() {
+        return "(no output)".to_string();
+    }
+    let skip = lines.len().saturating_sub(n);
+    let mut s = String::new();
+    if skip > 0 {
+        let _ = writeln!(s, "[… {skip} earlier line(s)]");
+    }
+    s.push_str(&lines[skip..].join("\n"));
+    s
+}
+
+/// A command line as a shell would accept it, for logs.
+fn render_command(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stands in for a real compiler: "compiling" copies the source (failing on sources that
+    /// contain FAIL, with a compiler-like message), "linking" concatenates the objects.
+    struct Fake;
+
+    impl Compiler for Fake {
+        fn name(&self) -> &str {
+            "fake"
+        }
+        fn fingerprint(&self) -> String {
+            "fake 1".into()
+        }
+        fn compile_command(&self, src: &Path, obj: &Path, _include_dir: &Path) -> Command {
+            let mut c = Command::new("sh");
+            c.args([
+                "-c",
+                r#"if grep -q FAIL "$1"; then echo "$1(1): error: FAIL found" >&2; exit 3; fi; cp "$1" "$2""#,
+            ]);
+            c.arg("sh").arg(src).arg(obj);
+            c
+        }
+        fn link_command(&self, objs: &[PathBuf], lib: &Path) -> Command {
+            let mut c = Command::new("sh");
+            c.args(["-c", r#"out="$1"; shift; cat "$@" > "$out""#]).arg("sh").arg(lib).args(objs);
+            c
+        }
+    }
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("onnx2ait-build-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn objects(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn caches_recompiles_changes_and_relinks_only_when_needed() {
+        let out = tempdir("cache");
+        std::fs::write(out.join("common.cuh"), "h1\n").unwrap();
+        std::fs::write(out.join("k000_a.cu"), "a1\n").unwrap();
+        std::fs::write(out.join("k001_b.cu"), "b1\n").unwrap();
+        let srcs = vec![PathBuf::from("k000_a.cu"), PathBuf::from("k001_b.cu")];
+        let hdrs = vec![PathBuf::from("common.cuh")];
+        let opts = BuildOptions { jobs: Some(2), ..Default::default() };
+
+        let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
+        assert_eq!((r.compiled, r.cached, r.linked), (2, 0, true));
+        assert_eq!(std::fs::read_to_string(out.join("libmodel.so")).unwrap(), "a1\nb1\n");
+        assert_eq!(
+            r.per_file.iter().map(|f| (f.0.as_str(), f.2)).collect::<Vec<_>>(),
+            [("k000_a.cu", false), ("k001_b.cu", false)]
+        );
+        assert!(r.summary().starts_with("built libmodel.so: 2 sources, 2 compiled, 0 cached"), "{}", r.summary());
+
+        let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
+        assert_eq!((r.compiled, r.cached, r.linked), (0, 2, false));
+        assert!(r.summary().starts_with("libmodel.so up to date: 2 sources, 0 compiled, 2 cached"), "{}", r.summary());
+
+        // One changed source: only it recompiles, its old object goes, the library is relinked.
+        std::fs::write(out.join("k001_b.cu"), "b2\n").unwrap();
+        let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
+        assert_eq!((r.compiled, r.cached, r.linked), (1, 1, true));
+        assert_eq!(std::fs::read_to_string(out.join("libmodel.so")).unwrap(), "a1\nb2\n");
+        let objs = objects(&out.join("obj"));
+        assert_eq!(objs.len(), 2, "{objs:?}");
+        assert!(objs[0].starts_with("k000_a-") && objs[1].starts_with("k001_b-"), "{objs:?}");
+
+        // A header change recompiles everything; a missing library is relinked.
+        std::fs::write(out.join("common.cuh"), "h2\n").unwrap();
+        let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
+        assert_eq!((r.compiled, r.cached), (2, 0));
+        std::fs::remove_file(out.join("libmodel.so")).unwrap();
+        let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
+        assert_eq!((r.compiled, r.linked), (0, true));
+        assert!(std::fs::read_to_string(out.join(LOG_NAME)).unwrap().contains("== k000_a.cu: cached"));
+        std::fs::remove_dir_all(&out).ok();
+    }
+
+    #[test]
+    fn shared_cache_keeps_other_versions() {
+        let out = tempdir("shared");
+        let cache = out.join("shared-cache");
+        std::fs::write(out.join("k.cu"), "v1\n").unwrap();
+        let opts = BuildOptions { jobs: Some(1), cache_dir: Some(cache.clone()), progress: false };
+        build(&out, &[PathBuf::from("k.cu")], &[], &Fake, &opts, "libm.so").unwrap();
+        std::fs::write(out.join("k.cu"), "v2\n").unwrap();
+        build(&out, &[PathBuf::from("k.cu")], &[], &Fake, &opts, "libm.so").unwrap();
+        assert_eq!(objects(&cache).len(), 2);
+        assert!(!out.join("obj").exists());
+        std::fs::remove_dir_all(&out).ok();
+    }
+
+    #[test]
+    fn failures_name_the_file_quote_the_output_and_stop_scheduling() {
+        let out = tempdir("fail");
+        std::fs::write(out.join("k0.cu"), "FAIL\n").unwrap();
+        std::fs::write(out.join("k1.cu"), "ok\n").unwrap();
+        std::fs::write(out.join("k2.cu"), "ok\n").unwrap();
+        let srcs: Vec<PathBuf> = ["k0.cu", "k1.cu", "k2.cu"].iter().map(PathBuf::from).collect();
+        let opts = BuildOptions { jobs: Some(1), ..Default::default() };
+        let e = build(&out, &srcs, &[], &Fake, &opts, "libmodel.so").unwrap_err().to_string();
+        assert!(e.contains("compiling k0.cu with fake failed (exit status: 3)"), "{e}");
+        assert!(e.contains("k0.cu(1): error: FAIL found"), "{e}");
+        assert!(e.contains("2 source(s) not compiled: k1.cu, k2.cu"), "{e}");
+        assert!(e.contains("build.log"), "{e}");
+        let log = std::fs::read_to_string(out.join(LOG_NAME)).unwrap();
+        assert!(log.contains("error: FAIL found") && log.contains("$ sh -c"), "{log}");
+        assert!(!out.join("libmodel.so").exists());
+        // No object (not even a partial one) was left for the failed source.
+        assert!(objects(&out.join("obj")).is_empty());
+        std::fs::remove_dir_all(&out).ok();
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let out = tempdir("bad");
+        std::fs::write(out.join("a.cu"), "x").unwrap();
+        std::fs::create_dir_all(out.join("sub")).unwrap();
+        std::fs::write(out.join("sub/a.cu"), "x").unwrap();
+        let opts = BuildOptions::default();
+        let err = |srcs: &[&str], lib: &str| {
+            let srcs: Vec<PathBuf> = srcs.iter().map(PathBuf::from).collect();
+            build(&out, &srcs, &[], &Fake, &opts, lib).unwrap_err().to_string()
+        };
+        assert!(err(&[], "libm.so").contains("no sources"));
+        assert!(err(&["a.cu"], "../libm.so").contains("not a valid library file name"));
+        assert!(err(&["missing.cu"], "libm.so").contains("cannot read source"));
+        assert!(err(&["../a.cu"], "libm.so").contains("must be a file inside the output directory"));
+        // Same stem in different folders is fine; the same object name twice is not.
+        let srcs = vec![PathBuf::from("a.cu"), PathBuf::from("sub/a.cu")];
+        assert_eq!(build(&out, &srcs, &[], &Fake, &opts, "libm.so").unwrap().compiled, 2);
+        assert!(err(&["a.cu", "./a.cu"], "libm.so").contains("would share the object name 'a'"));
+        std::fs::remove_dir_all(&out).ok();
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\nMemAvailable:   2048 kB\n"), Some(2048 * 1024));
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+        assert!(default_jobs() >= 1);
+        let text: String = (1..=50).map(|i| format!("line {i}\n")).collect();
+        let t = tail(&text, 40);
+        assert!(t.starts_with("[… 10 earlier line(s)]\nline 11\n") && t.ends_with("line 50"), "{t}");
+        assert_eq!(tail("", 40), "(no output)");
+        let mut c = Command::new("nvcc");
+        c.args(["-I/a b", "x'y", "-O3"]);
+        assert_eq!(render_command(&c), r#"nvcc '-I/a b' 'x'\''y' -O3"#);
+    }
+}

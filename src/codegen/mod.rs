@@ -1,0 +1,275 @@
+//! Code generation: a lowered [`Program`] is rendered through one target's handlebars templates
+//! into the output folder.
+//!
+//! Templates are embedded from `templates/<target>/` at build time (see `scripts/embed.rs`):
+//! kernel families under `kernels/` (one template per family, one rendered file per kernel
+//! instance), the model-level files (`model.cu`, `model.h`, `common.cuh`, `kernels.h`) at the top,
+//! and partials under `partials/`. Rendering is strict: a field a template names but the context
+//! lacks is an error, never an empty string in C++. Output is deterministic: the same program
+//! renders byte-identical files, and files of an earlier render that this one does not produce
+//! are removed, so the folder holds exactly one model.
+
+use crate::error::{Error, Result};
+use crate::lower::{ctype, dim_expr, json_dims, Program, Storage};
+use handlebars::Handlebars;
+use serde_json::{json, Map, Value as Json};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+include!(concat!(env!("OUT_DIR"), "/template_files.rs"));
+
+/// Model-level files every target renders, with the file they become.
+const MODEL_FILES: &[(&str, &str)] =
+    &[("common.cuh", "common.cuh"), ("kernels.h", "kernels.h"), ("model.cu", "model.cu"), ("model.h", "model.h")];
+
+/// The files of one render.
+#[derive(Clone, Debug, Default)]
+pub struct Generated {
+    /// Translation units, one per kernel plus the model's, relative to the output folder.
+    pub sources: Vec<PathBuf>,
+    /// Headers every source includes (part of every object's cache key).
+    pub headers: Vec<PathBuf>,
+}
+
+/// A target's template set, ready to render.
+pub struct Templates {
+    target: String,
+    hb: Handlebars<'static>,
+}
+
+impl Templates {
+    /// Registers every embedded template of `target` (`cuda`).
+    pub fn for_target(target: &str) -> Result<Templates> {
+        let mut hb = Handlebars::new();
+        hb.set_strict_mode(true);
+        hb.register_escape_fn(handlebars::no_escape);
+        let prefix = format!("{target}/");
+        let mut found = 0;
+        for (path, text) in TEMPLATE_FILES {
+            let Some(rel) = path.strip_prefix(&prefix) else { continue };
+            let name = rel.strip_suffix(".hbs").unwrap_or(rel);
+            let name = name.strip_prefix("partials/").unwrap_or(name);
+            hb.register_template_string(name, *text)
+                .map_err(|e| Error::Other(format!("template templates/{path}: {e}")))?;
+            found += 1;
+        }
+        if found == 0 {
+            return Err(Error::Other(format!("no templates for target '{target}' (looked for templates/{target}/)")));
+        }
+        Ok(Templates { target: target.to_string(), hb })
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.hb.has_template(name)
+    }
+
+    fn render(&self, name: &str, ctx: &Json) -> Result<String> {
+        if !self.hb.has_template(name) {
+            return Err(Error::Other(format!("target '{}' has no template {name}.hbs", self.target)));
+        }
+        self.hb
+            .render(name, ctx)
+            .map_err(|e| Error::Other(format!("rendering templates/{}/{name}.hbs: {e}", self.target)))
+    }
+}
+
+/// The fields of the model-level templates: tensors with their storage, inputs, outputs, the run
+/// sequence and the memory figures.
+pub fn model_context(p: &Program, arch: &str) -> Json {
+    let batch = p.batch.as_ref().map(|b| b.symbol.as_str());
+    let tensors: Vec<Json> = p
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let (kind, offset, of, io) = match t.storage {
+                Storage::Input { index } => ("input", 0, 0, index),
+                Storage::Output { index } => ("output", 0, 0, index),
+                Storage::Weight { offset, .. } => ("weight", offset, 0, 0),
+                Storage::Arena { offset } => ("arena", offset, 0, 0),
+                Storage::Alias { of } => ("alias", 0, of, 0),
+            };
+            json!({
+                "index": i, "name": t.name, "ctype": ctype(t.dtype), "storage": kind,
+                "offset": offset, "of": of, "io_index": io,
+                "shape": json_dims(p, &t.shape),
+            })
+        })
+        .collect();
+    let io = |list: &[crate::lower::IoTensor]| -> Vec<Json> {
+        list.iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let dims: Vec<String> =
+                    t.shape.iter().map(|d| dim_expr(d, batch).unwrap_or_else(|_| d.to_string())).collect();
+                json!({
+                    "index": i, "name": t.name, "ctype": ctype(t.dtype), "dtype": t.dtype.name(),
+                    "onnx_dtype": t.dtype.onnx_code(), "elem_bytes": t.dtype.size_bytes(),
+                    "rank": t.shape.len(), "dims": dims, "shape": json_dims(p, &t.shape), "tensor": t.tensor,
+                })
+            })
+            .collect()
+    };
+    let kernels: Vec<Json> = p
+        .kernels
+        .iter()
+        .map(|k| json!({ "name": k.name, "template": k.template, "node": k.node, "args": k.args, "num_args": k.args.len() }))
+        .collect();
+    json!({
+        "model_name": p.model_name,
+        "source": Path::new(&p.source).file_name().and_then(|s| s.to_str()).unwrap_or(&p.source),
+        "arch": arch,
+        "has_batch": p.batch.is_some(),
+        "batch_symbol": p.batch.as_ref().map(|b| b.symbol.clone()).unwrap_or_default(),
+        "max_batch": p.batch.as_ref().map(|b| b.max).unwrap_or(1),
+        "tensors": tensors,
+        "num_tensors": p.tensors.len(),
+        "inputs": io(&p.inputs),
+        "outputs": io(&p.outputs),
+        "num_inputs": p.inputs.len(),
+        "num_outputs": p.outputs.len(),
+        "kernels": kernels,
+        "num_kernels": p.kernels.len(),
+        "arena_bytes": p.memory.arena_bytes,
+        "activations_bytes": p.memory.activations_bytes,
+        "workspace_bytes": p.memory.workspace_bytes,
+        "weights_bytes": p.memory.weights_bytes,
+    })
+}
+
+/// The weights index written beside the blob, for people and tools.
+fn weights_index(p: &Program) -> Json {
+    let entries: Vec<Json> = p
+        .tensors
+        .iter()
+        .filter_map(|t| match t.storage {
+            Storage::Weight { offset, bytes } => Some(json!({
+                "name": t.name, "dtype": t.dtype.name(), "shape": json_dims(p, &t.shape), "offset": offset, "bytes": bytes,
+            })),
+            _ => None,
+        })
+        .collect();
+    json!({ "format_version": 1, "file": "weights.bin", "bytes": p.weights.len(), "tensors": entries })
+}
+
+fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
+    if std::fs::read(path).ok().as_deref() == Some(bytes) {
+        return Ok(());
+    }
+    std::fs::write(path, bytes).map_err(|e| Error::Other(format!("writing {}: {e}", path.display())))
+}
+
+/// Renders `program` into `out` for the templates' target. Files are rewritten only when their
+/// bytes change, so the build's object cache and file times stay meaningful.
+pub fn generate(p: &Program, templates: &Templates, arch: &str, out: &Path) -> Result<Generated> {
+    std::fs::create_dir_all(out).map_err(|e| Error::Other(format!("creating {}: {e}", out.display())))?;
+    let mut written = BTreeSet::new();
+    let mut gen = Generated::default();
+    let model = model_context(p, arch);
+    for (template, file) in MODEL_FILES {
+        let text = templates.render(template, &model)?;
+        write_if_changed(&out.join(file), text.as_bytes())?;
+        written.insert(file.to_string());
+        if file.ends_with(".cu") {
+            gen.sources.push(PathBuf::from(file));
+        } else {
+            gen.headers.push(PathBuf::from(file));
+        }
+    }
+    for k in &p.kernels {
+        let mut ctx: Map<String, Json> = k.context.clone();
+        ctx.insert("node".into(), json!(k.node));
+        ctx.insert("workspace_bytes".into(), json!(k.workspace_bytes));
+        let text = templates
+            .render(&format!("kernels/{}.cu", k.template), &Json::Object(ctx))
+            .map_err(|e| Error::Other(format!("kernel {} (node '{}'): {e}", k.name, k.node)))?;
+        let file = format!("{}.cu", k.name);
+        write_if_changed(&out.join(&file), text.as_bytes())?;
+        gen.sources.push(PathBuf::from(&file));
+        written.insert(file);
+    }
+    write_if_changed(&out.join("weights.bin"), &p.weights)?;
+    let index = serde_json::to_string_pretty(&weights_index(p)).map_err(|e| Error::Other(e.to_string()))? + "\n";
+    write_if_changed(&out.join("weights.json"), index.as_bytes())?;
+    // Sources of an earlier render that this one does not produce would otherwise be built too.
+    if let Ok(rd) = std::fs::read_dir(out) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let generated_kind = name.ends_with(".cu") || name.ends_with(".cuh") || name.ends_with(".h");
+            if generated_kind && !written.contains(&name) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    Ok(gen)
+}
+
+/// A model rendered for one target: the program and the files.
+pub struct GeneratedModel {
+    pub program: Program,
+    pub files: Generated,
+}
+
+impl GeneratedModel {
+    /// Lines for the compile summary: kernels by template, memory plan.
+    pub fn summary(&self) -> String {
+        let p = &self.program;
+        let mut by_template = std::collections::BTreeMap::<&str, usize>::new();
+        for k in &p.kernels {
+            *by_template.entry(k.template.as_str()).or_default() += 1;
+        }
+        let t: Vec<String> = by_template.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        let batch = match &p.batch {
+            Some(b) => format!("batch '{}' from 1 to {}", b.symbol, b.max),
+            None => "fixed shapes".to_string(),
+        };
+        format!(
+            "generated: {} kernels ({}); {batch}\nmemory:    arena {:.1} MiB for {:.1} MiB of activations (at the largest batch), workspace {:.1} MiB, weights {:.1} MiB\n",
+            p.kernels.len(),
+            t.join(", "),
+            mib(p.memory.arena_bytes),
+            mib(p.memory.activations_bytes),
+            mib(p.memory.workspace_bytes),
+            mib(p.memory.weights_bytes),
+        )
+    }
+}
+
+/// Build metadata: what was generated for which target, the kernel list and the memory plan.
+/// Deterministic (no timings, no paths of this machine).
+fn build_metadata(p: &Program, target: &str, arch: &str, files: &Generated) -> Json {
+    let kernels: Vec<Json> =
+        p.kernels.iter().map(|k| json!({ "name": k.name, "template": k.template, "node": k.node })).collect();
+    json!({
+        "format_version": 1,
+        "generator": concat!("onnx2ait ", env!("CARGO_PKG_VERSION")),
+        "model": Path::new(&p.source).file_name().and_then(|s| s.to_str()).unwrap_or(&p.source),
+        "target": target,
+        "arch": arch,
+        "library": "libmodel.so",
+        "batch": p.batch,
+        "sources": files.sources,
+        "headers": files.headers,
+        "kernels": kernels,
+        "memory": p.memory,
+    })
+}
+
+/// Lowers an optimised graph for the CUDA target and renders it into `out` (sources, weights,
+/// build metadata). Building is separate (`crate::build`).
+pub fn generate_cuda(
+    graph: &crate::ir::Graph,
+    opts: &crate::lower::LowerOptions,
+    arch: crate::build::nvcc::Arch,
+    out: &Path,
+) -> Result<GeneratedModel> {
+    let target = crate::lower::cuda::CudaTarget::new(arch);
+    let program = crate::lower::lower(graph, &target, opts)?;
+    let templates = Templates::for_target(crate::lower::Target::name(&target))?;
+    let files = generate(&program, &templates, arch.as_str(), out)?;
+    let meta = build_metadata(&program, "cuda", arch.as_str(), &files);
+    let text = serde_json::to_string_pretty(&meta).map_err(|e| Error::Other(e.to_string()))? + "\n";
+    write_if_changed(&out.join("build.json"), text.as_bytes())?;
+    Ok(GeneratedModel { program, files })
+}

@@ -1,0 +1,797 @@
+//! Lowering of the fused 2-D convolution (kernel-level `Conv2d`):
+//! `out = act(pre_act(conv(x, w) + bias) + residual)` on channels-last fp16 activations.
+//!
+//! The family describes the problem ([`ConvProblem`]) and the target picks the kernel: a library
+//! instance (CUTLASS on CUDA) or the direct kernel [`DIRECT_TEMPLATE`], which every target
+//! provides and which computes any group count, channel count, padding, stride and dilation.
+//!
+//! - Layout: the kernels compute channels-last: x `[N,H,W,C]`, w KRSC `[K,R,S,C/g]`, out
+//!   `[N,P,Q,K]` (`Layout::Nhwc`). The optimiser turns convolutions into NHWC where the layout
+//!   transforms pay off across a network; an `Layout::Nchw` one (x `[N,C,H,W]`, w `[K,C/g,R,S]`,
+//!   typically an isolated conv, which the cost model prices as the NHWC kernel plus two
+//!   transforms) gets exactly that: x (and a residual) transposed to NHWC, constant weights
+//!   permuted to KRSC at compile time (run-time weights by a kernel), the NHWC kernel, and the
+//!   output transposed back. Transforms over a size-1 channel or spatial extent move no bytes
+//!   and are skipped.
+//! - Stem padding: library convolutions want the input channels in multiples of
+//!   `Target::conv_channel_multiple` (8 for 16-byte fp16 accesses), which an RGB stem (C = 3)
+//!   is not. When the weights are a compile-time constant and the group count is 1, the lowering
+//!   pads them with zero input channels (KRSC `[K,R,S,3]` → `[K,R,S,8]`, a new weight), emits a
+//!   [`PAD_CHANNELS_TEMPLATE`] kernel that copies x into a zero-filled `[N,H,W,8]` temporary,
+//!   and runs the library convolution on that; the zero channels add nothing to any sum, so the
+//!   result is exactly the unpadded convolution's. If the target has no library instance for
+//!   the padded problem either, the direct kernel runs on the unpadded tensors.
+//! - Direct kernel weights: constant weights are stored transposed to RSCK `[R,S,C/g,K]`, so the
+//!   output channels a thread computes read contiguous weights; run-time weights are read in
+//!   their KRSC layout. The template gets the weights' element strides either way.
+//! - Bias `[K]` and residual (the output's shape) are optional; `pre_act`/`act` are rendered by
+//!   `act::act_call` as C++ expressions in `v`.
+
+use super::act::act_call;
+use super::LowerSpec;
+use crate::ir::ops::kernel::{Act, Conv2d, Layout};
+use crate::ir::{DType, Dim, Node, Tensor};
+use crate::lower::{ConvProblem, Instance, LowerCtx, LowerError, LowerResult, TensorId};
+use crate::lower_unsupported;
+use ndarray::{s, ArrayD, IxDyn};
+use serde_json::{json, Map, Value as Json};
+use std::borrow::Cow;
+
+pub const OPS: &[LowerSpec] = &[LowerSpec::of::<Conv2d>("Conv2d", lower_conv2d)];
+
+/// The target-neutral direct convolution every target provides.
+pub const DIRECT_TEMPLATE: &str = "conv2d_direct";
+/// Zero-pads the channel dim of a channels-last tensor.
+pub const PAD_CHANNELS_TEMPLATE: &str = "pad_channels";
+/// The `transpose` family's template (NCHW ↔ NHWC around an NCHW convolution).
+const TRANSPOSE_TEMPLATE: &str = "transpose";
+
+/// The C++ float expression applying an optional activation to `x`.
+pub(crate) fn act_expr(act: Option<Act>, x: &str) -> String {
+    match act {
+        Some(a) => act_call(a, x),
+        None => x.to_string(),
+    }
+}
+
+/// A dim that kernels need as a compile-time constant.
+fn known(d: &Dim, what: &str) -> LowerResult<i64> {
+    d.as_known().ok_or_else(|| {
+        LowerError::Unsupported(format!("the {what} ({d}) must be known at compile time for a convolution kernel"))
+    })
+}
+
+/// The graph shape of node input `i` (without packing a constant into the weights blob).
+fn input_shape(cx: &LowerCtx, node: &Node, i: usize) -> LowerResult<Vec<Dim>> {
+    let v =
+        node.inputs.get(i).copied().flatten().ok_or_else(|| LowerError::Invalid(format!("input {i} is missing")))?;
+    let val = cx.graph.value(v);
+    let ty =
+        val.ty.as_ref().ok_or_else(|| LowerError::Invalid(format!("value '{}' has no inferred type", val.name)))?;
+    Ok(ty.shape.clone())
+}
+
+/// The graph name of node input `i`, for naming derived weights.
+fn input_name(cx: &LowerCtx, node: &Node, i: usize) -> String {
+    match node.inputs.get(i).copied().flatten() {
+        Some(v) => cx.graph.value(v).name.clone(),
+        None => format!("{}.input{i}", node.name),
+    }
+}
+
+fn ensure_f16(cx: &LowerCtx, t: TensorId, what: &str) -> LowerResult<()> {
+    let dt = cx.dtype(t);
+    if dt != DType::F16 {
+        lower_unsupported!("convolution {what} is {dt} on the device; the kernels compute on fp16 tensors");
+    }
+    Ok(())
+}
+
+/// KRSC weights `[K,R,S,C]` with zero input channels appended up to `c_padded`.
+fn pad_weight_channels(w: &Tensor, c_padded: usize) -> LowerResult<Tensor> {
+    let a = w.to_f32();
+    let &[k, r, s_, c] = a.shape() else {
+        return Err(LowerError::Invalid(format!("convolution weights must be rank 4, found {:?}", a.shape())));
+    };
+    let mut out = ArrayD::<f32>::zeros(IxDyn(&[k, r, s_, c_padded]));
+    out.slice_mut(s![.., .., .., ..c]).assign(&a);
+    Ok(Tensor::F32(out))
+}
+
+/// The lowering of a kernel-level `Conv2d` node.
+fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
+    let op = node
+        .op
+        .downcast_ref::<Conv2d>()
+        .ok_or_else(|| LowerError::Invalid("the node is not a kernel-level Conv2d".into()))?;
+    let nchw = op.layout == Layout::Nchw;
+    let x_in = cx.input(node, 0)?;
+    ensure_f16(cx, x_in, "input")?;
+    let xs = cx.shape(x_in).to_vec();
+    let ws = input_shape(cx, node, 1)?;
+    let out_shape = {
+        let v = *node.outputs.first().ok_or_else(|| LowerError::Invalid("output 0 is missing".into()))?;
+        let val = cx.graph.value(v);
+        val.ty
+            .as_ref()
+            .ok_or_else(|| LowerError::Invalid(format!("value '{}' has no inferred type", val.name)))?
+            .shape
+            .clone()
+    };
+    if xs.len() != 4 || ws.len() != 4 || out_shape.len() != 4 {
+        return Err(LowerError::Invalid(format!(
+            "Conv2d needs rank-4 input, weights and output, found ranks {}, {} and {}",
+            xs.len(),
+            ws.len(),
+            out_shape.len()
+        )));
+    }
+    // Axis positions of (H, W, C) in x, (K, R, S, Cg) in w and (P, Q) in the output.
+    let ([ih, iw, ic], [wk, wr, wsx, wc], [op_, oq]) =
+        if nchw { ([2, 3, 1], [0, 2, 3, 1], [2, 3]) } else { ([1, 2, 3], [0, 1, 2, 3], [1, 2]) };
+    let n = xs[0].clone();
+    let (h, w, c) =
+        (known(&xs[ih], "input height")?, known(&xs[iw], "input width")?, known(&xs[ic], "input channel count")?);
+    let (k, r, s_, cg) = (
+        known(&ws[wk], "output channel count")?,
+        known(&ws[wr], "filter height")?,
+        known(&ws[wsx], "filter width")?,
+        known(&ws[wc], "channels per group")?,
+    );
+    let (p, q) = (known(&out_shape[op_], "output height")?, known(&out_shape[oq], "output width")?);
+    let geom = &op.geom;
+    let group = geom.group as i64;
+    if group < 1 || cg * group != c || k % group != 0 {
+        return Err(LowerError::Invalid(format!(
+            "weights with {k} filters of {r}x{s_}x{cg} do not fit {c} input channels in {group} groups"
+        )));
+    }
+    let i64s = |v: &[usize]| -> Vec<i64> { v.iter().map(|&x| x as i64).collect() };
+    let (pads, strides, dilations) = (i64s(&geom.pads), i64s(&geom.strides), i64s(&geom.dilations));
+    let problem = ConvProblem {
+        n: n.clone(),
+        h,
+        w,
+        c,
+        k,
+        r,
+        s: s_,
+        p,
+        q,
+        pads: [pads[0], pads[1], pads[2], pads[3]],
+        strides: [strides[0], strides[1]],
+        dilations: [dilations[0], dilations[1]],
+        group,
+        bias: node.inputs.get(2).copied().flatten().is_some(),
+        residual: node.inputs.get(3).copied().flatten().is_some(),
+        pre_act: op.pre_act,
+        act: op.act,
+    };
+    let d = Dim::known;
+    let nhwc_in = vec![n.clone(), d(h), d(w), d(c)];
+    let nhwc_out = vec![n.clone(), d(p), d(q), d(k)];
+
+    // NCHW: the kernels run channels-last between layout transforms (the optimiser's cost model
+    // prices an NCHW convolution exactly so). A transform over a size-1 channel or spatial extent
+    // moves no bytes and is skipped.
+    let x = if nchw && c > 1 && h * w > 1 {
+        let t = cx.temp(&format!("{}.nhwc", cx.tensor(x_in).name), DType::F16, nhwc_in.clone());
+        emit_matrix_transpose(cx, node, x_in, t, &n, c, h * w)?;
+        t
+    } else {
+        x_in
+    };
+    // Weights as KRSC: constants are permuted at compile time, run-time weights by a kernel.
+    let w_const: Option<Cow<Tensor>> =
+        cx.konst(node, 1).map(|t| if nchw { Cow::Owned(permute(t, &[0, 2, 3, 1])) } else { Cow::Borrowed(t) });
+    let w_runtime = match w_const {
+        Some(_) => None,
+        None => {
+            let w_in = cx.input(node, 1)?;
+            ensure_f16(cx, w_in, "weights")?;
+            Some(if nchw && cg > 1 && r * s_ > 1 {
+                let t = cx.temp(&format!("{}.krsc", cx.tensor(w_in).name), DType::F16, vec![d(k), d(r), d(s_), d(cg)]);
+                emit_matrix_transpose(cx, node, w_in, t, &d(k), cg, r * s_)?;
+                t
+            } else {
+                w_in
+            })
+        }
+    };
+    let bias = cx.opt_input(node, 2)?;
+    if let Some(b) = bias {
+        ensure_f16(cx, b, "bias")?;
+    }
+    let out_moves = nchw && k > 1 && p * q > 1;
+    let res = match cx.opt_input(node, 3)? {
+        Some(r_in) if out_moves => {
+            ensure_f16(cx, r_in, "residual")?;
+            let t = cx.temp(&format!("{}.nhwc", cx.tensor(r_in).name), DType::F16, nhwc_out.clone());
+            emit_matrix_transpose(cx, node, r_in, t, &n, k, p * q)?;
+            Some(t)
+        }
+        other => other,
+    };
+    if let Some(r) = res {
+        ensure_f16(cx, r, "residual")?;
+    }
+
+    // The kernel and the tensors it reads, then the output.
+    let multiple = cx.target.conv_channel_multiple() as i64;
+    let padded = ConvProblem { c: (c + multiple.max(1) - 1) / multiple.max(1) * multiple.max(1), ..problem.clone() };
+    let (p_final, inst, x_k, w_k, w_layout) = match &w_const {
+        // A thin stem: pad the channels up to the library's multiple when the weights can be padded.
+        Some(wk)
+            if group == 1
+                && multiple > 1
+                && c % multiple != 0
+                && cx.target.conv2d(&padded).template != DIRECT_TEMPLATE =>
+        {
+            let inst = cx.target.conv2d(&padded);
+            let cp = padded.c;
+            let wt =
+                cx.add_weight(&format!("{}.pad{cp}", input_name(cx, node, 1)), &pad_weight_channels(wk, cp as usize)?)?;
+            let mut xs_padded = nhwc_in.clone();
+            xs_padded[3] = d(cp);
+            let x_padded = cx.temp(&format!("{}.pad{cp}", cx.tensor(x).name), DType::F16, xs_padded);
+            let mut pc = Map::new();
+            pc.insert("pixels".into(), json!(cx.numel_expr(&nhwc_in[..3])?));
+            pc.insert("c_in".into(), json!(c));
+            pc.insert("c_out".into(), json!(cp));
+            pc.insert("x_index".into(), json!(0));
+            pc.insert("out_index".into(), json!(1));
+            cx.emit(&node.name, PAD_CHANNELS_TEMPLATE, vec![x, x_padded], vec![1], pc, 0)?;
+            (padded, inst, x_padded, wt, WeightLayout::Krsc)
+        }
+        Some(wk) => {
+            let inst = cx.target.conv2d(&problem);
+            if inst.template == DIRECT_TEMPLATE {
+                let wt = cx.add_weight(&format!("{}.rsck", input_name(cx, node, 1)), &permute(wk, &[1, 2, 3, 0]))?;
+                (problem, inst, x, wt, WeightLayout::Rsck)
+            } else {
+                let name = if nchw { format!("{}.krsc", input_name(cx, node, 1)) } else { input_name(cx, node, 1) };
+                let wt = if nchw { cx.add_weight(&name, wk)? } else { cx.input(node, 1)? };
+                (problem, inst, x, wt, WeightLayout::Krsc)
+            }
+        }
+        None => {
+            let inst = cx.target.conv2d(&problem);
+            let wt = w_runtime.ok_or_else(|| LowerError::Invalid("convolution weights are missing".into()))?;
+            (problem, inst, x, wt, WeightLayout::Krsc)
+        }
+    };
+    if out_moves {
+        let out_nhwc = cx.temp(&format!("{}.nhwc", node.name), DType::F16, nhwc_out);
+        emit_conv(cx, node, &p_final, inst, [x_k, w_k], w_layout, bias, res, out_nhwc)?;
+        let out = cx.output(node, 0)?;
+        ensure_f16(cx, out, "output")?;
+        emit_matrix_transpose(cx, node, out_nhwc, out, &n, p * q, k)
+    } else {
+        let out = cx.output(node, 0)?;
+        ensure_f16(cx, out, "output")?;
+        emit_conv(cx, node, &p_final, inst, [x_k, w_k], w_layout, bias, res, out)
+    }
+}
+
+/// A constant with its axes permuted (`out.shape[i] = in.shape[perm[i]]`), as fp32.
+fn permute(t: &Tensor, perm: &[usize]) -> Tensor {
+    Tensor::F32(t.to_f32().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned())
+}
+
+/// Emits `dst[b, j, i] = src[b, i, j]` over fp16 `[batches, rows, cols]`: NCHW ↔ NHWC (and OIHW →
+/// KRSC) through the `transpose` family's tiled kernel (fields as in transpose.cu.hbs).
+fn emit_matrix_transpose(
+    cx: &mut LowerCtx,
+    node: &Node,
+    src: TensorId,
+    dst: TensorId,
+    batches: &Dim,
+    rows: i64,
+    cols: i64,
+) -> LowerResult<()> {
+    let mut c = Map::new();
+    c.insert("ctype".into(), json!("half"));
+    c.insert("n".into(), json!(cx.expr(&batches.mul(&Dim::known(rows * cols)))?));
+    c.insert("tiled".into(), json!(true));
+    c.insert("batches".into(), json!(cx.expr(batches)?));
+    c.insert("rows".into(), json!(rows.to_string()));
+    c.insert("cols".into(), json!(cols.to_string()));
+    cx.emit(&node.name, TRANSPOSE_TEMPLATE, vec![src, dst], vec![1], c, 0)
+}
+
+/// How the weights the kernel reads are laid out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WeightLayout {
+    /// `[K,R,S,Cg]`, as in the graph.
+    Krsc,
+    /// `[R,S,Cg,K]`, transposed at compile time for the direct kernel.
+    Rsck,
+}
+
+/// Emits the NHWC convolution kernel over `x` and `w` (the node's inputs or their padded /
+/// transposed versions) with the bias, residual and output tensors given.
+#[allow(clippy::too_many_arguments)]
+fn emit_conv(
+    cx: &mut LowerCtx,
+    node: &Node,
+    p: &ConvProblem,
+    inst: Instance,
+    [x, w]: [TensorId; 2],
+    w_layout: WeightLayout,
+    bias: Option<TensorId>,
+    res: Option<TensorId>,
+    out: TensorId,
+) -> LowerResult<()> {
+    ensure_f16(cx, w, "weights")?;
+    let mut args = vec![x, w];
+    let mut slot = |t: Option<TensorId>| -> i64 {
+        match t {
+            Some(t) => {
+                args.push(t);
+                args.len() as i64 - 1
+            }
+            None => -1,
+        }
+    };
+    let bias_index = slot(bias);
+    let res_index = slot(res);
+    let out_index = slot(Some(out));
+
+    let (cg, kg) = (p.c / p.group, p.k / p.group);
+    let [ws_k, ws_r, ws_s, ws_c] = match w_layout {
+        WeightLayout::Krsc => [p.r * p.s * cg, p.s * cg, cg, 1],
+        WeightLayout::Rsck => [1, p.s * cg * p.k, cg * p.k, p.k],
+    };
+    let mut c: Map<String, Json> = Map::new();
+    c.insert("n".into(), json!(cx.expr(&p.n)?));
+    for (key, v) in [
+        ("h", p.h),
+        ("w", p.w),
+        ("c", p.c),
+        ("k", p.k),
+        ("r", p.r),
+        ("s", p.s),
+        ("p", p.p),
+        ("q", p.q),
+        ("pad_h", p.pads[0]),
+        ("pad_w", p.pads[1]),
+        ("stride_h", p.strides[0]),
+        ("stride_w", p.strides[1]),
+        ("dil_h", p.dilations[0]),
+        ("dil_w", p.dilations[1]),
+        ("group", p.group),
+        ("cg", cg),
+        ("kg", kg),
+        ("w_stride_k", ws_k),
+        ("w_stride_r", ws_r),
+        ("w_stride_s", ws_s),
+        ("w_stride_c", ws_c),
+        ("x_index", 0),
+        ("w_index", 1),
+        ("bias_index", bias_index),
+        ("res_index", res_index),
+        ("out_index", out_index),
+    ] {
+        c.insert(key.into(), json!(v));
+    }
+    c.insert("has_bias".into(), json!(bias.is_some()));
+    c.insert("has_residual".into(), json!(res.is_some()));
+    c.insert("pre_act".into(), json!(act_expr(p.pre_act, "v")));
+    c.insert("act".into(), json!(act_expr(p.act, "v")));
+    // Without a residual the two activations compose: act(pre_act(v)).
+    c.insert("epilogue".into(), json!(act_expr(p.act, &act_expr(p.pre_act, "v"))));
+    for (key, v) in inst.context {
+        c.insert(key, v);
+    }
+    cx.emit(&node.name, &inst.template, args, vec![out_index as usize], c, inst.workspace_bytes)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::build::nvcc::Arch;
+    use crate::ir::ops::kernel::ConvGeom;
+    use crate::ir::{Graph, Op, Value, ValueType};
+    use crate::lower::cuda::CudaTarget;
+    use crate::lower::{KernelInstance, Program, Storage};
+    use std::sync::Arc;
+
+    /// A graph under construction: typed values, constants, nodes.
+    pub(crate) struct G {
+        pub g: Graph,
+    }
+
+    impl G {
+        pub fn new() -> G {
+            G { g: Graph::default() }
+        }
+        pub fn value(&mut self, name: &str, dtype: DType, shape: Vec<Dim>) -> usize {
+            self.g.values.push(Value {
+                name: name.into(),
+                ty: Some(ValueType::new(dtype, shape)),
+                konst: None,
+                sym: None,
+            });
+            self.g.values.len() - 1
+        }
+        pub fn input(&mut self, name: &str, shape: Vec<Dim>) -> usize {
+            let v = self.value(name, DType::F32, shape);
+            self.g.inputs.push(v);
+            v
+        }
+        pub fn konst(&mut self, name: &str, shape: &[usize], f: impl Fn(usize) -> f32) -> usize {
+            let n: usize = shape.iter().product();
+            let t = Tensor::from_f32s(shape, (0..n).map(f).collect());
+            let v = self.value(name, DType::F32, shape.iter().map(|&d| Dim::known(d as i64)).collect());
+            self.g.values[v].konst = Some(Arc::new(t));
+            v
+        }
+        /// Adds a node, inferring its output type with the op's own `infer`.
+        pub fn node(&mut self, name: &str, op: Box<dyn Op>, inputs: Vec<Option<usize>>) -> usize {
+            let facts: Vec<Option<crate::ir::Fact>> = inputs
+                .iter()
+                .map(|i| i.map(|v| crate::ir::Fact::of_type(self.g.values[v].ty.clone().expect("typed"))))
+                .collect();
+            let refs: Vec<Option<&crate::ir::Fact>> = facts.iter().map(|f| f.as_ref()).collect();
+            let out = op.infer(&refs).expect("infer")[0].clone();
+            let o = self.value(&format!("{name}.out"), out.dtype(), out.shape().to_vec());
+            self.g.nodes.push(Node {
+                name: name.into(),
+                op_type: op.op_type().into(),
+                domain: String::new(),
+                op,
+                inputs,
+                outputs: vec![o],
+            });
+            o
+        }
+    }
+
+    /// Lowers every node of `g` with `lower` (the family's function, so the test does not depend
+    /// on the family tables), graph inputs bound as in `lower::lower`.
+    pub(crate) fn lower_with(g: &Graph, lower: fn(&mut LowerCtx, &Node) -> LowerResult<()>) -> LowerResult<Program> {
+        lower_named(g, lower, "test")
+    }
+
+    pub(crate) fn lower_named(
+        g: &Graph,
+        lower: fn(&mut LowerCtx, &Node) -> LowerResult<()>,
+        model_name: &str,
+    ) -> LowerResult<Program> {
+        let target = CudaTarget::new(Arch::Sm90);
+        let program = Program {
+            model_name: model_name.into(),
+            source: "test.onnx".into(),
+            batch: Some(crate::lower::Batch { symbol: "N".into(), max: 64 }),
+            tensors: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            kernels: Vec::new(),
+            weights: Vec::new(),
+            memory: Default::default(),
+        };
+        let mut cx = LowerCtx {
+            graph: g,
+            target: &target,
+            program,
+            value_tensor: vec![None; g.values.len()],
+            batch_symbol: Some("N".into()),
+        };
+        for (index, &v) in g.inputs.iter().enumerate() {
+            let (_, shape) = cx.value_shape(v)?;
+            let t = cx.push_tensor(&g.value(v).name.clone(), DType::F16, shape, Storage::Input { index });
+            cx.value_tensor[v] = Some(t);
+        }
+        for node in &g.nodes {
+            lower(&mut cx, node)?;
+        }
+        Ok(cx.program)
+    }
+
+    /// Renders every kernel of `p` through its template the way codegen does (strict mode, no
+    /// escaping, `node` and `workspace_bytes` added), from the template files on disk. With
+    /// `O2A_RENDER_DIR` set, writes the files there with a rendered `common.cuh`, ready for nvcc.
+    pub(crate) fn render_all(p: &Program) -> Vec<(String, String)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/cuda");
+        let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let mut hb = handlebars::Handlebars::new();
+        hb.set_strict_mode(true);
+        hb.register_escape_fn(handlebars::no_escape);
+        hb.register_template_string("pointwise", read("partials/pointwise.hbs")).expect("pointwise");
+        hb.register_template_string("common.cuh", read("common.cuh.hbs")).expect("common");
+        let mut files = Vec::new();
+        for k in &p.kernels {
+            let name = format!("kernels/{}.cu", k.template);
+            if !hb.has_template(&name) {
+                hb.register_template_string(&name, read(&format!("{name}.hbs"))).expect("template parses");
+            }
+            let mut ctx = k.context.clone();
+            ctx.insert("node".into(), json!(k.node));
+            ctx.insert("workspace_bytes".into(), json!(k.workspace_bytes));
+            let text = hb.render(&name, &Json::Object(ctx)).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            files.push((format!("{}.cu", k.name), text));
+        }
+        if let Ok(dir) = std::env::var("O2A_RENDER_DIR") {
+            let dir = std::path::Path::new(&dir);
+            std::fs::create_dir_all(dir).expect("render dir");
+            let common = hb.render("common.cuh", &json!({ "model_name": p.model_name })).expect("common.cuh");
+            std::fs::write(dir.join("common.cuh"), common).expect("write");
+            let mut manifest = Vec::new();
+            for ((f, text), k) in files.iter().zip(&p.kernels) {
+                // Launchers of several test programs go into one library: prefix the names.
+                let file = format!("{}_{f}", p.model_name);
+                let name = format!("{}_{}", p.model_name, k.name);
+                std::fs::write(dir.join(&file), text.replace(&k.name, &name)).expect("write");
+                manifest.push(json!({ "file": file, "name": name, "template": k.template, "context": k.context }));
+            }
+            let text = serde_json::to_string_pretty(&manifest).expect("manifest");
+            std::fs::write(dir.join(format!("{}_manifest.json", p.model_name)), text).expect("write");
+        }
+        files
+    }
+
+    fn geom(s: usize, p: usize, g: usize) -> ConvGeom {
+        ConvGeom { strides: [s, s], pads: [p; 4], dilations: [1, 1], group: g }
+    }
+
+    fn conv_op(s: usize, p: usize, g: usize, act: Option<Act>) -> Box<dyn Op> {
+        Box::new(Conv2d { layout: Layout::Nhwc, geom: geom(s, p, g), act, pre_act: None })
+    }
+
+    fn nhwc(h: i64, w: i64, c: i64) -> Vec<Dim> {
+        vec![Dim::sym("N"), Dim::known(h), Dim::known(w), Dim::known(c)]
+    }
+
+    fn only_kernel(p: &Program, template: &str) -> KernelInstance {
+        let ks: Vec<&KernelInstance> = p.kernels.iter().filter(|k| k.template == template).collect();
+        assert_eq!(ks.len(), 1, "{:?}", p.kernels.iter().map(|k| &k.template).collect::<Vec<_>>());
+        ks[0].clone()
+    }
+
+    #[test]
+    fn resnet_block_uses_cutlass() {
+        let mut b = G::new();
+        let x = b.input("x", nhwc(56, 56, 64));
+        let w = b.konst("w", &[64, 3, 3, 64], |i| (i % 7) as f32 * 0.01);
+        let bias = b.konst("b", &[64], |i| i as f32);
+        let y = b.node("conv1", conv_op(1, 1, 1, Some(Act::Relu)), vec![Some(x), Some(w), Some(bias), None]);
+        let res_op =
+            Box::new(Conv2d { layout: Layout::Nhwc, geom: geom(1, 0, 1), act: Some(Act::Relu), pre_act: None });
+        let w2 = b.konst("w2", &[64, 1, 1, 64], |_| 0.5);
+        b.node("conv2", res_op, vec![Some(y), Some(w2), Some(bias), Some(x)]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert_eq!(p.kernels.len(), 2);
+        let k0 = &p.kernels[0];
+        assert_eq!(k0.template, "conv2d_cutlass");
+        assert_eq!(k0.context["n"], "(batch)");
+        assert_eq!(k0.context["epilogue"], "o2a_relu(v)");
+        assert_eq!(k0.context["has_residual"], false);
+        assert_eq!(k0.args.len(), 4);
+        let k1 = &p.kernels[1];
+        assert_eq!(k1.context["has_residual"], true);
+        assert_eq!(k1.context["act"], "o2a_relu(v)");
+        assert_eq!(k1.context["pre_act"], "v");
+        assert_eq!((k1.context["res_index"].as_i64(), k1.context["out_index"].as_i64()), (Some(3), Some(4)));
+        assert_eq!(k1.writes, vec![4]);
+    }
+
+    #[test]
+    fn rgb_stem_is_padded_to_eight_channels() {
+        let mut b = G::new();
+        let x = b.input("x", nhwc(224, 224, 3));
+        let w = b.konst("w", &[64, 7, 7, 3], |i| i as f32);
+        b.node("stem", conv_op(2, 3, 1, Some(Act::Relu)), vec![Some(x), Some(w), None, None]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert_eq!(
+            p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
+            ["pad_channels", "conv2d_cutlass"]
+        );
+        let pad = &p.kernels[0];
+        assert_eq!(pad.context["c_in"], 3);
+        assert_eq!(pad.context["c_out"], 8);
+        assert_eq!(pad.context["pixels"], "((int64_t)50176*batch)");
+        let conv = &p.kernels[1];
+        assert_eq!(conv.context["c"], 8);
+        assert_eq!(conv.context["iterator"], "kFixedChannels");
+        assert_eq!(conv.context["has_bias"], false);
+        // The conv reads the padded temporary and the padded weight.
+        assert_eq!(conv.args[0], pad.args[1]);
+        let wt = &p.tensors[conv.args[1]];
+        assert_eq!(wt.shape, vec![Dim::known(64), Dim::known(7), Dim::known(7), Dim::known(8)]);
+        let Storage::Weight { offset, bytes } = wt.storage else { panic!("padded weight is a weight") };
+        assert_eq!(bytes, 64 * 7 * 7 * 8 * 2);
+        // Channels 0..3 carry the original values (fp16), 3..8 are zero.
+        let half_at = |i: usize| {
+            let o = offset as usize + 2 * i;
+            half::f16::from_le_bytes([p.weights[o], p.weights[o + 1]]).to_f32()
+        };
+        assert_eq!((half_at(0), half_at(1), half_at(2), half_at(3), half_at(7)), (0.0, 1.0, 2.0, 0.0, 0.0));
+        assert_eq!(half_at(8), 3.0);
+    }
+
+    #[test]
+    fn grouped_and_depthwise_use_the_direct_kernel() {
+        let mut b = G::new();
+        let x = b.input("x", nhwc(28, 28, 64));
+        let w = b.konst("w", &[64, 3, 3, 1], |i| i as f32);
+        let y =
+            b.node("dw", conv_op(1, 1, 64, Some(Act::Clip { lo: 0.0, hi: 6.0 })), vec![Some(x), Some(w), None, None]);
+        let w2 = b.konst("w2", &[32, 3, 3, 32], |_| 1.0);
+        b.node("grouped", conv_op(2, 1, 2, None), vec![Some(y), Some(w2), None, None]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert!(p.kernels.iter().all(|k| k.template == "conv2d_direct"));
+        let dw = &p.kernels[0];
+        assert_eq!((dw.context["cg"].as_i64(), dw.context["kg"].as_i64()), (Some(1), Some(1)));
+        assert_eq!(dw.context["k_per_thread"], 1);
+        assert_eq!(dw.context["act"], "o2a_clip(v, 0.0f, 6.0f)");
+        // Constant weights are transposed to RSCK: w[k, r, s, c] at ((r*S + s)*Cg + c)*K + k.
+        assert_eq!(
+            ["w_stride_k", "w_stride_r", "w_stride_s", "w_stride_c"].map(|f| dw.context[f].as_i64().unwrap()),
+            [1, 3 * 64, 64, 64]
+        );
+        let wt = &p.tensors[dw.args[1]];
+        assert_eq!(wt.shape, vec![Dim::known(3), Dim::known(3), Dim::known(1), Dim::known(64)]);
+        let grouped = &p.kernels[1];
+        assert_eq!((grouped.context["cg"].as_i64(), grouped.context["kg"].as_i64()), (Some(32), Some(16)));
+        assert_eq!(grouped.context["k_per_thread"], 8);
+        assert_eq!(grouped.context["p"], 14);
+    }
+
+    #[test]
+    fn nchw_runs_between_layout_transforms() {
+        let mut b = G::new();
+        let x = b.input("x", vec![Dim::sym("N"), Dim::known(16), Dim::known(10), Dim::known(12)]);
+        // OIHW weights: w[k, c, r, s] = 1000k + 100c + 10r + s.
+        let w = b
+            .konst("w", &[32, 16, 3, 3], |i| ((i / 144) * 1000 + (i / 9 % 16) * 100 + (i / 3 % 3) * 10 + i % 3) as f32);
+        let op = Box::new(Conv2d { layout: Layout::Nchw, geom: geom(1, 1, 1), act: Some(Act::Relu), pre_act: None });
+        b.node("c", op, vec![Some(x), Some(w), None, None]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert_eq!(
+            p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
+            ["transpose", "conv2d_cutlass", "transpose"]
+        );
+        let (tin, conv, tout) = (&p.kernels[0], &p.kernels[1], &p.kernels[2]);
+        assert_eq!(
+            (tin.context["batches"].as_str(), tin.context["rows"].as_str(), tin.context["cols"].as_str()),
+            (Some("(batch)"), Some("16"), Some("120"))
+        );
+        assert_eq!((tout.context["rows"].as_str(), tout.context["cols"].as_str()), (Some("120"), Some("32")));
+        assert_eq!(conv.args[0], tin.args[1]);
+        assert_eq!(conv.args[2], tout.args[0]);
+        assert_eq!(
+            (conv.context["h"].as_i64(), conv.context["c"].as_i64(), conv.context["k"].as_i64()),
+            (Some(10), Some(16), Some(32))
+        );
+        // The weights were permuted to KRSC: element [k=1, r=2, s=1, c=3] at ((1*3 + 2)*3 + 1)*16 + 3.
+        let Storage::Weight { offset, .. } = p.tensors[conv.args[1]].storage else { panic!("weight") };
+        let (k, r, s, c) = (1, 2, 1, 3);
+        let at = offset as usize + 2 * (((k * 3 + r) * 3 + s) * 16 + c);
+        assert_eq!(half::f16::from_le_bytes([p.weights[at], p.weights[at + 1]]).to_f32(), 1321.0);
+
+        // With a residual (K == C) it is transposed too; a 1-channel input needs no transform.
+        let mut b = G::new();
+        let x = b.input("x", vec![Dim::sym("N"), Dim::known(8), Dim::known(6), Dim::known(6)]);
+        let w = b.konst("w", &[8, 8, 1, 1], |_| 1.0);
+        let op = Box::new(Conv2d { layout: Layout::Nchw, geom: geom(1, 0, 1), act: None, pre_act: None });
+        b.node("c", op, vec![Some(x), Some(w), None, Some(x)]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert_eq!(
+            p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
+            ["transpose", "transpose", "conv2d_cutlass", "transpose"]
+        );
+        let mut b = G::new();
+        let x = b.input("x", vec![Dim::sym("N"), Dim::known(1), Dim::known(6), Dim::known(6)]);
+        let w = b.konst("w", &[4, 1, 3, 3], |_| 1.0);
+        let op = Box::new(Conv2d { layout: Layout::Nchw, geom: geom(1, 1, 1), act: None, pre_act: None });
+        b.node("c", op, vec![Some(x), Some(w), None, None]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert_eq!(p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(), ["conv2d_direct", "transpose"]);
+    }
+
+    #[test]
+    fn pre_activation_with_residual_reaches_the_epilogue() {
+        let mut b = G::new();
+        let x = b.input("x", nhwc(14, 14, 16));
+        let w = b.konst("w", &[16, 3, 3, 16], |_| 1.0);
+        let op = Box::new(Conv2d {
+            layout: Layout::Nhwc,
+            geom: geom(1, 1, 1),
+            act: Some(Act::Sigmoid),
+            pre_act: Some(Act::Relu),
+        });
+        b.node("c", op, vec![Some(x), Some(w), None, Some(x)]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        let k = only_kernel(&p, "conv2d_cutlass");
+        assert_eq!(k.context["pre_act"], "o2a_relu(v)");
+        assert_eq!(k.context["act"], "o2a_sigmoid(v)");
+        assert_eq!(k.context["epilogue"], "o2a_sigmoid(o2a_relu(v))");
+        assert_eq!(k.context["bias_index"], -1);
+    }
+
+    /// ResNet-50-like convolutions (1x1, 3x3, 1x1 stride-2 projection, the padded 7x7 stem,
+    /// residual + relu) and the direct kernel (depthwise with residual, grouped) render.
+    #[test]
+    fn examples_render() {
+        let mut b = G::new();
+        let x = b.input("image", nhwc(224, 224, 3));
+        let w = b.konst("stem.w", &[64, 7, 7, 3], |i| (i % 5) as f32);
+        let bias64 = b.konst("b64", &[64], |_| 0.1);
+        let stem = b.node("stem", conv_op(2, 3, 1, Some(Act::Relu)), vec![Some(x), Some(w), Some(bias64), None]);
+        let w1 = b.konst("w1", &[64, 1, 1, 64], |_| 0.1);
+        let y1 = b.node("conv1x1", conv_op(1, 0, 1, Some(Act::Relu)), vec![Some(stem), Some(w1), Some(bias64), None]);
+        let w3 = b.konst("w3", &[64, 3, 3, 64], |_| 0.1);
+        let y3 = b.node("conv3x3", conv_op(1, 1, 1, Some(Act::Relu)), vec![Some(y1), Some(w3), Some(bias64), None]);
+        let wr = b.konst("wr", &[64, 1, 1, 64], |_| 0.1);
+        let add = b.node(
+            "conv_add_relu",
+            conv_op(1, 0, 1, Some(Act::Relu)),
+            vec![Some(y3), Some(wr), Some(bias64), Some(y1)],
+        );
+        let wp = b.konst("wp", &[128, 1, 1, 64], |_| 0.1);
+        let bias128 = b.konst("b128", &[128], |_| 0.1);
+        let proj = b.node("proj", conv_op(2, 0, 1, None), vec![Some(add), Some(wp), Some(bias128), None]);
+        let wd = b.konst("wd", &[128, 3, 3, 1], |_| 0.1);
+        let dw_op = Box::new(Conv2d {
+            layout: Layout::Nhwc,
+            geom: geom(1, 1, 128),
+            act: Some(Act::Clip { lo: 0.0, hi: 6.0 }),
+            pre_act: Some(Act::Relu),
+        });
+        let dw = b.node("depthwise", dw_op, vec![Some(proj), Some(wd), Some(bias128), Some(proj)]);
+        let wg = b.konst("wg", &[128, 3, 3, 32], |_| 0.1);
+        b.node("grouped", conv_op(1, 1, 4, Some(Act::Silu)), vec![Some(dw), Some(wg), None, None]);
+        let pre_res =
+            Box::new(Conv2d { layout: Layout::Nhwc, geom: geom(1, 1, 1), act: None, pre_act: Some(Act::Relu) });
+        let y = b.node("pre_act_residual", pre_res, vec![Some(y3), Some(w3), None, Some(y3)]);
+        let dil = Box::new(Conv2d {
+            layout: Layout::Nhwc,
+            geom: ConvGeom { strides: [2, 1], pads: [2, 1, 0, 3], dilations: [2, 3], group: 1 },
+            act: Some(Act::LeakyRelu { alpha: 0.1 }),
+            pre_act: None,
+        });
+        b.node("dilated", dil, vec![Some(y), Some(w3), Some(bias64), None]);
+        let p = lower_named(&b.g, lower_conv2d, "conv").expect("lowers");
+        let files = render_all(&p);
+        let templates: Vec<&str> = p.kernels.iter().map(|k| k.template.as_str()).collect();
+        assert_eq!(
+            templates,
+            [
+                "pad_channels",
+                "conv2d_cutlass",
+                "conv2d_cutlass",
+                "conv2d_cutlass",
+                "conv2d_cutlass",
+                "conv2d_cutlass",
+                "conv2d_direct",
+                "conv2d_direct",
+                "conv2d_cutlass",
+                "conv2d_cutlass"
+            ]
+        );
+        for (name, text) in &files {
+            assert!(text.contains(&format!("int {}(void* const* t, int64_t batch", &name[..name.len() - 3])), "{name}");
+            assert!(!text.contains("{{"), "{name}: unrendered handlebars");
+        }
+    }
+
+    /// An NCHW convolution with a residual renders: its layout transforms, the NHWC kernel.
+    #[test]
+    fn nchw_example_renders() {
+        let mut b = G::new();
+        let x = b.input("x", vec![Dim::sym("N"), Dim::known(16), Dim::known(20), Dim::known(20)]);
+        let w = b.konst("w", &[16, 16, 3, 3], |i| (i % 11) as f32 * 0.01);
+        let bias = b.konst("b", &[16], |_| 0.1);
+        let op = Box::new(Conv2d { layout: Layout::Nchw, geom: geom(1, 1, 1), act: Some(Act::Relu), pre_act: None });
+        b.node("c", op, vec![Some(x), Some(w), Some(bias), Some(x)]);
+        let p = lower_named(&b.g, lower_conv2d, "nchw").expect("lowers");
+        assert_eq!(
+            p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
+            ["transpose", "transpose", "conv2d_cutlass", "transpose"]
+        );
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/cuda/kernels/transpose.cu.hbs");
+        if root.exists() {
+            render_all(&p);
+        }
+    }
+}

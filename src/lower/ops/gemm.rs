@@ -1,0 +1,592 @@
+//! Lowering of matrix products: the kernel-level `Gemm` the optimiser produces
+//! (`act(alpha·op(A)·op(B) + beta·bias + residual)` with numpy `matmul` batching), and the ONNX
+//! `Gemm` and `MatMul` ops, which reach the lowering only from graphs that were not optimised
+//! (the optimiser turns every floating-point one into a kernel-level `Gemm`); all three take the
+//! same path.
+//!
+//! Shapes follow `crate::reference::kernel::gemm`: a rank-1 A is `[1, K]` and a rank-1 B `[K, 1]`,
+//! the promoted dim is absent from the output; the leading (batch) dims broadcast numpy-style;
+//! bias and residual broadcast to the output shape.
+//!
+//! The family describes the problem ([`GemmProblem`]) and the target picks the kernel: a library
+//! instance (CUTLASS on CUDA) or the generic kernel [`GENERIC_TEMPLATE`], which every target
+//! provides. Two cases never reach the target because its problem description cannot express
+//! them, and go to the generic kernel directly: an operand broadcast over some batch dims but not
+//! others (`[2,1,M,K] × [1,3,K,N]`), and a residual that broadcasts (is not the output's shape).
+//!
+//! Batch folding: a batched A times one shared B (`[N,S,K] × [K,N']`, the usual projection with
+//! a weight matrix) is one `[N·S, K] × [K, N']` product, so the library problem gets M = N·S and a
+//! batch of one instead of N small products.
+//!
+//! Integer `MatMul` has no GPU kernel (the device kernels compute in fp16).
+
+use super::act::{act_call, float_lit};
+use super::LowerSpec;
+use crate::ir::dim::product;
+use crate::ir::ops::kernel::{Act, Gemm};
+use crate::ir::ops::linalg;
+use crate::ir::{DType, Dim, Node};
+use crate::lower::{BiasKind, GemmProblem, Instance, LowerCtx, LowerError, LowerResult, TensorId};
+use crate::lower_unsupported;
+use serde_json::{json, Map, Value as Json};
+
+pub const OPS: &[LowerSpec] = &[
+    LowerSpec::of::<Gemm>("Gemm", lower_kernel_gemm),
+    LowerSpec::of::<linalg::Gemm>("Gemm", lower_onnx_gemm),
+    LowerSpec::of::<linalg::MatMul>("MatMul", lower_onnx_matmul),
+];
+
+/// The target-neutral generic matrix product every target provides.
+pub const GENERIC_TEMPLATE: &str = "gemm_generic";
+
+fn lower_kernel_gemm(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
+    let op = node
+        .op
+        .downcast_ref::<Gemm>()
+        .ok_or_else(|| LowerError::Invalid("the node is not a kernel-level Gemm".into()))?;
+    lower_product(cx, node, op, "Gemm")
+}
+
+/// ONNX `Gemm`: `alpha·op(A)·op(B) + beta·C`, 2-D, C broadcast to the output: the kernel-level
+/// `Gemm` with C as the bias (opset differences are settled at import, see `ir::ops::linalg`).
+fn lower_onnx_gemm(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
+    let op = node
+        .op
+        .downcast_ref::<linalg::Gemm>()
+        .ok_or_else(|| LowerError::Invalid("the node is not an ONNX Gemm".into()))?;
+    let k = Gemm { trans_a: op.trans_a, trans_b: op.trans_b, alpha: op.alpha, beta: op.beta, act: None };
+    lower_product(cx, node, &k, "Gemm")
+}
+
+/// ONNX `MatMul`: numpy `matmul`, the kernel-level `Gemm` without epilogue.
+fn lower_onnx_matmul(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
+    lower_product(cx, node, &Gemm::matmul(), "MatMul")
+}
+
+fn act_expr(act: Option<Act>) -> String {
+    act.map_or_else(|| "v".to_string(), |a| act_call(a, "v"))
+}
+
+/// The graph shape of a node input or output value.
+fn value_shape(cx: &LowerCtx, v: Option<usize>, what: &str) -> LowerResult<Vec<Dim>> {
+    let v = v.ok_or_else(|| LowerError::Invalid(format!("{what} is missing")))?;
+    let val = cx.graph.value(v);
+    let ty =
+        val.ty.as_ref().ok_or_else(|| LowerError::Invalid(format!("value '{}' has no inferred type", val.name)))?;
+    Ok(ty.shape.clone())
+}
+
+/// Row-major strides of a contiguous tensor.
+fn contiguous_strides(shape: &[Dim]) -> Vec<Dim> {
+    (0..shape.len()).map(|i| product(&shape[i + 1..])).collect()
+}
+
+/// The element stride of a contiguous tensor of `shape` along each dim of `out` (`shape`
+/// right-aligned to `out`, numpy broadcasting): 0 where it broadcasts.
+fn broadcast_strides(shape: &[Dim], out: &[Dim], what: &str) -> LowerResult<Vec<Dim>> {
+    if shape.len() > out.len() {
+        return Err(LowerError::Invalid(format!("{what} has rank {} above the output's {}", shape.len(), out.len())));
+    }
+    let one = Dim::known(1);
+    let st = contiguous_strides(shape);
+    let lead = out.len() - shape.len();
+    Ok((0..out.len())
+        .map(|i| if i >= lead && shape[i - lead] != one { st[i - lead].clone() } else { Dim::known(0) })
+        .collect())
+}
+
+/// How an operand advances over the output's batch dims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Batching {
+    /// One matrix per batch entry (contiguous): the flat batch index times the matrix size.
+    Batched,
+    /// One matrix shared by every batch entry.
+    Broadcast,
+    /// Broadcast over some batch dims only: needs per-dim strides.
+    Partial,
+}
+
+fn batching(strides: &[Dim], out_batch: &[Dim]) -> Batching {
+    let (zero, one) = (Dim::known(0), Dim::known(1));
+    let live: Vec<&Dim> = strides.iter().zip(out_batch).filter(|(_, d)| **d != one).map(|(s, _)| s).collect();
+    if live.iter().all(|s| **s != zero) {
+        Batching::Batched
+    } else if live.iter().all(|s| **s == zero) {
+        Batching::Broadcast
+    } else {
+        Batching::Partial
+    }
+}
+
+/// Strides of a bias or residual over `[batch..., M, N]` (0 where it broadcasts).
+struct EpilogueStrides {
+    batch: Vec<Dim>,
+    m: Dim,
+    n: Dim,
+}
+
+/// The fused matrix product of `node` (A, B, optional bias, optional residual) as `op` computes it.
+fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> LowerResult<()> {
+    let input = |i: usize| node.inputs.get(i).copied().flatten();
+    let a_dtype = {
+        let v = input(0).ok_or_else(|| LowerError::Invalid("input A is missing".into()))?;
+        cx.graph.value(v).ty.as_ref().map(|t| t.dtype)
+    };
+    if let Some(dt) = a_dtype {
+        if !dt.is_float() {
+            lower_unsupported!("{what} on {dt} tensors: the GPU matrix products compute on floating-point tensors");
+        }
+    }
+    if !(op.alpha.is_finite() && op.beta.is_finite()) {
+        lower_unsupported!(
+            "{what} with alpha = {} and beta = {}: the kernels take finite scale factors",
+            op.alpha,
+            op.beta
+        );
+    }
+    let a_shape = value_shape(cx, input(0), "input A")?;
+    let b_shape = value_shape(cx, input(1), "input B")?;
+    let out_shape = value_shape(cx, node.outputs.first().copied(), "the output")?;
+    let (ra0, rb0) = (a_shape.len(), b_shape.len());
+    if ra0 == 0 || rb0 == 0 {
+        return Err(LowerError::Invalid("matrix product operands must have rank ≥ 1".into()));
+    }
+    if (op.trans_a && ra0 < 2) || (op.trans_b && rb0 < 2) {
+        return Err(LowerError::Invalid("transposed operands must have rank ≥ 2".into()));
+    }
+    let one = Dim::known(1);
+    let a2: Vec<Dim> = if ra0 == 1 { vec![one.clone(), a_shape[0].clone()] } else { a_shape.clone() };
+    let b2: Vec<Dim> = if rb0 == 1 { vec![b_shape[0].clone(), one.clone()] } else { b_shape.clone() };
+    let (ra, rb) = (a2.len(), b2.len());
+    let (a_cols, b_cols) = (a2[ra - 1].clone(), b2[rb - 1].clone());
+    let (m, k) =
+        if op.trans_a { (a2[ra - 1].clone(), a2[ra - 2].clone()) } else { (a2[ra - 2].clone(), a2[ra - 1].clone()) };
+    let n = if op.trans_b { b2[rb - 2].clone() } else { b2[rb - 1].clone() };
+    // op(A)[i, kk] and op(B)[kk, j] element strides.
+    let (a_sm, a_sk) = if op.trans_a { (one.clone(), a_cols.clone()) } else { (a_cols.clone(), one.clone()) };
+    let (b_sk, b_sn) = if op.trans_b { (one.clone(), b_cols.clone()) } else { (b_cols.clone(), one.clone()) };
+
+    let promoted = usize::from(ra0 > 1) + usize::from(rb0 > 1);
+    if out_shape.len() < promoted {
+        return Err(LowerError::Invalid(format!("output rank {} is too small for the operands", out_shape.len())));
+    }
+    let nb = out_shape.len() - promoted;
+    let out_batch = out_shape[..nb].to_vec();
+    let batch_count = product(&out_batch);
+    let operand_batch = |shape2: &[Dim]| -> Vec<Dim> {
+        let st = contiguous_strides(shape2);
+        let ob = shape2.len() - 2;
+        (0..nb)
+            .map(|d| {
+                let offset = nb - d;
+                if offset <= ob && shape2[ob - offset] != one {
+                    st[ob - offset].clone()
+                } else {
+                    Dim::known(0)
+                }
+            })
+            .collect()
+    };
+    let (a_bs, b_bs) = (operand_batch(&a2), operand_batch(&b2));
+    let (a_batching, b_batching) = (batching(&a_bs, &out_batch), batching(&b_bs, &out_batch));
+
+    // Bias and residual strides over [batch..., M, N].
+    let epilogue_strides = |i: usize, name: &str| -> LowerResult<Option<EpilogueStrides>> {
+        let Some(v) = input(i) else { return Ok(None) };
+        let st = broadcast_strides(&value_shape(cx, Some(v), name)?, &out_shape, name)?;
+        Ok(Some(EpilogueStrides {
+            batch: st[..nb].to_vec(),
+            m: if ra0 > 1 { st[nb].clone() } else { Dim::known(0) },
+            n: if rb0 > 1 { st[st.len() - 1].clone() } else { Dim::known(0) },
+        }))
+    };
+    let bias_st = epilogue_strides(2, "bias")?;
+    let res_st = epilogue_strides(3, "residual")?;
+    let zero = Dim::known(0);
+    let bias_kind = bias_st.as_ref().map(|s| {
+        if s.batch.iter().all(|d| *d == zero) && s.m == zero && s.n == one {
+            BiasKind::PerColumn
+        } else {
+            BiasKind::General
+        }
+    });
+    let res_exact = match input(3) {
+        Some(v) => value_shape(cx, Some(v), "residual")? == out_shape,
+        None => true,
+    };
+
+    // The library problem, with a batched A times a shared B folded into one tall product.
+    let fold = a_batching == Batching::Batched
+        && b_batching == Batching::Broadcast
+        && !op.trans_a
+        && matches!(bias_kind, None | Some(BiasKind::PerColumn))
+        && res_exact;
+    let (lib_m, lib_batch) = if fold { (batch_count.mul(&m), Dim::known(1)) } else { (m.clone(), batch_count.clone()) };
+    let problem = GemmProblem {
+        batch_count: lib_batch.clone(),
+        m: lib_m.clone(),
+        n: n.clone(),
+        k: k.clone(),
+        trans_a: op.trans_a,
+        trans_b: op.trans_b,
+        a_batched: a_batching == Batching::Batched && !fold,
+        b_batched: b_batching == Batching::Batched,
+        b_constant: cx.konst(node, 1).is_some(),
+        alpha: op.alpha,
+        beta: op.beta,
+        bias: bias_kind,
+        residual: input(3).is_some(),
+        act: op.act,
+    };
+    let expressible = a_batching != Batching::Partial && b_batching != Batching::Partial && res_exact;
+    let inst = if expressible {
+        cx.target.gemm(&problem)
+    } else {
+        Instance { template: GENERIC_TEMPLATE.into(), context: Map::new(), workspace_bytes: 0 }
+    };
+
+    // Tensors: A, B, bias?, residual?, output.
+    let a = cx.input(node, 0)?;
+    let b = cx.input(node, 1)?;
+    let bias = cx.opt_input(node, 2)?;
+    let res = cx.opt_input(node, 3)?;
+    let out = cx.output(node, 0)?;
+    for (t, name) in [(Some(a), "A"), (Some(b), "B"), (bias, "bias"), (res, "residual"), (Some(out), "output")] {
+        if let Some(t) = t {
+            let dt = cx.dtype(t);
+            if dt != DType::F16 {
+                lower_unsupported!("{what} {name} is {dt} on the device; the kernels compute on fp16 tensors");
+            }
+        }
+    }
+    let mut args: Vec<TensorId> = vec![a, b];
+    let mut slot = |t: Option<TensorId>| -> i64 {
+        match t {
+            Some(t) => {
+                args.push(t);
+                args.len() as i64 - 1
+            }
+            None => -1,
+        }
+    };
+    let bias_index = slot(bias);
+    let res_index = slot(res);
+    let out_index = slot(Some(out));
+
+    let mut c: Map<String, Json> = Map::new();
+    let e = |d: &Dim| cx.expr(d);
+    c.insert("a_index".into(), json!(0));
+    c.insert("b_index".into(), json!(1));
+    c.insert("bias_index".into(), json!(bias_index));
+    c.insert("res_index".into(), json!(res_index));
+    c.insert("out_index".into(), json!(out_index));
+    c.insert("has_bias".into(), json!(bias.is_some()));
+    c.insert("has_residual".into(), json!(res.is_some()));
+    c.insert("alpha".into(), json!(float_lit(op.alpha)));
+    c.insert("beta".into(), json!(float_lit(op.beta)));
+    c.insert("act".into(), json!(act_expr(op.act)));
+    c.insert("n".into(), json!(e(&n)?));
+    c.insert("k".into(), json!(e(&k)?));
+    if inst.template == GENERIC_TEMPLATE {
+        c.insert("m".into(), json!(e(&m)?));
+        c.insert("batch_count".into(), json!(e(&batch_count)?));
+        let mut dims = Vec::new();
+        for d in (0..nb).rev() {
+            let pick = |s: &Option<EpilogueStrides>| s.as_ref().map_or(Dim::known(0), |s| s.batch[d].clone());
+            dims.push(json!({
+                "size": e(&out_batch[d])?,
+                "a_stride": e(&a_bs[d])?,
+                "b_stride": e(&b_bs[d])?,
+                "bias_stride": e(&pick(&bias_st))?,
+                "res_stride": e(&pick(&res_st))?,
+            }));
+        }
+        c.insert("gemv".into(), json!(n == Dim::known(1)));
+        c.insert("num_batch_dims".into(), json!(dims.len()));
+        c.insert("batch_dims".into(), Json::Array(dims));
+        for (key, d) in [("a_stride_m", &a_sm), ("a_stride_k", &a_sk), ("b_stride_k", &b_sk), ("b_stride_n", &b_sn)] {
+            c.insert(key.into(), json!(e(d)?));
+        }
+        c.insert("a_k_contiguous".into(), json!(!op.trans_a));
+        c.insert("b_n_contiguous".into(), json!(!op.trans_b && rb0 > 1));
+        for (prefix, s) in [("bias", &bias_st), ("res", &res_st)] {
+            let (sm, sn) = s.as_ref().map_or((Dim::known(0), Dim::known(0)), |s| (s.m.clone(), s.n.clone()));
+            c.insert(format!("{prefix}_stride_m"), json!(e(&sm)?));
+            c.insert(format!("{prefix}_stride_n"), json!(e(&sn)?));
+        }
+    } else {
+        // The library's operands: contiguous matrices with a leading dim and a batch stride.
+        let matrix = |rows: &Dim, cols: &Dim| rows.mul(cols);
+        c.insert("m".into(), json!(e(&lib_m)?));
+        c.insert("batch_count".into(), json!(e(&lib_batch)?));
+        c.insert("layout_a".into(), json!(if op.trans_a { "ColumnMajor" } else { "RowMajor" }));
+        c.insert("layout_b".into(), json!(if op.trans_b { "ColumnMajor" } else { "RowMajor" }));
+        c.insert("lda".into(), json!(e(&a_cols)?));
+        c.insert("ldb".into(), json!(e(&b_cols)?));
+        c.insert("ldd".into(), json!(e(&n)?));
+        let a_stride = if problem.a_batched { matrix(&m, &k) } else { Dim::known(0) };
+        let b_stride = if problem.b_batched { matrix(&k, &n) } else { Dim::known(0) };
+        c.insert("batch_stride_a".into(), json!(e(&a_stride)?));
+        c.insert("batch_stride_b".into(), json!(e(&b_stride)?));
+        c.insert("batch_stride_d".into(), json!(e(&matrix(&lib_m, &n))?));
+        // Per-column bias: one row, shared by every row and batch entry.
+        c.insert("bias_ld".into(), json!("0"));
+        c.insert("bias_batch_stride".into(), json!("0"));
+        // Residual: the output's shape.
+        c.insert("res_ld".into(), json!(e(&n)?));
+        c.insert("res_batch_stride".into(), json!(e(&matrix(&lib_m, &n))?));
+    }
+    for (key, v) in inst.context {
+        c.insert(key, v);
+    }
+    cx.emit(&node.name, &inst.template, args, vec![out_index as usize], c, inst.workspace_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::conv::tests::{lower_named, lower_with, render_all, G};
+    use super::*;
+    use crate::lower::KernelInstance;
+
+    fn d(v: i64) -> Dim {
+        Dim::known(v)
+    }
+    fn nsym() -> Dim {
+        Dim::sym("N")
+    }
+    fn matmul() -> Box<Gemm> {
+        Box::new(Gemm::matmul())
+    }
+    fn one(b: &G) -> KernelInstance {
+        let p = lower_with(&b.g, lower_kernel_gemm).expect("lowers");
+        assert_eq!(p.kernels.len(), 1);
+        p.kernels[0].clone()
+    }
+    fn s(k: &KernelInstance, f: &str) -> String {
+        k.context[f].as_str().map(str::to_string).unwrap_or_else(|| k.context[f].to_string())
+    }
+
+    #[test]
+    fn classifier_with_transposed_weight() {
+        let mut b = G::new();
+        let x = b.input("x", vec![nsym(), d(2048)]);
+        let w = b.konst("w", &[1000, 2048], |i| (i % 3) as f32);
+        let bias = b.konst("b", &[1000], |_| 1.0);
+        let op = Box::new(Gemm { trans_a: false, trans_b: true, alpha: 1.0, beta: 1.0, act: None });
+        b.node("fc", op, vec![Some(x), Some(w), Some(bias), None]);
+        let k = one(&b);
+        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!(
+            (s(&k, "m"), s(&k, "n"), s(&k, "k"), s(&k, "batch_count")),
+            ("(batch)".into(), "1000".into(), "2048".into(), "1".into())
+        );
+        assert_eq!((s(&k, "layout_a"), s(&k, "layout_b")), ("RowMajor".into(), "ColumnMajor".into()));
+        assert_eq!((s(&k, "lda"), s(&k, "ldb"), s(&k, "ldd")), ("2048".into(), "2048".into(), "1000".into()));
+        assert_eq!(s(&k, "act"), "v");
+        assert_eq!(k.args.len(), 4);
+    }
+
+    #[test]
+    fn batched_attention_scores() {
+        let mut b = G::new();
+        let q = b.input("q", vec![nsym(), d(12), d(128), d(64)]);
+        let kt = b.input("kt", vec![nsym(), d(12), d(64), d(128)]);
+        let op = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 0.125, beta: 1.0, act: None });
+        b.node("scores", op, vec![Some(q), Some(kt), None, None]);
+        let k = one(&b);
+        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!(s(&k, "batch_count"), "((int64_t)12*batch)");
+        assert_eq!(
+            (s(&k, "batch_stride_a"), s(&k, "batch_stride_b"), s(&k, "batch_stride_d")),
+            ("8192".into(), "8192".into(), "16384".into())
+        );
+        assert_eq!(s(&k, "alpha"), "0.125f");
+    }
+
+    #[test]
+    fn projection_folds_the_batch_into_m() {
+        let mut b = G::new();
+        let x = b.input("x", vec![nsym(), d(128), d(768)]);
+        let w = b.konst("w", &[768, 3072], |_| 0.0);
+        let bias = b.konst("b", &[3072], |_| 0.0);
+        let op = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: Some(Act::GeluErf) });
+        b.node("fc1", op, vec![Some(x), Some(w), Some(bias), None]);
+        let k = one(&b);
+        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!((s(&k, "m"), s(&k, "batch_count")), ("((int64_t)128*batch)".into(), "1".into()));
+        assert_eq!((s(&k, "batch_stride_a"), s(&k, "batch_stride_b")), ("0".into(), "0".into()));
+        assert_eq!(s(&k, "act"), "o2a_gelu_erf(v)");
+    }
+
+    #[test]
+    fn residual_with_bias() {
+        let mut b = G::new();
+        let x = b.input("x", vec![nsym(), d(128), d(3072)]);
+        let r = b.input("r", vec![nsym(), d(128), d(768)]);
+        let w = b.konst("w", &[3072, 768], |_| 0.0);
+        let bias = b.konst("b", &[768], |_| 0.0);
+        let op = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: None });
+        b.node("fc2", op, vec![Some(x), Some(w), Some(bias), Some(r)]);
+        let k = one(&b);
+        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!((k.context["bias_index"].as_i64(), k.context["res_index"].as_i64()), (Some(2), Some(3)));
+        assert_eq!(s(&k, "res_ld"), "768");
+        assert_eq!(k.writes, vec![4]);
+    }
+
+    #[test]
+    fn unaligned_dims_use_the_generic_kernel() {
+        let mut b = G::new();
+        let x = b.input("x", vec![nsym(), d(100)]);
+        let w = b.konst("w", &[100, 10], |_| 0.0);
+        b.node("fc", matmul(), vec![Some(x), Some(w), None, None]);
+        let k = one(&b);
+        assert_eq!(k.template, "gemm_generic");
+        assert_eq!(
+            (s(&k, "m"), s(&k, "n"), s(&k, "k"), s(&k, "batch_count")),
+            ("(batch)".into(), "10".into(), "100".into(), "1".into())
+        );
+        assert_eq!(k.context["num_batch_dims"], 0);
+        assert_eq!(
+            (s(&k, "a_stride_m"), s(&k, "a_stride_k"), s(&k, "b_stride_k"), s(&k, "b_stride_n")),
+            ("100".into(), "1".into(), "10".into(), "1".into())
+        );
+    }
+
+    #[test]
+    fn partial_batch_broadcast() {
+        let mut b = G::new();
+        let x = b.input("x", vec![d(2), d(1), d(8), d(16)]);
+        let y = b.input("y", vec![d(1), d(3), d(16), d(8)]);
+        b.node("mm", matmul(), vec![Some(x), Some(y), None, None]);
+        let k = one(&b);
+        assert_eq!(k.template, "gemm_generic");
+        assert_eq!(s(&k, "batch_count"), "6");
+        // Innermost first: dim of size 3 (A broadcast, B stride 128), then size 2 (A stride 128).
+        let dims = k.context["batch_dims"].as_array().unwrap();
+        assert_eq!(
+            (dims[0]["size"].as_str(), dims[0]["a_stride"].as_str(), dims[0]["b_stride"].as_str()),
+            (Some("3"), Some("0"), Some("128"))
+        );
+        assert_eq!(
+            (dims[1]["size"].as_str(), dims[1]["a_stride"].as_str(), dims[1]["b_stride"].as_str()),
+            (Some("2"), Some("128"), Some("0"))
+        );
+    }
+
+    #[test]
+    fn vector_operands_and_general_bias() {
+        // [N,64] x [64] → [N]: N = 1, generic.
+        let mut b = G::new();
+        let x = b.input("x", vec![nsym(), d(64)]);
+        let v = b.konst("v", &[64], |_| 1.0);
+        b.node("mv", matmul(), vec![Some(x), Some(v), None, None]);
+        let k = one(&b);
+        assert_eq!(k.template, "gemm_generic");
+        assert_eq!((s(&k, "n"), k.context["b_n_contiguous"].as_bool()), ("1".into(), Some(false)));
+        assert_eq!(k.context["gemv"], true);
+        assert_eq!((s(&k, "b_stride_k"), s(&k, "m")), ("1".into(), "(batch)".into()));
+
+        // A per-row bias [M, 1] broadcasts along N: generic, with stride 1 along M.
+        let mut b = G::new();
+        let x = b.input("x", vec![d(32), d(64)]);
+        let w = b.konst("w", &[64, 16], |_| 1.0);
+        let bias = b.konst("b", &[32, 1], |_| 1.0);
+        let op = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 2.0, beta: -0.5, act: None });
+        b.node("g", op, vec![Some(x), Some(w), Some(bias), None]);
+        let k = one(&b);
+        assert_eq!(k.template, "gemm_generic");
+        assert_eq!((s(&k, "bias_stride_m"), s(&k, "bias_stride_n")), ("1".into(), "0".into()));
+        assert_eq!((s(&k, "alpha"), s(&k, "beta")), ("2.0f".into(), "(-0.5f)".into()));
+    }
+
+    #[test]
+    fn onnx_matmul_and_gemm() {
+        let mut b = G::new();
+        let x = b.input("x", vec![nsym(), d(64)]);
+        let w = b.konst("w", &[64, 32], |_| 1.0);
+        b.node("mm", Box::new(linalg::MatMul), vec![Some(x), Some(w)]);
+        let p = lower_with(&b.g, lower_onnx_matmul).expect("lowers");
+        assert_eq!(p.kernels[0].template, "gemm_cutlass");
+
+        let mut b = G::new();
+        let x = b.input("x", vec![d(16), d(64)]);
+        let w = b.konst("w", &[32, 64], |_| 1.0);
+        let c = b.konst("c", &[32], |_| 1.0);
+        let op = Box::new(linalg::Gemm { trans_a: false, trans_b: true, alpha: 1.0, beta: 0.5 });
+        b.node("gemm", op, vec![Some(x), Some(w), Some(c)]);
+        let p = lower_with(&b.g, lower_onnx_gemm).expect("lowers");
+        let k = &p.kernels[0];
+        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!((s(k, "beta"), k.context["has_bias"].as_bool()), ("0.5f".into(), Some(true)));
+
+        // Integer MatMul: no GPU kernel.
+        let mut b = G::new();
+        let x = b.value("x", DType::I64, vec![d(4), d(4)]);
+        b.g.inputs.push(x);
+        b.node("imm", Box::new(linalg::MatMul), vec![Some(x), Some(x)]);
+        assert!(matches!(lower_with(&b.g, lower_onnx_matmul), Err(LowerError::Unsupported(_))));
+    }
+
+    /// The examples of the brief render: classifier `[N,2048]×[2048,1000]+bias`, batched
+    /// `[N·12,S,64]×[N·12,64,S]`, bias + residual + GELU, residual only, and the generic kernel
+    /// (unaligned, partial broadcast, matrix-vector with a general bias).
+    #[test]
+    fn examples_render() {
+        let mut b = G::new();
+        let x = b.input("pooled", vec![nsym(), d(2048)]);
+        let w = b.konst("fc.w", &[2048, 1000], |_| 0.01);
+        let bias = b.konst("fc.b", &[1000], |_| 0.0);
+        let fc_op = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: None });
+        b.node("fc", fc_op, vec![Some(x), Some(w), Some(bias), None]);
+        let heads = nsym().mul(&d(12));
+        let q = b.input("q", vec![heads.clone(), d(128), d(64)]);
+        let kt = b.input("kt", vec![heads, d(64), d(128)]);
+        let att = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 0.125, beta: 1.0, act: None });
+        b.node("scores", att, vec![Some(q), Some(kt), None, None]);
+        let h = b.input("h", vec![nsym(), d(128), d(768)]);
+        let w1 = b.konst("w1", &[3072, 768], |_| 0.01);
+        let b1 = b.konst("b1", &[3072], |_| 0.0);
+        let up = Box::new(Gemm { trans_a: false, trans_b: true, alpha: 1.0, beta: 1.0, act: Some(Act::GeluErf) });
+        let y = b.node("up", up, vec![Some(h), Some(w1), Some(b1), None]);
+        let w2 = b.konst("w2", &[3072, 768], |_| 0.01);
+        let b2 = b.konst("b2", &[768], |_| 0.0);
+        let down = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: None });
+        let z = b.node("down_residual", down, vec![Some(y), Some(w2), Some(b2), Some(h)]);
+        let w3 = b.konst("w3", &[768, 768], |_| 0.01);
+        b.node("residual_only", matmul(), vec![Some(z), Some(w3), None, Some(z)]);
+        let u = b.input("u", vec![nsym(), d(100)]);
+        let w4 = b.konst("w4", &[100, 10], |_| 0.01);
+        b.node("unaligned", matmul(), vec![Some(u), Some(w4), None, None]);
+        let p1 = b.input("p1", vec![d(2), d(1), d(8), d(16)]);
+        let p2 = b.input("p2", vec![d(1), d(3), d(16), d(8)]);
+        b.node("partial", matmul(), vec![Some(p1), Some(p2), None, None]);
+        let v = b.konst("v", &[2048], |_| 0.01);
+        let c = b.konst("c", &[1], |_| 0.5);
+        let mv = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 2.0, act: Some(Act::Tanh) });
+        b.node("matvec", mv, vec![Some(x), Some(v), Some(c), None]);
+        // More batch entries than a grid's z dim holds.
+        let many_a = b.input("many_a", vec![d(70000), d(8), d(16)]);
+        let many_b = b.input("many_b", vec![d(70000), d(16), d(8)]);
+        b.node("many_small", matmul(), vec![Some(many_a), Some(many_b), None, None]);
+        let p = lower_named(&b.g, lower_kernel_gemm, "gemm").expect("lowers");
+        let templates: Vec<&str> = p.kernels.iter().map(|k| k.template.as_str()).collect();
+        assert_eq!(
+            templates,
+            [
+                "gemm_cutlass",
+                "gemm_cutlass",
+                "gemm_cutlass",
+                "gemm_cutlass",
+                "gemm_cutlass",
+                "gemm_generic",
+                "gemm_generic",
+                "gemm_generic",
+                "gemm_cutlass"
+            ]
+        );
+        for (name, text) in render_all(&p) {
+            assert!(text.contains(&format!("int {}(void* const* t, int64_t batch", &name[..name.len() - 3])), "{name}");
+        }
+    }
+}

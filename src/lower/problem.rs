@@ -1,0 +1,61 @@
+//! Target-neutral descriptions of the problems a target picks library instances for.
+
+use crate::ir::ops::kernel::Act;
+use crate::ir::Dim;
+
+/// `act(pre_act(conv(x, w) + bias) + residual)` on NHWC fp16 activations and KRSC fp16 weights.
+#[derive(Clone, Debug)]
+pub struct ConvProblem {
+    /// Batch (constant or the batch symbol).
+    pub n: Dim,
+    pub h: i64,
+    pub w: i64,
+    /// Input channels (all groups).
+    pub c: i64,
+    /// Output channels (all groups).
+    pub k: i64,
+    pub r: i64,
+    pub s: i64,
+    pub p: i64,
+    pub q: i64,
+    /// Top, left, bottom, right.
+    pub pads: [i64; 4],
+    pub strides: [i64; 2],
+    pub dilations: [i64; 2],
+    pub group: i64,
+    pub bias: bool,
+    pub residual: bool,
+    pub pre_act: Option<Act>,
+    pub act: Option<Act>,
+}
+
+/// How the bias of a matrix product broadcasts over the `[.., M, N]` output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BiasKind {
+    /// One value per output column (`[N]`, `[1, N]`): the fused-epilogue case.
+    PerColumn,
+    /// Any other broadcast (per row, scalar, full): read with general strides.
+    General,
+}
+
+/// `act(alpha · op(A) · op(B) + beta · bias + residual)` over a batch of matrices.
+#[derive(Clone, Debug)]
+pub struct GemmProblem {
+    /// Number of matrices in the batch (product of the broadcast leading dims).
+    pub batch_count: Dim,
+    pub m: Dim,
+    pub n: Dim,
+    pub k: Dim,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    /// Whether A / B advance between batch entries (false: one matrix broadcast to all).
+    pub a_batched: bool,
+    pub b_batched: bool,
+    /// B is a compile-time weight.
+    pub b_constant: bool,
+    pub alpha: f32,
+    pub beta: f32,
+    pub bias: Option<BiasKind>,
+    pub residual: bool,
+    pub act: Option<Act>,
+}

@@ -1,0 +1,611 @@
+//! Loading and running a built model: `OUT/libmodel.so` through its C API (`OUT/model.h`,
+//! rendered from `templates/<target>/model.h.hbs`).
+//!
+//! [`Library::open`] loads the shared library and reads what the model looks like (input and
+//! output names, dtypes, shapes at a batch, the batch range); that needs no GPU. [`Model::create`]
+//! instantiates it on the current device (arena, workspace, weights) and runs it on host tensors
+//! ([`Model::run_host`]) or times it ([`Model::bench`]).
+//!
+//! Every failure of the library comes back as an error carrying the library's own message
+//! (`o2a_last_error`), which names the model and, for a kernel, the kernel and its graph node.
+//! On a machine without a usable GPU, creating a model fails with the target's "no … device: …"
+//! message (the CUDA target's: "no CUDA device: …").
+//!
+//! Nothing here is specific to one GPU target: the C API is the same for every target.
+//!
+//! The library is opened with `RTLD_LOCAL` (each model library exports the same `o2a_*` names,
+//! so several can be loaded side by side) and `RTLD_NOW` (a library missing a symbol fails to
+//! load, rather than at the first call).
+
+use crate::error::{Error, Result};
+use crate::ir::dim::fmt_shape;
+use crate::ir::{DType, Dim, Tensor};
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+#[cfg(test)]
+mod tests;
+
+/// The library file in the output folder.
+pub const LIB_NAME: &str = "libmodel.so";
+
+/// The C API version this runtime speaks (`O2A_ABI_VERSION` of model.h).
+pub const ABI_VERSION: i32 = 1;
+
+/// Status codes of the C API (the `O2A_ERR_*` of model.h / common.cuh).
+fn status_name(code: c_int) -> &'static str {
+    match code {
+        0 => "ok",
+        1 => "invalid argument",
+        2 => "GPU runtime error",
+        3 => "unsupported",
+        4 => "I/O error",
+        5 => "out of memory",
+        _ => "unknown status",
+    }
+}
+
+type FnVersion = unsafe extern "C" fn() -> c_int;
+type FnCreate = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int;
+type FnDestroy = unsafe extern "C" fn(*mut c_void);
+type FnLastError = unsafe extern "C" fn() -> *const c_char;
+type FnModelStr = unsafe extern "C" fn(*const c_void) -> *const c_char;
+type FnModelInt = unsafe extern "C" fn(*const c_void) -> c_int;
+type FnModelI64 = unsafe extern "C" fn(*const c_void) -> i64;
+type FnIndexStr = unsafe extern "C" fn(*const c_void, c_int) -> *const c_char;
+type FnIndexInt = unsafe extern "C" fn(*const c_void, c_int) -> c_int;
+type FnShape = unsafe extern "C" fn(*const c_void, c_int, i64, *mut i64) -> c_int;
+type FnRunHost = unsafe extern "C" fn(*mut c_void, i64, *const *const c_void, *const *mut c_void) -> c_int;
+type FnBench = unsafe extern "C" fn(*mut c_void, i64, c_int, c_int, c_int, *mut f32) -> c_int;
+
+/// The C API's entry points, resolved once. Valid while the `libloading::Library` they come
+/// from is loaded (the owning [`Library`] keeps it).
+struct Api {
+    create: FnCreate,
+    destroy: FnDestroy,
+    last_error: FnLastError,
+    model_name: FnModelStr,
+    device_name: FnModelStr,
+    num_inputs: FnModelInt,
+    num_outputs: FnModelInt,
+    input_name: FnIndexStr,
+    output_name: FnIndexStr,
+    input_dtype: FnIndexInt,
+    output_dtype: FnIndexInt,
+    input_rank: FnIndexInt,
+    output_rank: FnIndexInt,
+    input_shape: FnShape,
+    output_shape: FnShape,
+    max_batch: FnModelI64,
+    has_batch: FnModelInt,
+    batch_symbol: FnModelStr,
+    run_host: FnRunHost,
+    bench: FnBench,
+}
+
+/// A graph input or output as the library describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IoInfo {
+    pub name: String,
+    /// The ONNX dtype of the caller's buffer.
+    pub dtype: DType,
+    pub rank: usize,
+}
+
+/// A loaded model library: its entry points and its interface.
+pub struct Library {
+    dir: PathBuf,
+    path: PathBuf,
+    api: Api,
+    model_name: String,
+    inputs: Vec<IoInfo>,
+    outputs: Vec<IoInfo>,
+    max_batch: i64,
+    /// The batch dim's ONNX name, when the model has one.
+    batch_symbol: Option<String>,
+    // Dropped last: the function pointers in `api` point into it.
+    _lib: libloading::Library,
+}
+
+/// Opens a library private to this handle, resolving every symbol now.
+///
+/// # Safety
+/// Loading runs the library's initialisers; the caller vouches for the file.
+unsafe fn load_local(path: &Path) -> std::result::Result<libloading::Library, libloading::Error> {
+    #[cfg(unix)]
+    {
+        use libloading::os::unix::{Library as UnixLibrary, RTLD_LOCAL, RTLD_NOW};
+        UnixLibrary::open(Some(path), RTLD_NOW | RTLD_LOCAL).map(Into::into)
+    }
+    #[cfg(not(unix))]
+    {
+        libloading::Library::new(path)
+    }
+}
+
+/// Copies one entry point out of the library.
+///
+/// # Safety
+/// `T` must be the function type the C API declares for `name`.
+unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str, path: &Path) -> Result<T> {
+    let cname = format!("{name}\0");
+    match lib.get::<T>(cname.as_bytes()) {
+        Ok(s) => Ok(*s),
+        Err(e) => Err(Error::Other(format!(
+            "{}: not an onnx2ait model library, or one built by another version (missing {name}: {e}); \
+             build it again with `onnx2ait MODEL -o OUT`",
+            path.display()
+        ))),
+    }
+}
+
+/// A C string from the library as a Rust string (`None` for NULL).
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string that stays valid for the call.
+unsafe fn c_str(p: *const c_char) -> Option<String> {
+    (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+}
+
+impl Library {
+    /// Loads `OUT/libmodel.so` and reads the model's interface. Needs no GPU.
+    ///
+    /// The library is trusted: it is the output of `onnx2ait MODEL -o OUT`, and loading it runs
+    /// its initialisers (those of the GPU runtime, linked statically).
+    pub fn open(dir: &Path) -> Result<Library> {
+        if !dir.exists() {
+            return Err(Error::Other(format!(
+                "{}: no such directory (expected the output folder of `onnx2ait MODEL -o OUT`)",
+                dir.display()
+            )));
+        }
+        if !dir.is_dir() {
+            return Err(Error::Other(format!(
+                "{}: not a directory (expected the output folder of `onnx2ait MODEL -o OUT`)",
+                dir.display()
+            )));
+        }
+        let path = dir.join(LIB_NAME);
+        if !path.is_file() {
+            let hint = if dir.join("model.cu").is_file() {
+                "the sources are there but the library was not built; run `onnx2ait MODEL -o OUT` again \
+                 where nvcc is available (its error says what is missing)"
+            } else {
+                "build the model first: `onnx2ait MODEL -o OUT`"
+            };
+            return Err(Error::Other(format!("{}: not found; {hint}", path.display())));
+        }
+        // SAFETY: the library is onnx2ait's own output (see the doc comment); its initialisers
+        // are those of the statically linked GPU runtime.
+        let lib =
+            unsafe { load_local(&path) }.map_err(|e| Error::Other(format!("cannot load {}: {e}", path.display())))?;
+        // SAFETY: each type below is the signature model.h declares for that name.
+        let version: FnVersion = unsafe { symbol(&lib, "o2a_abi_version", &path)? };
+        let abi = unsafe { version() };
+        if abi != ABI_VERSION {
+            return Err(Error::Other(format!(
+                "{}: the library implements C API version {abi}, this onnx2ait reads version {ABI_VERSION}; \
+                 build it again with this onnx2ait",
+                path.display()
+            )));
+        }
+        let api = unsafe {
+            Api {
+                create: symbol(&lib, "o2a_create", &path)?,
+                destroy: symbol(&lib, "o2a_destroy", &path)?,
+                last_error: symbol(&lib, "o2a_last_error", &path)?,
+                model_name: symbol(&lib, "o2a_model_name", &path)?,
+                device_name: symbol(&lib, "o2a_device_name", &path)?,
+                num_inputs: symbol(&lib, "o2a_num_inputs", &path)?,
+                num_outputs: symbol(&lib, "o2a_num_outputs", &path)?,
+                input_name: symbol(&lib, "o2a_input_name", &path)?,
+                output_name: symbol(&lib, "o2a_output_name", &path)?,
+                input_dtype: symbol(&lib, "o2a_input_dtype", &path)?,
+                output_dtype: symbol(&lib, "o2a_output_dtype", &path)?,
+                input_rank: symbol(&lib, "o2a_input_rank", &path)?,
+                output_rank: symbol(&lib, "o2a_output_rank", &path)?,
+                input_shape: symbol(&lib, "o2a_input_shape", &path)?,
+                output_shape: symbol(&lib, "o2a_output_shape", &path)?,
+                max_batch: symbol(&lib, "o2a_max_batch", &path)?,
+                has_batch: symbol(&lib, "o2a_has_batch", &path)?,
+                batch_symbol: symbol(&lib, "o2a_batch_symbol", &path)?,
+                run_host: symbol(&lib, "o2a_run_host", &path)?,
+                bench: symbol(&lib, "o2a_bench", &path)?,
+            }
+        };
+        let mut library = Library {
+            dir: dir.to_path_buf(),
+            path,
+            api,
+            model_name: String::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            max_batch: 1,
+            batch_symbol: None,
+            _lib: lib,
+        };
+        library.read_interface()?;
+        Ok(library)
+    }
+
+    /// Reads names, dtypes, ranks and the batch range through the metadata functions, which
+    /// accept a NULL model.
+    fn read_interface(&mut self) -> Result<()> {
+        let null = std::ptr::null();
+        let api = &self.api;
+        // SAFETY: metadata functions take a NULL model (model.h) and return static strings.
+        unsafe {
+            self.model_name = c_str((api.model_name)(null)).unwrap_or_default();
+            self.max_batch = (api.max_batch)(null);
+            self.batch_symbol =
+                ((api.has_batch)(null) != 0).then(|| c_str((api.batch_symbol)(null)).unwrap_or_default());
+        }
+        if self.max_batch < 1 {
+            return Err(self.corrupt(&format!("its largest batch is {}", self.max_batch)));
+        }
+        let read = |output: bool| -> Result<Vec<IoInfo>> {
+            let what = if output { "output" } else { "input" };
+            // SAFETY: as above; indices are within the counts the library reports.
+            let n = unsafe {
+                if output {
+                    (api.num_outputs)(null)
+                } else {
+                    (api.num_inputs)(null)
+                }
+            };
+            let mut v = Vec::with_capacity(n.max(0) as usize);
+            for i in 0..n.max(0) {
+                let (name, code, rank) = unsafe {
+                    if output {
+                        ((api.output_name)(null, i), (api.output_dtype)(null, i), (api.output_rank)(null, i))
+                    } else {
+                        ((api.input_name)(null, i), (api.input_dtype)(null, i), (api.input_rank)(null, i))
+                    }
+                };
+                let name = unsafe { c_str(name) }.ok_or_else(|| self.corrupt(&format!("{what} {i} has no name")))?;
+                let dtype = DType::from_onnx(code).ok_or_else(|| {
+                    self.corrupt(&format!(
+                        "{what} '{name}' has ONNX dtype code {code} ({})",
+                        DType::onnx_code_name(code)
+                    ))
+                })?;
+                let rank =
+                    usize::try_from(rank).map_err(|_| self.corrupt(&format!("{what} '{name}' has rank {rank}")))?;
+                v.push(IoInfo { name, dtype, rank });
+            }
+            Ok(v)
+        };
+        let (inputs, outputs) = (read(false)?, read(true)?);
+        self.inputs = inputs;
+        self.outputs = outputs;
+        Ok(())
+    }
+
+    fn corrupt(&self, what: &str) -> Error {
+        Error::Other(format!("{}: the library describes an impossible model: {what}", self.path.display()))
+    }
+
+    /// The output folder the library was loaded from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `OUT/libmodel.so`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    pub fn inputs(&self) -> &[IoInfo] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[IoInfo] {
+        &self.outputs
+    }
+
+    /// Whether the model has a run-time batch dim (else its shapes are fixed and the batch is 1).
+    pub fn has_batch(&self) -> bool {
+        self.batch_symbol.is_some()
+    }
+
+    /// The ONNX name of the batch dim (`N`, `batch_size`).
+    pub fn batch_symbol(&self) -> Option<&str> {
+        self.batch_symbol.as_deref()
+    }
+
+    /// The largest batch the model runs (1 for fixed shapes).
+    pub fn max_batch(&self) -> i64 {
+        self.max_batch
+    }
+
+    /// The calling thread's last error message of the library.
+    fn last_error(&self) -> String {
+        // SAFETY: o2a_last_error returns a thread-local NUL-terminated buffer.
+        unsafe { c_str((self.api.last_error)()) }.unwrap_or_default()
+    }
+
+    /// An error for a failed call, with the library's message.
+    fn call_error(&self, what: &str, code: c_int) -> Error {
+        let msg = self.last_error();
+        let msg = if msg.is_empty() { format!("{} (status {code})", status_name(code)) } else { msg };
+        Error::Other(format!("{}: {what}: {msg}", self.dir.display()))
+    }
+
+    /// Fails unless `batch` is one the model runs.
+    pub fn check_batch(&self, batch: i64) -> Result<()> {
+        if (1..=self.max_batch).contains(&batch) {
+            return Ok(());
+        }
+        Err(Error::Other(if self.has_batch() {
+            format!(
+                "{}: batch {batch} is out of range: the model runs batches 1 to {} (compile with a larger --max-batch)",
+                self.dir.display(),
+                self.max_batch
+            )
+        } else {
+            format!("{}: batch {batch}: the model has fixed shapes, so the batch is 1", self.dir.display())
+        }))
+    }
+
+    fn shape(&self, output: bool, i: usize, batch: i64) -> Result<Vec<usize>> {
+        self.check_batch(batch)?;
+        let info = if output { &self.outputs[i] } else { &self.inputs[i] };
+        let mut dims = vec![0i64; info.rank];
+        let index = c_int::try_from(i).map_err(|_| self.corrupt("too many inputs or outputs"))?;
+        let f = if output { self.api.output_shape } else { self.api.input_shape };
+        // SAFETY: `dims` holds `rank` elements, as many as the function writes.
+        let rc = unsafe { f(std::ptr::null(), index, batch, dims.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(self.call_error("reading a shape", rc));
+        }
+        dims.iter()
+            .map(|&d| {
+                usize::try_from(d).map_err(|_| self.corrupt(&format!("'{}' has dim {d} at batch {batch}", info.name)))
+            })
+            .collect()
+    }
+
+    /// The shape of input `i` at `batch`.
+    pub fn input_shape(&self, i: usize, batch: i64) -> Result<Vec<usize>> {
+        self.shape(false, i, batch)
+    }
+
+    /// The shape of output `i` at `batch`.
+    pub fn output_shape(&self, i: usize, batch: i64) -> Result<Vec<usize>> {
+        self.shape(true, i, batch)
+    }
+
+    /// The batch at which the inputs have `shapes` (in input order): 1 for fixed shapes, else the
+    /// smallest batch that fits every input.
+    pub fn infer_batch(&self, shapes: &[&[usize]]) -> Result<i64> {
+        if shapes.len() != self.inputs.len() {
+            return Err(Error::Other(format!(
+                "{}: {} input shape(s) given, the model has {} input(s)",
+                self.dir.display(),
+                shapes.len(),
+                self.inputs.len()
+            )));
+        }
+        for b in 1..=self.max_batch {
+            let mut fits = true;
+            for (i, s) in shapes.iter().enumerate() {
+                if self.input_shape(i, b)?.as_slice() != *s {
+                    fits = false;
+                    break;
+                }
+            }
+            if fits {
+                return Ok(b);
+            }
+        }
+        let mut lines = Vec::new();
+        for (i, (info, s)) in self.inputs.iter().zip(shapes).enumerate() {
+            lines.push(format!("'{}' {} (batch 1: {})", info.name, dims_text(s), dims_text(&self.input_shape(i, 1)?)));
+        }
+        let range = if self.has_batch() {
+            format!("at any batch from 1 to {}", self.max_batch)
+        } else {
+            "(the model has fixed shapes)".to_string()
+        };
+        Err(Error::Other(format!(
+            "{}: the input shapes do not fit the model {range}: {}",
+            self.dir.display(),
+            lines.join(", ")
+        )))
+    }
+}
+
+fn dims_text(s: &[usize]) -> String {
+    let dims: Vec<Dim> = s.iter().map(|&d| Dim::from(d)).collect();
+    fmt_shape(&dims)
+}
+
+/// A model instance on the GPU: its arena, workspace and weights.
+pub struct Model {
+    ptr: NonNull<c_void>,
+    lib: Library,
+}
+
+// SAFETY: the C API may be called from any thread as long as calls on one model do not overlap,
+// which `&mut self` on every running method guarantees; the model remembers its device and
+// selects it for each run.
+unsafe impl Send for Model {}
+
+impl Model {
+    /// Instantiates the library's model on the current GPU: allocates the arena (at the
+    /// largest batch) and the workspace, uploads `OUT/weights.bin`.
+    pub fn create(lib: Library) -> Result<Model> {
+        let dir = path_cstring(&lib.dir)?;
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `dir` is a NUL-terminated path; `ptr` receives the model or stays NULL.
+        let rc = unsafe { (lib.api.create)(dir.as_ptr(), &mut ptr) };
+        if rc != 0 {
+            return Err(lib.call_error("cannot create the model", rc));
+        }
+        let ptr = NonNull::new(ptr)
+            .ok_or_else(|| Error::Other(format!("{}: o2a_create succeeded without a model", lib.dir.display())))?;
+        Ok(Model { ptr, lib })
+    }
+
+    /// [`Library::open`] and [`Model::create`].
+    pub fn load(dir: &Path) -> Result<Model> {
+        Model::create(Library::open(dir)?)
+    }
+
+    pub fn library(&self) -> &Library {
+        &self.lib
+    }
+
+    /// The name of the GPU the model lives on.
+    pub fn device_name(&self) -> String {
+        // SAFETY: the model is alive; the string lives as long as it.
+        unsafe { c_str((self.lib.api.device_name)(self.ptr.as_ptr())) }.unwrap_or_default()
+    }
+
+    /// Runs the model at `batch` on host tensors (one per input, in input order, of the input's
+    /// dtype and shape at that batch); returns the outputs in output order.
+    pub fn run_host(&mut self, batch: i64, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let lib = &self.lib;
+        lib.check_batch(batch)?;
+        if inputs.len() != lib.inputs.len() {
+            let names: Vec<&str> = lib.inputs.iter().map(|i| i.name.as_str()).collect();
+            return Err(Error::Other(format!(
+                "{}: {} input(s) given, the model takes {} ({})",
+                lib.dir.display(),
+                inputs.len(),
+                lib.inputs.len(),
+                names.join(", ")
+            )));
+        }
+        let mut in_bytes = Vec::with_capacity(inputs.len());
+        for (i, (info, t)) in lib.inputs.iter().zip(inputs).enumerate() {
+            if t.dtype() != info.dtype {
+                return Err(Error::Other(format!(
+                    "{}: input '{}' is {}, the model takes {}",
+                    lib.dir.display(),
+                    info.name,
+                    t.dtype(),
+                    info.dtype
+                )));
+            }
+            let want = lib.input_shape(i, batch)?;
+            if t.shape() != want.as_slice() {
+                return Err(Error::Other(format!(
+                    "{}: input '{}' has shape {}, the model takes {} at batch {batch}",
+                    lib.dir.display(),
+                    info.name,
+                    dims_text(t.shape()),
+                    dims_text(&want)
+                )));
+            }
+            in_bytes.push(crate::lower::weights::to_le_bytes(t));
+        }
+        let mut out_shapes = Vec::with_capacity(lib.outputs.len());
+        let mut out_bytes: Vec<Vec<u8>> = Vec::with_capacity(lib.outputs.len());
+        for (i, info) in lib.outputs.iter().enumerate() {
+            let shape = lib.output_shape(i, batch)?;
+            out_bytes.push(vec![0u8; shape.iter().product::<usize>() * info.dtype.size_bytes()]);
+            out_shapes.push(shape);
+        }
+        let in_ptrs: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast::<c_void>()).collect();
+        let out_ptrs: Vec<*mut c_void> = out_bytes.iter_mut().map(|b| b.as_mut_ptr().cast::<c_void>()).collect();
+        // SAFETY: each buffer holds exactly the bytes of its tensor at `batch` (checked above);
+        // the call is synchronous, so the buffers outlive every copy.
+        let rc = unsafe { (lib.api.run_host)(self.ptr.as_ptr(), batch, in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+        if rc != 0 {
+            return Err(lib.call_error(&format!("running the model at batch {batch}"), rc));
+        }
+        lib.outputs
+            .iter()
+            .zip(out_shapes)
+            .zip(out_bytes)
+            .map(|((info, shape), bytes)| tensor_from_le_bytes(info.dtype, &shape, &bytes))
+            .collect()
+    }
+
+    /// Median milliseconds of one run at `batch` over `iters` timed runs after `warmup` untimed
+    /// ones, on random device inputs; `graph` replays a captured graph of the run instead of
+    /// launching each kernel.
+    pub fn bench(&mut self, batch: i64, warmup: u32, iters: u32, graph: bool) -> Result<f32> {
+        let lib = &self.lib;
+        lib.check_batch(batch)?;
+        let warmup = c_int::try_from(warmup).map_err(|_| Error::Other(format!("--warmup {warmup} is too large")))?;
+        let iters = c_int::try_from(iters).map_err(|_| Error::Other(format!("--iters {iters} is too large")))?;
+        let mut ms = 0f32;
+        // SAFETY: the model is alive; `ms` receives the median.
+        let rc = unsafe { (lib.api.bench)(self.ptr.as_ptr(), batch, warmup, iters, c_int::from(graph), &mut ms) };
+        if rc != 0 {
+            let how = if graph { "replaying a graph" } else { "with plain launches" };
+            return Err(lib.call_error(&format!("benchmarking batch {batch} {how}"), rc));
+        }
+        Ok(ms)
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from o2a_create and is destroyed once.
+        unsafe { (self.lib.api.destroy)(self.ptr.as_ptr()) }
+    }
+}
+
+fn path_cstring(p: &Path) -> Result<CString> {
+    #[cfg(unix)]
+    let bytes = {
+        use std::os::unix::ffi::OsStrExt;
+        p.as_os_str().as_bytes().to_vec()
+    };
+    #[cfg(not(unix))]
+    let bytes = p.to_string_lossy().into_owned().into_bytes();
+    CString::new(bytes).map_err(|_| Error::Other(format!("{}: a path with a NUL byte", p.display())))
+}
+
+/// A tensor from little-endian bytes in row-major order (booleans one byte each, nonzero is
+/// true): the inverse of `lower::weights::to_le_bytes`.
+pub fn tensor_from_le_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let size = dtype.size_bytes();
+    if bytes.len() != n * size {
+        return Err(Error::Other(format!(
+            "{} bytes cannot hold a {dtype} tensor of shape {} ({} bytes)",
+            bytes.len(),
+            dims_text(shape),
+            n * size
+        )));
+    }
+    fn arr<T>(shape: &[usize], v: Vec<T>) -> ArrayD<T> {
+        ArrayD::from_shape_vec(IxDyn(shape), v).expect("the length is the shape's product (checked)")
+    }
+    macro_rules! le {
+        ($t:ty, $variant:ident) => {{
+            const W: usize = std::mem::size_of::<$t>();
+            let v: Vec<$t> = bytes
+                .chunks_exact(W)
+                .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunks_exact yields W bytes")))
+                .collect();
+            Tensor::$variant(arr(shape, v))
+        }};
+    }
+    Ok(match dtype {
+        DType::F32 => le!(f32, F32),
+        DType::F64 => le!(f64, F64),
+        DType::F16 => le!(f16, F16),
+        DType::BF16 => le!(bf16, BF16),
+        DType::I8 => le!(i8, I8),
+        DType::I16 => le!(i16, I16),
+        DType::I32 => le!(i32, I32),
+        DType::I64 => le!(i64, I64),
+        DType::U8 => Tensor::U8(arr(shape, bytes.to_vec())),
+        DType::U16 => le!(u16, U16),
+        DType::U32 => le!(u32, U32),
+        DType::U64 => le!(u64, U64),
+        DType::Bool => Tensor::Bool(arr(shape, bytes.iter().map(|&b| b != 0).collect())),
+    })
+}

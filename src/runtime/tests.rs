@@ -1,0 +1,363 @@
+//! The model-level templates and the runtime without a GPU: render a hand-built program, compile
+//! model.cu warning-free with the pinned nvcc, link it with hand-written kernels into a library,
+//! load it and read its interface. On a machine with a GPU the same test also runs the model
+//! and checks its numbers; without one it checks that creating the model says "no CUDA device".
+
+use super::*;
+use crate::build::nvcc::{Arch, Nvcc};
+use crate::build::Compiler;
+use crate::lower::plan::plan_memory;
+use crate::lower::weights::to_le_bytes;
+use crate::lower::{Batch, DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, Storage};
+use serde_json::Map;
+use std::process::Command;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("onnx2ait-runtime-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// An input name no C string literal could hold as is.
+const NASTY_INPUT: &str = "x:0 \"quoted\" \\ )raw(";
+/// A node name with a comment terminator and a newline.
+const NASTY_NODE: &str = "scale */ node\nsecond line";
+
+fn tensor(name: &str, dtype: DType, shape: Vec<Dim>, storage: Storage) -> DeviceTensor {
+    DeviceTensor { name: name.into(), dtype, shape, storage }
+}
+
+fn kernel(name: &str, node: &str, args: Vec<usize>, workspace_bytes: u64) -> KernelInstance {
+    KernelInstance {
+        name: name.into(),
+        template: name[5..].into(),
+        node: node.into(),
+        args,
+        writes: vec![],
+        workspace_bytes,
+        context: Map::new(),
+    }
+}
+
+/// y = float(half(x) * w) viewed as [N,2,2], and ids + 1 (read through a view of the input):
+/// casts at both boundaries, a weight, arena tensors, views of the arena and of an input, a
+/// workspace, float and integer inputs and outputs.
+fn tiny_program(batch: bool) -> Program {
+    let n = if batch { Dim::sym("N") } else { Dim::known(2) };
+    let w = Tensor::from_f32s(&[4], vec![1.0, 2.0, 3.0, 0.5]).cast(DType::F16);
+    let w_bytes = to_le_bytes(&w);
+    let tensors = vec![
+        tensor(NASTY_INPUT, DType::F32, vec![n.clone(), Dim::known(4)], Storage::Input { index: 0 }),
+        tensor("x.device", DType::F16, vec![n.clone(), Dim::known(4)], Storage::Arena { offset: 0 }),
+        tensor("w", DType::F16, vec![Dim::known(4)], Storage::Weight { offset: 0, bytes: w_bytes.len() as u64 }),
+        tensor("y.device", DType::F16, vec![n.clone(), Dim::known(4)], Storage::Arena { offset: 0 }),
+        tensor("y.view", DType::F16, vec![n.clone(), Dim::known(2), Dim::known(2)], Storage::Alias { of: 3 }),
+        tensor("y", DType::F32, vec![n.clone(), Dim::known(2), Dim::known(2)], Storage::Output { index: 0 }),
+        tensor("ids", DType::I64, vec![n.clone()], Storage::Input { index: 1 }),
+        tensor("ids_plus_one", DType::I64, vec![n.clone()], Storage::Output { index: 1 }),
+        tensor("ids.view", DType::I64, vec![n.clone(), Dim::known(1)], Storage::Alias { of: 6 }),
+    ];
+    let io = |name: &str, dtype, shape, tensor| IoTensor { name: String::from(name), dtype, shape, tensor };
+    let mut p = Program {
+        model_name: "tiny_model".into(),
+        source: "dir/tiny model.onnx".into(),
+        batch: batch.then(|| Batch { symbol: "N".into(), max: 8 }),
+        inputs: vec![
+            io(NASTY_INPUT, DType::F32, tensors[0].shape.clone(), 0),
+            io("ids", DType::I64, vec![n.clone()], 6),
+        ],
+        outputs: vec![
+            io("y", DType::F32, tensors[5].shape.clone(), 5),
+            io("ids_plus_one", DType::I64, vec![n.clone()], 7),
+        ],
+        tensors,
+        kernels: vec![
+            kernel("k000_cast", "graph inputs", vec![0, 1], 0),
+            kernel("k001_scale", NASTY_NODE, vec![1, 2, 3], 1024),
+            kernel("k002_cast", "graph outputs", vec![4, 5], 0),
+            kernel("k003_add_one", "add", vec![8, 7], 0),
+        ],
+        weights: w_bytes,
+        memory: MemoryPlan::default(),
+    };
+    plan_memory(&mut p);
+    p
+}
+
+/// Hand-written launchers for [`tiny_program`], in the launcher ABI. k003 refuses batch 3 so
+/// the error path can be tested on a GPU.
+const TINY_KERNELS: &str = r#"
+#include "common.cuh"
+
+namespace {
+__global__ void to_half(const float* x, half* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2half(x[i]);
+}
+__global__ void scale(const half* x, const half* w, half* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2half(__half2float(x[i]) * __half2float(w[i % 4]));
+}
+__global__ void to_float(const half* x, float* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __half2float(x[i]);
+}
+__global__ void add_one(const int64_t* x, int64_t* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + 1;
+}
+unsigned blocks(int64_t n) { return static_cast<unsigned>((n + 127) / 128); }
+}  // namespace
+
+int k000_cast(void* const* t, int64_t batch, void*, size_t, cudaStream_t stream) {
+  const int64_t n = batch * 4;
+  to_half<<<blocks(n), 128, 0, stream>>>(static_cast<const float*>(t[0]), static_cast<half*>(t[1]), n);
+  O2A_CHECK_LAUNCH("k000_cast");
+  return O2A_OK;
+}
+
+int k001_scale(void* const* t, int64_t batch, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (workspace == nullptr || workspace_bytes < 1024) {
+    o2a_set_error("k001_scale: workspace of %zu bytes, 1024 needed", workspace_bytes);
+    return O2A_ERR_INVALID_ARGUMENT;
+  }
+  if (cudaMemsetAsync(workspace, 0, 1024, stream) != cudaSuccess) {
+    o2a_set_error("k001_scale: cudaMemsetAsync failed");
+    return O2A_ERR_CUDA;
+  }
+  const int64_t n = batch * 4;
+  scale<<<blocks(n), 128, 0, stream>>>(static_cast<const half*>(t[0]), static_cast<const half*>(t[1]),
+                                       static_cast<half*>(t[2]), n);
+  O2A_CHECK_LAUNCH("k001_scale");
+  return O2A_OK;
+}
+
+int k002_cast(void* const* t, int64_t batch, void*, size_t, cudaStream_t stream) {
+  const int64_t n = batch * 4;
+  to_float<<<blocks(n), 128, 0, stream>>>(static_cast<const half*>(t[0]), static_cast<float*>(t[1]), n);
+  O2A_CHECK_LAUNCH("k002_cast");
+  return O2A_OK;
+}
+
+int k003_add_one(void* const* t, int64_t batch, void*, size_t, cudaStream_t stream) {
+  if (batch == 3) {
+    o2a_set_error("k003_add_one: batch 3 is refused by this test kernel");
+    return O2A_ERR_UNSUPPORTED;
+  }
+  add_one<<<blocks(batch), 128, 0, stream>>>(static_cast<const int64_t*>(t[0]), static_cast<int64_t*>(t[1]), batch);
+  O2A_CHECK_LAUNCH("k003_add_one");
+  return O2A_OK;
+}
+"#;
+
+/// Renders the model-level files (common.cuh, kernels.h, model.cu, model.h) of `p` into `out`
+/// with the embedded CUDA templates, as `codegen::generate` does, without the kernel templates
+/// (the test supplies its own kernels).
+fn render_model_files(p: &Program, out: &Path) {
+    let mut hb = handlebars::Handlebars::new();
+    hb.set_strict_mode(true);
+    hb.register_escape_fn(handlebars::no_escape);
+    for (path, text) in crate::codegen::TEMPLATE_FILES {
+        let Some(rel) = path.strip_prefix("cuda/") else { continue };
+        let name = rel.strip_suffix(".hbs").unwrap_or(rel);
+        let name = name.strip_prefix("partials/").unwrap_or(name);
+        hb.register_template_string(name, *text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+    let ctx = crate::codegen::model_context(p, "sm_90");
+    for file in ["common.cuh", "kernels.h", "model.cu", "model.h"] {
+        let text = hb.render(file, &ctx).unwrap_or_else(|e| panic!("rendering {file}: {e}"));
+        std::fs::write(out.join(file), text).unwrap();
+    }
+}
+
+/// nvcc and CUTLASS from the pinned wheels; `None` (test skipped) where they are missing,
+/// except in CI, where that is a failure.
+fn nvcc() -> Option<Nvcc> {
+    let required = std::env::var_os("CI").is_some() || std::env::var_os("ONNX2AIT_REQUIRE_NVCC").is_some();
+    match Nvcc::discover(Arch::Sm90) {
+        Ok(n) => Some(n),
+        Err(e) if required => panic!("this test needs nvcc: {e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// Compiles `src` (in `dir`) with the library's flags plus the host compiler's -Wall -Wextra;
+/// fails on any error or warning.
+fn compile_clean(nvcc: &Nvcc, dir: &Path, src: &str) -> PathBuf {
+    let obj = dir.join(format!("{src}.o"));
+    let mut cmd: Command = nvcc.compile_command(&dir.join(src), &obj, dir);
+    cmd.arg("-Xcompiler=-Wall,-Wextra");
+    let out = cmd.output().unwrap_or_else(|e| panic!("running nvcc: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{src} does not compile:\n{text}");
+    assert!(!text.to_lowercase().contains("warning"), "{src} compiles with warnings:\n{text}");
+    obj
+}
+
+#[test]
+fn templates_render_tables_and_run_sequence() {
+    let out = temp_dir("render");
+    render_model_files(&tiny_program(true), &out);
+    let cu = std::fs::read_to_string(out.join("model.cu")).unwrap();
+    // ONNX names only inside raw strings, verbatim.
+    assert!(cu.contains(&format!("R\"onnx2ait({NASTY_INPUT})onnx2ait\", 1, 4, 2}}")), "{cu}");
+    assert!(cu.contains(&format!("R\"onnx2ait({NASTY_NODE})onnx2ait\",")), "{cu}");
+    // Dims as expressions in the batch.
+    assert!(cu.contains("d[0] = (batch);") || cu.contains("d[0] = batch;"), "{cu}");
+    assert!(cu.contains("d[1] = 4;"), "{cu}");
+    // Each kernel with its tensors, a view of an input passed through.
+    assert!(cu.contains("void* a[] = {t[1], t[2], t[3], nullptr};"), "{cu}");
+    assert!(cu.contains("void* a[] = {t[8], t[7], nullptr};"), "{cu}");
+    assert!(cu.contains("const int rc = k003_add_one(a, batch, ws,"), "{cu}");
+    assert!(cu.contains("{Storage::alias, 0ull, 6, 0},  // t8"), "{cu}");
+    assert!(cu.contains("constexpr int64_t kMaxBatch = 8;") && cu.contains("constexpr bool kHasBatch = true;"), "{cu}");
+    assert!(cu.contains("constexpr uint64_t kWeightsBytes = 8ull;"), "{cu}");
+    assert!(cu.contains("constexpr uint64_t kWorkspaceBytes = 1024ull;"), "{cu}");
+    let kh = std::fs::read_to_string(out.join("kernels.h")).unwrap();
+    assert!(
+        kh.contains("int k001_scale(void* const* t, int64_t batch, void* workspace, size_t workspace_bytes, cudaStream_t stream);"),
+        "{kh}"
+    );
+    let h = std::fs::read_to_string(out.join("model.h")).unwrap();
+    assert!(h.contains(
+        "int o2a_run(o2a_model* m, int64_t batch, const void* const* inputs, void* const* outputs, void* stream);"
+    ));
+    assert!(!h.contains("cuda_runtime.h"), "model.h needs no CUDA header");
+
+    render_model_files(&tiny_program(false), &out);
+    let cu = std::fs::read_to_string(out.join("model.cu")).unwrap();
+    assert!(cu.contains("constexpr bool kHasBatch = false;") && cu.contains("kMaxBatch = 1;"), "{cu}");
+    assert!(cu.contains("constexpr const char* kBatchSymbol = R\"onnx2ait()onnx2ait\";"), "{cu}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn open_reports_missing_and_broken_libraries() {
+    let d = temp_dir("open");
+    let e = Library::open(&d.join("absent")).err().unwrap().to_string();
+    assert!(e.contains("absent: no such directory"), "{e}");
+    let e = Library::open(&d).err().unwrap().to_string();
+    assert!(e.contains("libmodel.so: not found") && e.contains("build the model first"), "{e}");
+    std::fs::write(d.join("model.cu"), "").unwrap();
+    let e = Library::open(&d).err().unwrap().to_string();
+    assert!(e.contains("the library was not built"), "{e}");
+    std::fs::write(d.join(LIB_NAME), b"not an ELF file").unwrap();
+    let e = Library::open(&d).err().unwrap().to_string();
+    assert!(e.starts_with("cannot load") && e.contains(LIB_NAME), "{e}");
+    let f = d.join("file");
+    std::fs::write(&f, "").unwrap();
+    let e = Library::open(&f).err().unwrap().to_string();
+    assert!(e.contains("not a directory"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn tensor_bytes_round_trip() {
+    let tensors = [
+        Tensor::from_f32s(&[2, 2], vec![1.0, -2.5, 3.25, f32::INFINITY]),
+        Tensor::from_f32s(&[3], vec![0.5, -1.0, 65504.0]).cast(DType::F16),
+        Tensor::from_i64s(&[2], vec![i64::MIN, 7]),
+        Tensor::from_i64s(&[2, 1], vec![1, 0]).cast(DType::Bool),
+        Tensor::from_i64s(&[3], vec![255, 0, 9]).cast(DType::U8),
+        Tensor::from_i64s(&[0, 4], vec![]).cast(DType::I32),
+    ];
+    for t in tensors {
+        let bytes = to_le_bytes(&t);
+        assert_eq!(tensor_from_le_bytes(t.dtype(), t.shape(), &bytes).unwrap(), t);
+    }
+    let e = tensor_from_le_bytes(DType::F32, &[2], &[0; 7]).unwrap_err().to_string();
+    assert!(e.contains("7 bytes cannot hold a float32 tensor of shape [2] (8 bytes)"), "{e}");
+}
+
+/// Builds the tiny model's library into a fresh folder; `None` without nvcc.
+///
+/// `ONNX2AIT_RUNTIME_TEST_LIB=DIR` takes the library from DIR instead (a folder this test left
+/// with `ONNX2AIT_KEEP_TEST_BUILD=1`), for GPU machines without nvcc.
+fn tiny_library() -> Option<PathBuf> {
+    let dir = temp_dir("build");
+    let p = tiny_program(true);
+    if let Some(prebuilt) = std::env::var_os("ONNX2AIT_RUNTIME_TEST_LIB") {
+        for f in [LIB_NAME, "weights.bin"] {
+            std::fs::copy(Path::new(&prebuilt).join(f), dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
+        return Some(dir);
+    }
+    let nvcc = nvcc()?;
+    render_model_files(&p, &dir);
+    std::fs::write(dir.join("weights.bin"), &p.weights).unwrap();
+    std::fs::write(dir.join("k_test.cu"), TINY_KERNELS).unwrap();
+    let objs = vec![compile_clean(&nvcc, &dir, "model.cu"), compile_clean(&nvcc, &dir, "k_test.cu")];
+    let out = nvcc.link_command(&objs, &dir.join(LIB_NAME)).output().unwrap();
+    assert!(out.status.success(), "link failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some(dir)
+}
+
+#[test]
+fn model_library_compiles_links_and_loads() {
+    let Some(dir) = tiny_library() else { return };
+
+    let lib = Library::open(&dir).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(lib.model_name(), "tiny_model");
+    assert_eq!(lib.batch_symbol(), Some("N"));
+    assert_eq!(lib.max_batch(), 8);
+    let inputs: Vec<(&str, DType, usize)> = lib.inputs().iter().map(|i| (i.name.as_str(), i.dtype, i.rank)).collect();
+    assert_eq!(inputs, vec![(NASTY_INPUT, DType::F32, 2), ("ids", DType::I64, 1)]);
+    let outputs: Vec<(&str, DType, usize)> = lib.outputs().iter().map(|i| (i.name.as_str(), i.dtype, i.rank)).collect();
+    assert_eq!(outputs, vec![("y", DType::F32, 3), ("ids_plus_one", DType::I64, 1)]);
+    assert_eq!(lib.input_shape(0, 3).unwrap(), vec![3, 4]);
+    assert_eq!(lib.output_shape(0, 5).unwrap(), vec![5, 2, 2]);
+    assert_eq!(lib.infer_batch(&[&[5, 4], &[5]]).unwrap(), 5);
+    let e = lib.infer_batch(&[&[5, 3], &[5]]).unwrap_err().to_string();
+    assert!(e.contains("do not fit the model at any batch from 1 to 8") && e.contains("[5,3]"), "{e}");
+    let e = lib.input_shape(0, 9).unwrap_err().to_string();
+    assert!(e.contains("batch 9 is out of range: the model runs batches 1 to 8"), "{e}");
+
+    match Model::create(lib) {
+        Err(e) => {
+            let e = e.to_string();
+            eprintln!("no GPU here: {e}");
+            assert!(e.contains("cannot create the model: tiny_model: no CUDA device: "), "{e}");
+        }
+        Ok(mut m) => run_on_gpu(&mut m, &dir),
+    }
+    if std::env::var_os("ONNX2AIT_KEEP_TEST_BUILD").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// The GPU half of the test above: numbers, the error path, the benchmark, bad weights.
+fn run_on_gpu(m: &mut Model, dir: &Path) {
+    assert!(!m.device_name().is_empty());
+    let x = Tensor::from_f32s(&[2, 4], vec![1.0, 1.0, 1.0, 1.0, -2.0, 0.25, 8.0, 3.0]);
+    let ids = Tensor::from_i64s(&[2], vec![41, -7]);
+    let out = m.run_host(2, &[x, ids]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out[0], Tensor::from_f32s(&[2, 2, 2], vec![1.0, 2.0, 3.0, 0.5, -2.0, 0.5, 24.0, 1.5]));
+    assert_eq!(out[1], Tensor::from_i64s(&[2], vec![42, -6]));
+
+    let x3 = Tensor::from_f32s(&[3, 4], vec![0.0; 12]);
+    let e = m.run_host(3, &[x3, Tensor::from_i64s(&[3], vec![0; 3])]).unwrap_err().to_string();
+    assert!(e.contains("tiny_model: k003_add_one: batch 3 is refused by this test kernel (node 'add')"), "{e}");
+    let e = m.run_host(2, &[Tensor::from_f32s(&[2, 3], vec![0.0; 6]), Tensor::from_i64s(&[2], vec![0; 2])]);
+    assert!(e.unwrap_err().to_string().contains("has shape [2,3], the model takes [2,4] at batch 2"));
+    let e = m.run_host(9, &[]).unwrap_err().to_string();
+    assert!(e.contains("batch 9 is out of range"), "{e}");
+
+    for graph in [true, false] {
+        for batch in [1, 8, 1] {
+            let ms = m.bench(batch, 2, 5, graph).unwrap_or_else(|e| panic!("{e}"));
+            assert!(ms > 0.0 && ms.is_finite(), "{ms}");
+        }
+    }
+    // Running after benchmarking still computes on the caller's inputs.
+    let x = Tensor::from_f32s(&[1, 4], vec![2.0, 2.0, 2.0, 2.0]);
+    let out = m.run_host(1, &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();
+    assert_eq!(out[0], Tensor::from_f32s(&[1, 2, 2], vec![2.0, 4.0, 6.0, 1.0]));
+
+    std::fs::write(dir.join("weights.bin"), [0u8; 6]).unwrap();
+    let e = Model::load(dir).err().unwrap().to_string();
+    assert!(e.contains("weights.bin has 6 bytes but the model expects 8"), "{e}");
+}

@@ -1,0 +1,144 @@
+//! Code generation without a GPU: snapshots of the generated tree of every bundled model,
+//! determinism, and the compile-only build of a whole ResNet-50 with the pinned nvcc + CUTLASS.
+
+use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::BuildOptions;
+use onnx2ait::codegen::generate_cuda;
+use onnx2ait::egraph::{optimize, OptimizeOptions};
+use onnx2ait::lower::LowerOptions;
+use std::path::{Path, PathBuf};
+
+fn bundled_models() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir("onnx_models")
+        .expect("onnx_models/ exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn fresh_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("onnx2ait-codegen-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// Generates `model` into `out`; the error text (paths made relative) when it does not lower.
+fn generate(model: &Path, out: &Path, max_batch: i64) -> Result<(), String> {
+    let g = onnx2ait::onnx::load_model(model).map_err(|e| e.to_string())?;
+    let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).map_err(|e| e.to_string())?;
+    let opts = LowerOptions { max_batch, ..LowerOptions::default() };
+    generate_cuda(&opt, &opts, Arch::Sm90, out).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Every generated file but the weights blob, in name order, as one text.
+fn tree_text(out: &Path) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out).expect("out dir").flatten().map(|e| e.path()).collect();
+    files.sort();
+    let mut s = String::new();
+    for f in files {
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name == "weights.bin" || f.is_dir() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        s.push_str(&format!("=== {name} ===\n{text}\n"));
+    }
+    s
+}
+
+/// insta snapshots (snapshots/codegen__*.snap) of the generated tree of every bundled model —
+/// sources, headers, weights index and build metadata — or of the error for a model that does
+/// not lower yet. A template change shows up as a reviewed diff: regenerate with
+/// `INSTA_UPDATE=always cargo test --release --test codegen generated_tree_snapshots` and review
+/// with `git diff snapshots/` (or `cargo insta review`).
+#[test]
+fn generated_tree_snapshots() {
+    for model in bundled_models() {
+        let name = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let out = fresh_dir(&name);
+        let text = match generate(&model, &out, 8) {
+            Ok(()) => tree_text(&out),
+            Err(e) => format!("does not lower:\n{e}\n"),
+        };
+        let _ = std::fs::remove_dir_all(&out);
+        insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+            insta::assert_snapshot!(format!("codegen__{name}"), text);
+        });
+    }
+}
+
+/// The same model and options give byte-identical files, weights included.
+#[test]
+fn generation_is_deterministic() {
+    for model in ["onnx_models/pattern_resnet_bottleneck.onnx", "onnx_models/pattern_attention.onnx"] {
+        let (a, b) = (fresh_dir("det-a"), fresh_dir("det-b"));
+        generate(Path::new(model), &a, 16).unwrap_or_else(|e| panic!("{model}: {e}"));
+        generate(Path::new(model), &b, 16).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let list = |d: &Path| {
+            let mut v: Vec<_> = std::fs::read_dir(d).unwrap().flatten().map(|e| e.file_name()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(list(&a), list(&b), "{model}");
+        for f in list(&a) {
+            let (x, y) = (std::fs::read(a.join(&f)).unwrap(), std::fs::read(b.join(&f)).unwrap());
+            assert!(x == y, "{model}: {} differs between two runs", f.to_string_lossy());
+        }
+        let _ = std::fs::remove_dir_all(&a);
+        let _ = std::fs::remove_dir_all(&b);
+    }
+}
+
+/// The compile-only build of a whole model: every kernel of the generated ResNet-50 compiled with
+/// the pinned nvcc and CUTLASS wheels (scripts/setup-python.sh) and linked into libmodel.so. No
+/// GPU is needed. In CI (env CI set) a missing toolchain fails the test; elsewhere it is skipped
+/// with a message.
+#[test]
+fn resnet50_builds_with_nvcc() {
+    let model = Path::new("onnx_models/generated/resnet50.onnx");
+    let required = std::env::var_os("CI").is_some() || std::env::var_os("ONNX2AIT_REQUIRE_NVCC").is_some();
+    let nvcc = match Nvcc::discover(Arch::Sm90) {
+        Ok(n) => n,
+        Err(e) if required => panic!("the compile-only test needs nvcc and CUTLASS: {e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    assert!(model.exists(), "{} is missing: run scripts/gen-models.sh", model.display());
+    let out = fresh_dir("resnet50");
+    let g = onnx2ait::onnx::load_model(model).expect("resnet50 loads");
+    let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
+    let gen = generate_cuda(&opt, &LowerOptions { max_batch: 256, ..LowerOptions::default() }, Arch::Sm90, &out)
+        .expect("resnet50 lowers");
+    let convs = gen.program.kernels.iter().filter(|k| k.template.starts_with("conv2d")).count();
+    assert_eq!(convs, 53, "every conv of ResNet-50 is one kernel");
+    let report = onnx2ait::build::build(
+        &out,
+        &gen.files.sources,
+        &gen.files.headers,
+        &nvcc,
+        &BuildOptions { jobs: None, cache_dir: None, progress: true },
+        "libmodel.so",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{}", report.summary());
+    assert_eq!(report.compiled, gen.files.sources.len());
+    assert!(out.join("libmodel.so").exists());
+    // Nothing changed: nothing recompiles.
+    let again = onnx2ait::build::build(
+        &out,
+        &gen.files.sources,
+        &gen.files.headers,
+        &nvcc,
+        &BuildOptions { jobs: None, cache_dir: None, progress: false },
+        "libmodel.so",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again.compiled, 0, "{}", again.summary());
+    let _ = std::fs::remove_dir_all(&out);
+}
