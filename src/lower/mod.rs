@@ -369,17 +369,7 @@ pub fn lower(graph: &Graph, target: &dyn Target, opts: &LowerOptions) -> Result<
     let mut g = graph.clone();
     let batch = bind_dims(&mut g, opts)?;
     let path = g.info.source.clone();
-    let program = Program {
-        model_name: model_name(&path),
-        source: path.clone(),
-        batch: batch.clone(),
-        tensors: Vec::new(),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        kernels: Vec::new(),
-        weights: Vec::new(),
-        memory: MemoryPlan::default(),
-    };
+    let program = Program::empty(model_name(&path), path.clone(), batch.clone());
     let mut cx = LowerCtx {
         graph: &g,
         target,

@@ -112,6 +112,21 @@ pub fn align_up(v: u64) -> u64 {
 }
 
 impl Program {
+    /// A program with no tensors, kernels or weights yet (lowering fills it).
+    pub fn empty(model_name: String, source: String, batch: Option<Batch>) -> Program {
+        Program {
+            model_name,
+            source,
+            batch,
+            tensors: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            kernels: Vec::new(),
+            weights: Vec::new(),
+            memory: MemoryPlan::default(),
+        }
+    }
+
     /// The tensor whose bytes `t` uses (follows aliases).
     pub fn base(&self, mut t: TensorId) -> TensorId {
         while let Storage::Alias { of } = self.tensors[t].storage {

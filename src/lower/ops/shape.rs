@@ -367,17 +367,11 @@ pub(crate) mod testing {
             .flat_map(|&v| g.value(v).ty.as_ref().map(|t| t.shape.clone()).unwrap_or_default())
             .flat_map(|d| d.symbols().map(str::to_string).collect::<Vec<_>>())
             .next();
-        let program = Program {
-            model_name: "test".into(),
-            source: "test.onnx".into(),
-            batch: batch_symbol.clone().map(|s| Batch { symbol: s, max: 8 }),
-            tensors: Vec::new(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            kernels: Vec::new(),
-            weights: Vec::new(),
-            memory: MemoryPlan::default(),
-        };
+        let program = Program::empty(
+            "test".into(),
+            "test.onnx".into(),
+            batch_symbol.clone().map(|s| Batch { symbol: s, max: 8 }),
+        );
         let mut cx = LowerCtx {
             graph: g,
             target: &NoLibraryTarget,
