@@ -33,6 +33,11 @@ def conv(b, x, c_in, c_out, k=1, bias=False, pad=0):
     return b.node("Conv", ins, kernel_shape=[k, k], pads=[pad] * 4)
 
 
+def conv1d(b, x, c_in, c_out, k=3):
+    w = b.he("w", (c_out, c_in, k), c_in * k)
+    return b.node("Conv", [x, w], kernel_shape=[k], pads=[k // 2] * 2)
+
+
 def bn(b, x, c):
     return b.node("BatchNormalization", [x, b.floats("bn_scale", b.rng.uniform(0.5, 1.5, c)),
                                          b.small("bn_bias", (c,)), b.small("bn_mean", (c,)),
@@ -41,7 +46,8 @@ def bn(b, x, c):
 
 def cleanup():
     b = ModelBuilder("cleanup", "Every cleanup.rules rule: Identity, BN on 4-D/3-D/2-D inputs, per-channel "
-                     "constants, BN folded into convs with and without bias.")
+                     "constants, BN folded into convs with and without bias, 1-D convs with BN, Relu and "
+                     "residual adds.")
     x = b.input("x", [1, 4, 6, 6])
     # conv without bias -> BN: conv-fold-scale, conv-fold-shift.
     y0 = bn(b, conv(b, b.node("Identity", [x]), 4, 8), 8)
@@ -56,7 +62,14 @@ def cleanup():
     y3 = bn(b, s, 4)
     v = b.input("v", [3, 4])
     y4 = bn(b, v, 4)
-    b.output(y0, y1, y2, y3, y4)
+    # 1-D convs (imported between squeeze/unsqueeze views): conv+BN+Relu, conv+BN, residual add of
+    # the block input and Relu (squeeze-mul-chan, squeeze-add-chan, squeeze-act, unsqueeze-squeeze
+    # between the convs, squeeze-add-operand), then the residual on the left (squeeze-operand-add).
+    u = b.input("u", [1, 4, 10])
+    h = b.node("Relu", [bn(b, conv1d(b, u, 4, 4), 4)])
+    y5 = b.node("Relu", [b.node("Add", [bn(b, conv1d(b, h, 4, 4), 4), u])])
+    y5 = b.node("Add", [u, conv1d(b, y5, 4, 4)])
+    b.output(y0, y1, y2, y3, y4, y5)
     return b
 
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317 # the step functions are called indirectly, through run_step
-# The GPU check of issue 5, in one command on the GPU machine (from the repository root):
-# environment, torchvision ResNet-50 export, onnx2ait compile (from scratch, then a no-change
-# rebuild), validation at batch 1 and 32 over several seeds, latency against PyTorch (eager and
-# CUDA graph, same run), every bundled model compiled and validated, and BENCHMARKS.md.
+# The GPU check of issues 5 and 6, in one command on the GPU machine (from the repository root):
+# environment, torchvision ResNet-50 export, kernel profile with a cold profile cache and empty
+# object cache (`onnx2ait profile`), onnx2ait compile with the profiled choices (from an empty
+# object cache, then a no-change rebuild), validation at batch 1 and 32 over several seeds,
+# latency against PyTorch (eager and CUDA graph, same run), every bundled model compiled and
+# validated, and BENCHMARKS.md. (torch.compile peers: scripts/gpu-bench.sh.)
 #
 #   scripts/gpu-check.sh [--quick] [--budget SECONDS] [--seeds N] [--models GLOB] [--models-only]
 #                        [--model-jobs N] [--validate-jobs N] [--arch ARCH]
@@ -17,7 +19,8 @@
 #   --models-only    only the environment and the model loop (to finish a loop another run cut short)
 #   --model-jobs N   models compiled and validated at the same time (default 2)
 #   --validate-jobs N  validate calls at the same time (default 4)
-#   --arch ARCH      onnx2ait compile --arch (default sm_90)
+#   --arch ARCH      onnx2ait compile --arch (default sm_90a)
+#   --no-profile     compile with the heuristic kernel choice (skip the profile step)
 #
 # Prepare first on the CPU machine with scripts/gpu-prepare.sh (it builds .gpu/bin/onnx2ait,
 # packs the CUTLASS headers and prints the device call). Results go to $OUT (the device tool
@@ -36,7 +39,7 @@ cd "$(dirname "$SELF")/.."
 ROOT=$PWD
 CMDLINE="scripts/gpu-check.sh${*:+ $*}"
 
-QUICK=0 BUDGET=560 SEEDS=8 MODELS_GLOB='onnx_models/*.onnx' MODELS_ONLY=0 MODEL_JOBS=2 VALIDATE_JOBS=4 ARCH=sm_90
+QUICK=0 BUDGET=560 SEEDS=8 MODELS_GLOB='onnx_models/*.onnx' MODELS_ONLY=0 MODEL_JOBS=2 VALIDATE_JOBS=4 ARCH=sm_90a PROFILE=1
 while (($#)); do
   case $1 in
     --quick) QUICK=1 ;;
@@ -46,7 +49,8 @@ while (($#)); do
     --models-only) MODELS_ONLY=1 ;;
     --model-jobs) MODEL_JOBS=${2:?--model-jobs needs a count}; shift ;;
     --validate-jobs) VALIDATE_JOBS=${2:?--validate-jobs needs a count}; shift ;;
-    --arch) ARCH=${2:?--arch needs a name such as sm_90}; shift ;;
+    --arch) ARCH=${2:?--arch needs a name such as sm_90a}; shift ;;
+    --no-profile) PROFILE=0 ;;
     -h | --help) sed -n '3,/^set -euo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -86,8 +90,11 @@ else
 fi
 MODEL=$WORK/resnet50_tv.onnx
 BUILD=$WORK/build/resnet50_tv
+PROFILE_CACHE=$WORK_ABS/profile.json
 COMPILE_ARGS=(--arch "$ARCH" --max-batch 256)
 export ONNX2AIT_CACHE_DIR=${ONNX2AIT_CACHE_DIR:-$WORK_ABS/cache}
+# The bundled models compile without a profile (heuristic choices); ResNet-50 uses its profile.
+MODEL_COMPILE_ARGS=(--arch "$ARCH" --max-batch 256 --no-profile)
 
 if [[ -z ${ORT_DYLIB_PATH:-} ]]; then
   ORT_DYLIB_PATH=$("$PY" -c 'import glob, os, onnxruntime as o
@@ -180,9 +187,24 @@ step_export() {
     --opset 17 --max-ir-version 10 --meta-out "$PARTS/export.json"
 }
 
+# Cold profile cache and empty object cache: the profile compiles every candidate instance.
+step_profile() {
+  ok export || skip "no exported model"
+  ((PROFILE)) || skip "--no-profile"
+  rm -rf "$ONNX2AIT_CACHE_DIR" "$PROFILE_CACHE" "$WORK/profiler"
+  local t0 rc=0
+  t0=$(date +%s.%N)
+  timeout -k 10 "$(left 200)" "$BIN" profile "$MODEL" --arch "$ARCH" --max-batch 256 --cache "$PROFILE_CACHE" \
+    --work-dir "$WORK/profiler" --jobs "$NPROC" --report "$PARTS/profile_report.json" || rc=$?
+  note "profile (cold caches) $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, exit $rc"
+  return "$rc"
+}
+
+# With the profile cache warm (when the profile step ran) and the object cache empty.
 step_build_scratch() {
   ok export || skip "no exported model"
   rm -rf "$BUILD" "$ONNX2AIT_CACHE_DIR"
+  if ok profile; then COMPILE_ARGS+=(--profile-cache "$PROFILE_CACHE"); else COMPILE_ARGS+=(--no-profile); fi
   noted "$PARTS/build_scratch.json" \
     "$PY" scripts/gpu/checks.py compile --bin "$BIN" --model "$MODEL" --out-dir "$BUILD" --label scratch \
     --timeout 480 --deadline "$((DEADLINE - 60))" --json "$PARTS/build_scratch.json" -- \
@@ -191,6 +213,7 @@ step_build_scratch() {
 
 step_build_rebuild() {
   ok "build scratch" || skip "the scratch build failed"
+  if ok profile; then COMPILE_ARGS+=(--profile-cache "$PROFILE_CACHE"); else COMPILE_ARGS+=(--no-profile); fi
   noted "$PARTS/build_rebuild.json" \
     "$PY" scripts/gpu/checks.py compile --bin "$BIN" --model "$MODEL" --out-dir "$BUILD" --label rebuild \
     --timeout 300 --deadline "$((DEADLINE - 30))" --json "$PARTS/build_rebuild.json" -- \
@@ -236,11 +259,14 @@ print(p if os.path.isfile(p) else "")' 2>/dev/null || true)
   for f in "${bundled[@]}"; do [[ -f $f ]] && models+=("$f"); done
   ((${#models[@]})) || skip "no models match '$MODELS_GLOB'"
   local carg=() a
-  for a in "${COMPILE_ARGS[@]}"; do carg+=(--compile-arg="$a"); done
+  for a in "${MODEL_COMPILE_ARGS[@]}"; do carg+=(--compile-arg="$a"); done
   local jobs_each=$(((NPROC + MODEL_JOBS - 1) / MODEL_JOBS))
+  # light_resnet50's activations reach 9.7e18 (its weights are constant fills): fp16 cannot hold
+  # them, so it is compiled with fp32 activations (see /README.md, --precision).
   noted "$PARTS/models.json" \
     "$PY" scripts/gpu/checks.py models --bin "$BIN" --work "$WORK/models" --jobs "$MODEL_JOBS" \
-    --compile-jobs "$jobs_each" "${carg[@]}" --timeout 300 \
+    --compile-jobs "$jobs_each" "${carg[@]}" --model-arg light_resnet50=--precision \
+    --model-arg light_resnet50=fp32 --timeout 300 \
     --deadline "$((DEADLINE - 40))" --hard-deadline "$((DEADLINE - 10))" "${missing[@]}" \
     --json "$PARTS/models.json" -- "${models[@]}"
 }
@@ -251,6 +277,7 @@ report() {
   "$PY" scripts/gpu/checks.py collect --parts "$PARTS" --steps "$STEPS" --overall "$overall" \
     --out "$OUT/results.json" --raw "$RAW" --raw-out "$OUT/validate.json" || return 1
   if [[ -f $PARTS/models.json ]]; then cp "$PARTS/models.json" "$OUT/models.json" || return 1; fi
+  if [[ -f $PROFILE_CACHE ]]; then cp "$PROFILE_CACHE" "$OUT/profile_cache.json" || return 1; fi
   local prev=()
   if [[ -f BENCHMARKS.md ]]; then prev=(--previous BENCHMARKS.md); fi
   "$PY" scripts/gpu/write_benchmarks.py --results "$OUT/results.json" --out "$OUT/BENCHMARKS.md" "${prev[@]}" \
@@ -264,6 +291,7 @@ if ((MODELS_ONLY)); then
   run_step models required step_models
 else
   run_step export required step_export
+  run_step profile required step_profile
   run_step "build scratch" required step_build_scratch
   run_step "build rebuild" required step_build_rebuild
   run_step "validate bs1" required step_validate_b1

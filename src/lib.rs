@@ -11,6 +11,7 @@ pub mod error;
 pub mod ir;
 pub mod lower;
 pub mod onnx;
+pub mod profile;
 pub mod reference;
 pub mod runtime;
 pub mod validate;

@@ -5,7 +5,7 @@ checks what they print and writes a JSON record for scripts/gpu/write_benchmarks
     checks.py env      --bin B --commit-file F --command TEXT --out env.json
     checks.py compile  --bin B --model M --out-dir D --label L --timeout S --json F -- ARGS...
     checks.py validate --bin B --model M --build D --batch N --seeds 0-7 --jobs J --json F
-    checks.py models   --bin B --work DIR --deadline T --json F [--compile-arg A ...] MODEL...
+    checks.py models   --bin B --work DIR --deadline T --json F [--compile-arg A ...] [--model-arg NAME=A ...] MODEL...
     checks.py bench    --bin B --build D --batch 1,8,64,256 --json F
     checks.py collect  --parts DIR --steps steps.tsv --out results.json
 
@@ -558,7 +558,10 @@ def check_model(a, path, index, total):
         return rec
     out_dir = os.path.join(a.work, name)
     shutil.rmtree(out_dir, ignore_errors=True)
-    extra = list(a.compile_arg) + ["--jobs", str(a.compile_jobs)]
+    own = [arg for m, arg in a.model_arg if m == name]
+    if own:
+        rec["compile_extra"] = own
+    extra = list(a.compile_arg) + own + ["--jobs", str(a.compile_jobs)]
     c = compile_model(a.bin, path, out_dir, extra, min(a.timeout, remaining(a.hard_deadline)))
     rec["compile_seconds"] = c["seconds"]
     rep = c.get("report") or {}
@@ -820,6 +823,13 @@ def main():
     m.add_argument("--jobs", type=int, default=2, help="models checked at the same time")
     m.add_argument("--compile-jobs", type=int, default=os.cpu_count() or 4)
     m.add_argument("--compile-arg", action="append", default=[], help="one compile argument (repeat)")
+    m.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        type=parse_missing,
+        help="NAME=ARG: one more compile argument for model NAME only (repeat; e.g. light_resnet50=--precision)",
+    )
     m.add_argument("--timeout", type=float, default=300, help="per compile / validate command")
     m.add_argument("--keep", action="store_true", help="keep the per-model builds")
     m.add_argument("--missing", action="append", type=parse_missing, help="NAME=why: a model that could not be found")

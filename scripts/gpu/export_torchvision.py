@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Exports a torchvision classifier with random weights to ONNX, with a dynamic batch axis.
 
-    export_torchvision.py resnet50|mobilenet_v2 OUT.onnx [--opset 17] [--max-ir-version 10]
+    export_torchvision.py MODEL OUT.onnx [--opset 17] [--max-ir-version 10] [--image-size 224]
         [--exporter auto|torchscript|dynamo] [--meta-out META.json]
 
-The weights come from `torch.manual_seed(0)` (no download: the GPU machine has no network), the
-model is in eval mode and fp32. The graph input is `input` [batch, 3, 224, 224], the output
-`logits` [batch, 1000], where `batch` is symbolic.
+MODEL is a torchvision classification model name: resnet50 and mobilenet_v2 are the ones the
+benchmarks use (scripts/gpu-check.sh, scripts/gpu-bench.sh); any other name that
+`torchvision.models.list_models(module=torchvision.models)` lists works too (resnext50_32x4d,
+efficientnet_b0, convnext_tiny, vit_b_16, ...). The weights come from `torch.manual_seed(0)` (no
+download: the GPU machine has no network), exactly as scripts/gpu/bench_torch.py builds its
+PyTorch peer, so both sides run the same weights. The model is in eval mode and fp32. The graph
+input is `input` [batch, 3, S, S] (S = --image-size), the output `logits` [batch, classes], where
+`batch` is symbolic.
 
 Exporters. `auto` tries the TorchScript exporter (`dynamo=False`) first: it writes the requested
 opset directly, folds BatchNormalization into the convolutions in eval mode and needs nothing
@@ -29,6 +34,7 @@ import sys
 import time
 import warnings
 
+# The models the benchmark scripts use; any torchvision classification model is accepted.
 MODELS = ("resnet50", "mobilenet_v2")
 INPUT, OUTPUT = "input", "logits"
 # ONNX Runtime vs PyTorch, both fp32 on the CPU: different summation orders only.
@@ -39,13 +45,52 @@ def log(msg):
     print(f"export_torchvision: {msg}", flush=True)
 
 
-def build_model(name):
+def classification_models(torchvision):
+    """The classification model names this torchvision offers (list_models exists since 0.14)."""
+    lister = getattr(torchvision.models, "list_models", None)
+    if lister is None:
+        return sorted(n for n in MODELS if hasattr(torchvision.models, n))
+    return sorted(lister(module=torchvision.models))
+
+
+def calibrate_batchnorm(torch, model, image_size=224, batches=4, batch_size=16):
+    """Sets every BatchNorm's running statistics from random N(0, 1) images (train-mode forward
+    passes, cumulative averages), so activations have the scale a trained network's have.
+
+    Why: torchvision's random initialisation with the default running statistics (mean 0, var 1)
+    shrinks activations layer after layer in some architectures. MobileNetV2's depthwise convs are
+    initialised with kaiming fan-out over C·k² although each output sees only k² inputs: its
+    logits come out around 1e-9, below fp16's smallest subnormal (6e-8), so any fp16 engine
+    outputs zeros and no numerical comparison means anything. After calibration each BatchNorm
+    output is about N(0, 1), as in a trained model. Deterministic (its own seeded generator)."""
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return model
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative moving average over the calibration batches
+    gen = torch.Generator().manual_seed(1)
+    model.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            model(torch.randn(batch_size, 3, image_size, image_size, generator=gen))
+    return model
+
+
+def build_model(name, image_size=224):
+    """The model with the weights of torch.manual_seed(0) and BatchNorm statistics calibrated on
+    random images (see calibrate_batchnorm); ValueError for an unknown name."""
     import torch
     import torchvision
 
+    known = classification_models(torchvision)
+    if name not in known:
+        raise ValueError(f"'{name}' is not a torchvision classification model; known: {', '.join(known)}")
     torch.manual_seed(0)
-    ctor = getattr(torchvision.models, name)
-    return ctor(weights=None).eval().float()
+    ctor = torchvision.models.get_model if hasattr(torchvision.models, "get_model") else None
+    model = ctor(name, weights=None) if ctor else getattr(torchvision.models, name)(weights=None)
+    model = calibrate_batchnorm(torch, model.float(), image_size)
+    return model.eval().float()
 
 
 def export_torchscript(torch, model, example, path, opset):
@@ -132,7 +177,7 @@ def finish_file(path, max_ir):
     }
 
 
-def check_with_ort(torch, model, path, batch=3):
+def check_with_ort(torch, model, path, size, batch=3):
     """Max |ort - torch| / max |torch| on a random batch; None when onnxruntime is absent."""
     if importlib.util.find_spec("onnxruntime") is None:
         return None
@@ -140,7 +185,7 @@ def check_with_ort(torch, model, path, batch=3):
     import onnxruntime as ort
 
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(batch, 3, 224, 224, generator=gen)
+    x = torch.randn(batch, 3, size, size, generator=gen)
     with torch.inference_mode():
         want = model(x).numpy().astype(np.float64)
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -160,19 +205,29 @@ def check_with_ort(torch, model, path, batch=3):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("model", choices=MODELS)
+    p.add_argument("model", help=f"a torchvision classification model name ({', '.join(MODELS)}, ...)")
     p.add_argument("out", help="the .onnx file to write")
     p.add_argument("--opset", type=int, default=17)
     p.add_argument("--max-ir-version", type=int, default=10, help="lower the IR version to this (default 10)")
     p.add_argument("--exporter", choices=("auto", "torchscript", "dynamo"), default="auto")
+    p.add_argument("--image-size", type=int, default=224, help="input height and width (default 224)")
     p.add_argument("--meta-out", help="write what was done as JSON here")
     a = p.parse_args()
+    if a.image_size < 16:
+        p.error("--image-size must be at least 16")
 
     import torch
 
     t0 = time.time()
-    model = build_model(a.model)
-    example = torch.randn(2, 3, 224, 224)  # batch 2: torch.export specialises dims of size 1
+    try:
+        model = build_model(a.model, a.image_size)
+    except ValueError as e:
+        log(f"error: {e}")
+        if a.meta_out:
+            with open(a.meta_out, "w") as f:
+                json.dump({"model": a.model, "exporter": None, "ok": False, "error": str(e)}, f, indent=2)
+        return 1
+    example = torch.randn(2, 3, a.image_size, a.image_size)  # batch 2: torch.export specialises dims of size 1
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     for stale in (a.out, a.out + ".data"):  # never leave an older export to be mistaken for this one
         if os.path.exists(stale):
@@ -190,11 +245,12 @@ def main():
             log(f"{name} exporter failed: {errors[name]}")
     meta = {
         "model": a.model,
-        "weights": "random (torch.manual_seed(0))",
+        "weights": "random (torch.manual_seed(0); BatchNorm statistics calibrated on random images)",
         "torch": torch.__version__,
         "exporter": used,
         "exporter_errors": errors,
         "opset_requested": a.opset,
+        "image_size": a.image_size,
         "path": a.out,
     }
     status = 0
@@ -204,7 +260,7 @@ def main():
     else:
         try:
             meta.update(finish_file(a.out, a.max_ir_version))
-            meta["ort_check"] = check_with_ort(torch, model, a.out)
+            meta["ort_check"] = check_with_ort(torch, model, a.out, a.image_size)
             oc = meta["ort_check"]
             if oc is None:
                 log("onnxruntime is not installed: the export was not checked numerically")

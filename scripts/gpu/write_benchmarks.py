@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes BENCHMARKS.md from the results.json of scripts/gpu-check.sh.
+"""Writes BENCHMARKS.md from the results.json of scripts/gpu-check.sh or scripts/gpu-bench.sh.
 
     write_benchmarks.py --results results.json --out BENCHMARKS.md [--previous BENCHMARKS.md]
         [--print-section]
@@ -8,6 +8,23 @@ The new run becomes the first section; the sections of --previous (an earlier fi
 this script, usually the repository's BENCHMARKS.md) follow unchanged, newest first. Parts of
 results.json that are missing (a step failed or was skipped) show as "—" with the reason.
 Standard library only.
+
+A gpu-check.sh run (validation and latency of the ResNet-50 build, bundled models) and a
+gpu-bench.sh run (a "plan" record with script "gpu-bench") are rendered differently. The
+gpu-bench section: per model a latency table of onnx2ait and every peer with the ratios peer ms ÷
+onnx2ait ms, the issue-6 targets, build and compile times, the kernel sweep, the schedule (with a
+check that no timed interval overlapped another), what was not measured, steps and commands.
+
+Kernel sweep. It is drawn from `onnx2ait profile --json` reports (results key profile_<model>,
+field "report") when they exist, else from the profile cache (key profile_cache). Accepted
+shapes: a report {"problems": [P, ...]} or [P, ...]; a cache of nested objects down to either a
+problem record P or a map candidate -> ms (or -> {"median_ms": ms}) under its problem's key. A
+problem record P may hold: "signature" (or problem/key/name), "kind" (conv2d, gemm, ...),
+"flops" (or "gflop"; else computed from dims: conv n h w c k r s [p q | stride pad dilation]
+[groups], gemm m n k [batch] — as fields, in a "shape"/"dims" object, or as KEY=N pairs of the
+signature), "best" (instance name, or {"name", "median_ms"}), "best_ms", "candidates" (map
+name -> ms, or [{"name", "median_ms"}]). TFLOP/s = flops / best time; the percentage is of the
+fp16 GEMM rate bench_torch.py --gemm-ceiling measured in the same run.
 """
 import argparse
 import json
@@ -108,7 +125,7 @@ def section_env(res):
         oc = exp.get("ort_check") or {}
         dims = ", ".join(f"{k}[0]={v}" for k, v in (exp.get("batch_dims") or {}).items())
         lines.append(
-            f"- Model: torchvision `{exp.get('model')}` with random weights (torch.manual_seed(0)), fp32, exported by torch "
+            f"- Model: torchvision `{exp.get('model')}`, weights {exp.get('weights') or 'random (torch.manual_seed(0))'}, fp32, exported by torch "
             f"{exp.get('torch')} ({exp.get('exporter')} exporter), opset {(exp.get('opsets') or {}).get('ai.onnx', '?')}, "
             f"IR {exp.get('ir_version')}, dynamic batch ({dims}); ONNX Runtime vs PyTorch on the CPU: "
             f"rel err {sci(oc.get('rel_to_max'))}"
@@ -287,7 +304,563 @@ def section_commands(res):
     return ["### Commands", "", "```"] + lines + ["```"]
 
 
+# ---------------------------------------------------------------------------------------------
+# scripts/gpu-bench.sh: results.json with a "plan" record (plan.script == "gpu-bench")
+
+# The "done when" figures of issue 6 (ResNet-50 fp16 latency bounds, and faster than
+# torch.compile max-autotune in the same run).
+TARGET_MS = {("resnet50", 1): 0.45, ("resnet50", 256): 7.5}
+TARGET_BEAT_COMPILE = {"resnet50": (1, 256), "mobilenet_v2": (1, 256)}
+PRETTY = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2"}
+GPU_USE = {
+    "none": "CPU only",
+    "brief": "correctness runs",
+    "timing": "timing, alone",
+    "profile timing": "onnx2ait profiling, alone",
+    "autotune": "autotuning benchmarks, shared",
+}
+
+
+def is_bench_run(res):
+    return (res.get("plan") or {}).get("script") == "gpu-bench"
+
+
+def pretty(model):
+    return PRETTY.get(model, model)
+
+
+def ratio(peer, ours):
+    peer, ours = num(peer), num(ours)
+    return f"{peer / ours:.2f}×" if peer and ours else DASH
+
+
+def bench_rows(rec):
+    return {r.get("batch"): r for r in (rec or {}).get("results") or [] if isinstance(r, dict)}
+
+
+def tc_record(res, model, batch):
+    return res.get(f"torch_compile_{model}_b{batch}") or {}
+
+
+def tc_row(res, model, batch):
+    for r in tc_record(res, model, batch).get("results") or []:
+        if r.get("batch") == batch:
+            return r
+    return {}
+
+
+def bench_verdict(res):
+    overall = res.get("overall", "unknown")
+    return {
+        "complete": "benchmark: every planned figure measured",
+        "incomplete": "benchmark: SOME FIGURES MISSING",
+        "failed": "benchmark: SOME STEPS FAILED",
+    }.get(overall, f"benchmark: {overall}")
+
+
+def bench_env(res):
+    env, plan = res.get("env") or {}, res.get("plan") or {}
+    pk = env.get("packages") or {}
+    lines = [
+        f"- GPU: {env.get('gpu', '?')} (driver {env.get('driver', '?')}, {env.get('gpu_memory', '?')}); "
+        f"{env.get('cpus', '?')} CPU cores; nvcc: {env.get('nvcc', '?')}",
+        f"- Software: Python {env.get('python', '?')}, "
+        + ", ".join(f"{k} {v}" for k, v in pk.items() if v)
+        + (f"; {env['onnx2ait']}" if env.get("onnx2ait") else ""),
+        f"- Commit: `{env.get('commit', 'unknown')}`",
+        f"- Command: `{plan.get('command') or env.get('command') or 'scripts/gpu-bench.sh'}` "
+        f"(budget {plan.get('budget_s', '?')} s; the commands it ran are listed at the end)",
+    ]
+    exports = []
+    for m in plan.get("models") or []:
+        e = res.get(f"export_{m}") or {}
+        if e.get("ok"):
+            oc = e.get("ort_check") or {}
+            exports.append(f"`{m}` ({e.get('exporter')} exporter, opset {(e.get('opsets') or {}).get('ai.onnx', '?')}, "
+                           f"IR {e.get('ir_version')}, ORT vs PyTorch rel err {sci(oc.get('rel_to_max'))})")
+        else:
+            exports.append(f"`{m}`: not exported ({cell(e.get('error') or why_missing(res, 'export'), 200)})")
+    torch_v = next((res[k].get("torch") for k in res if k.startswith("bench_torch_") and isinstance(res[k], dict)
+                    and res[k].get("torch")), None) or next(
+        (e.get("torch") for m in plan.get("models") or [] for e in [res.get(f"export_{m}") or {}] if e.get("torch")), "?")
+    # Older exports did not record how their weights were made: the random initialisation alone.
+    weights = next((e.get("weights") for m in plan.get("models") or [] for e in [res.get(f"export_{m}") or {}]
+                    if e.get("weights")), "random (torch.manual_seed(0))")
+    lines.append(
+        f"- Models: torchvision classifiers, weights {weights} (see export_torchvision.py), exported to fp32 ONNX with a "
+        f"dynamic batch by torch {torch_v}: " + "; ".join(exports)
+    )
+    prof = plan.get("profile") or {}
+    kinds = ", ".join(f"`{m}` {(res.get(f'final_{m}') or {}).get('kind') or '—'}" for m in plan.get("models") or [])
+    lines.append(
+        f"- onnx2ait: `compile --arch {plan.get('arch', '?')} --max-batch {plan.get('max_batch', '?')}`, the fp32 model "
+        f"computed in fp16 (boundary casts included). Kernels: {kinds} ({prof.get('note') or 'no profiler'}"
+        + (f"; profile cache seeded from `{prof['seeded_from']}`" if prof.get("seeded_from") else "") + ")"
+    )
+    tcp = plan.get("torch_compile") or {}
+    peers = ("- Peers, same weights: PyTorch fp16 weights and inputs, channels_last, cudnn.benchmark, inference_mode; "
+             "eager, and the whole model captured in one CUDA graph (replayed)")
+    if tcp.get("enabled"):
+        peers += (f"; torch.compile(mode=\"{tcp.get('mode')}\", dynamic=False), one process per model and batch, "
+                  f"compile threads: {tcp.get('compile_threads')}")
+    lines.append(peers)
+    lines.append(
+        f"- Method: every figure is the median of {plan.get('iters', '?')} CUDA-event timings after "
+        f"{plan.get('warmup', '?')} warm-up runs, inputs rotating over pre-made random tensors, one engine at a time "
+        "on the GPU with nothing else running (see Schedule). Host-device copies are not timed; torch.compile's call "
+        "copies its input into its CUDA graph's static buffer inside the timed region (~0.03 ms at batch 256)."
+    )
+    return lines
+
+
+def bench_model_section(res, model):
+    plan = res.get("plan") or {}
+    o_rows = bench_rows(res.get(f"bench_onnx2ait_{model}"))
+    p_rows = bench_rows(res.get(f"bench_torch_{model}"))
+    tc_batches = list(plan.get("compile_batches") or [])
+    batches = sorted({b for b in list(plan.get("batches") or []) + tc_batches + list(o_rows) + list(p_rows)
+                      if isinstance(b, int)})
+    head = [f"### {pretty(model)} (torchvision `{model}`), median ms", ""]
+    rows = []
+    for b in batches:
+        o, p = o_rows.get(b, {}), p_rows.get(b, {})
+        og = num(o.get("graph_median_ms"))
+        t = tc_row(res, model, b) if b in tc_batches else {}
+        tc_cell = ms(t.get("compile_ms")) if b in tc_batches else ""
+        rows.append([b, ms(og), ms(o.get("median_ms")), ms(p.get("eager_ms")), ms(p.get("graph_ms")),
+                     tc_cell or ("" if b not in tc_batches else DASH),
+                     ratio(p.get("eager_ms"), og), ratio(p.get("graph_ms"), og),
+                     ratio(t.get("compile_ms"), og) if b in tc_batches else ""])
+    mode = (plan.get("torch_compile") or {}).get("mode", "max-autotune")
+    out = head + table(["batch", "onnx2ait (CUDA graph)", "onnx2ait (plain launches)", "PyTorch eager",
+                        "PyTorch + CUDA graph", f"torch.compile {mode}", "eager ÷ onnx2ait",
+                        "CUDA graph ÷ onnx2ait", "torch.compile ÷ onnx2ait"], rows)
+    facts = []
+    final = res.get(f"final_{model}") or {}
+    kind = final.get("kind")
+    if kind and kind != "none":
+        facts.append(f"onnx2ait build benchmarked: {kind}")
+    v = res.get(f"validate_{model}")
+    if v:
+        dev = device_engine(v.get("engines"))
+        d = (v.get("engines") or {}).get(dev) or {}
+        top1 = f"{d['top1_agree']:g}/{d['top1_rows']:g}" if d.get("top1_rows") else DASH
+        verdict = "pass" if v.get("passed") else "**FAILED: the figures above are of a wrong build**"
+        facts.append(f"validation at batch 1 against ONNX Runtime ({len(v.get('seeds') or [])} seeds): rel err "
+                     f"{sci(d.get('worst_err'))}, top-1 {top1}: {verdict}")
+        for prob in (v.get("problems") or [])[:3]:
+            facts.append(f"validation problem: {cell(prob, 200)}")
+    else:
+        facts.append(f"validation: not run ({why_missing(res, f'validate {model}')})")
+    for b in tc_batches:
+        rec, t = tc_record(res, model, b), tc_row(res, model, b)
+        if t:
+            facts.append(f"torch.compile batch {b}: compiled and autotuned in {secs(t.get('compile_seconds'))}, output "
+                         f"vs eager rel err {sci(t.get('rel_err_vs_eager'))}")
+        elif rec.get("error"):
+            facts.append(f"torch.compile batch {b}: {cell(rec['error'], 200)}")
+    for key, label in ((f"bench_onnx2ait_{model}", "onnx2ait bench"), (f"bench_torch_{model}", "PyTorch")):
+        if (res.get(key) or {}).get("error"):
+            facts.append(f"{label}: {cell(res[key]['error'], 200)}")
+    return out + [""] + [f"- {f}" for f in facts]
+
+
+def bench_targets(res):
+    plan = res.get("plan") or {}
+    models = plan.get("models") or []
+    rows = []
+    for (m, b), bound in TARGET_MS.items():
+        if m not in models:
+            continue
+        o = bench_rows(res.get(f"bench_onnx2ait_{m}")).get(b, {})
+        og = num(o.get("graph_median_ms"))
+        rows.append([f"{pretty(m)} batch {b} ≤ {bound:g} ms", f"{ms(og)} ms" if og else DASH,
+                     DASH if og is None else ("yes" if og <= bound else "no")])
+    for m, bs in TARGET_BEAT_COMPILE.items():
+        if m not in models:
+            continue
+        for b in bs:
+            if b not in (plan.get("compile_batches") or []):
+                continue
+            og = num(bench_rows(res.get(f"bench_onnx2ait_{m}")).get(b, {}).get("graph_median_ms"))
+            tc = num(tc_row(res, m, b).get("compile_ms"))
+            shown = f"{ms(og)} vs {ms(tc)} ms" if og or tc else DASH
+            rows.append([f"{pretty(m)} batch {b} faster than torch.compile", shown,
+                         DASH if og is None or tc is None else ("yes" if og < tc else "no")])
+    if not rows:
+        return []
+    return ["### Issue 6 targets", ""] + table(["target", "measured (onnx2ait CUDA graph)", "met"], rows)
+
+
+def compile_cell(rec):
+    if not rec:
+        return DASH
+    rep = rec.get("report") or {}
+    if rec.get("rc") != 0:
+        return cell(("timed out" if rec.get("timed_out") else f"exit {rec.get('rc')}")
+                    + (f": {rec['error']}" if rec.get("error") else ""), 120)
+    extra = f" ({rep.get('compiled', '?')} compiled, {rep.get('cached', '?')} cached)" if rep else ""
+    return secs(rec.get("seconds")) + extra
+
+
+def profile_cell(rec):
+    if not rec:
+        return DASH
+    text = secs(rec.get("seconds"))
+    if rec.get("rc") != 0:
+        text += f", {cell(rec.get('error') or 'exit ' + str(rec.get('rc')), 100)}"
+    elif "cache_changed" in rec:
+        text += ", cache " + ("updated" if rec["cache_changed"] else "unchanged")
+    return text
+
+
+def bench_build_times(res):
+    plan = res.get("plan") or {}
+    tcb = list(plan.get("compile_batches") or [])
+    rows = []
+    for m in plan.get("models") or []:
+        row = [f"`{m}`", compile_cell(res.get(f"compile_pre_{m}")), profile_cell(res.get(f"profile_build_{m}")),
+               profile_cell(res.get(f"profile_{m}")), compile_cell(res.get(f"compile_{m}"))]
+        for b in tcb:
+            t = tc_row(res, m, b)
+            secs_ = num(t.get("compile_seconds")) if t else num(
+                (tc_record(res, m, b).get("compile_seconds") or {}).get(str(b)))
+            row.append(secs(secs_))
+        rows.append(row)
+    if not rows:
+        return []
+    header = ["model", "onnx2ait build during torch.compile", "onnx2ait profile build", "onnx2ait profile",
+              "onnx2ait build after profiling"] + [f"torch.compile batch {b}" for b in tcb]
+    if tcb:
+        text = ("Wall times under the load of the schedule below: the torch.compile jobs compiled and autotuned at the "
+                "same time as each other and as the exports and nvcc builds (those under `nice -n 10`), so each took "
+                "longer than it would alone; onnx2ait's profile timing ran alone.")
+    else:
+        text = "Wall times; nothing else ran meanwhile (no torch.compile jobs in this run)."
+    return ["### Build and compile times (wall clock)", ""] + table(header, rows) + [
+        "", text + " \"—\": not run (the steps table says why)."]
+
+
+# --- kernel sweep ------------------------------------------------------------------------------
+
+_MS_KEYS = ("best_ms", "ms", "median_ms", "time_ms", "median")
+_NAME_KEYS = ("signature", "problem", "key", "name")
+_CAND_KEYS = ("candidates", "timings", "times", "instances")
+
+
+def _first(d, keys):
+    for k in keys:
+        if k in d and d[k] is not None:
+            return d[k]
+    return None
+
+
+def _ms_of(v):
+    if isinstance(v, dict):
+        v = _first(v, _MS_KEYS)
+    return num(v)
+
+
+def _candidates(v):
+    """{candidate: ms} from a dict or a list of {name, ms} records."""
+    if isinstance(v, dict):
+        return {str(k): _ms_of(x) for k, x in v.items() if _ms_of(x) is not None}
+    if isinstance(v, list):
+        out = {}
+        for x in v:
+            if isinstance(x, dict):
+                name = _first(x, ("name", "key", "instance", "candidate"))
+                t = _ms_of(x)
+                if name is not None and t is not None:
+                    out[str(name)] = t
+        return out
+    return {}
+
+
+def _dims(p, signature):
+    """Lower-case numeric fields of a problem record, its shape sub-records and KEY=N pairs of its
+    signature."""
+    dims = {}
+    try:
+        sig_obj = json.loads(signature) if isinstance(signature, str) and signature.strip().startswith("{") else None
+    except ValueError:
+        sig_obj = None
+    sources = [sig_obj or {}, p] + [p[k] for k in ("shape", "dims", "problem_size", "size", "args") if isinstance(p.get(k), dict)]
+    if isinstance(signature, str):
+        sources.insert(0, {k: int(v) for k, v in re.findall(r"([A-Za-z_]+)\s*[=:]\s*(\d+)", signature)})
+        # onnx2ait's own signatures: "conv2d n256 h56 w56 c64 k256 r1 s1 p56 q56 …", "gemm b1 m256 n1000 k2048 …".
+        own = {k: int(v) for k, v in re.findall(r"(?:^|\s)([a-z])(\d+)(?=\s|$)", signature)}
+        if "b" in own:
+            own["batch"] = own.pop("b")
+        sources.insert(0, own)
+    for src in sources:
+        for k, v in src.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                dims[str(k).lower()] = v
+            elif isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v):
+                dims[f"{str(k).lower()}_h"], dims[f"{str(k).lower()}_w"] = v
+    return dims
+
+
+def problem_flops(p, signature, kind):
+    """The FLOP count of one problem: its `flops` / `gflop` field, else from its dims (conv:
+    n h w c k r s [p q | stride pad dilation] groups; gemm: m n k [batch]); None when unknown."""
+    f = num(p.get("flops"))
+    if f is not None:
+        return f
+    g = num(_first(p, ("gflop", "gflops")))
+    if g is not None:
+        return g * 1e9
+    d = _dims(p, signature)
+    kind = (kind or "").lower()
+    is_conv = "conv" in kind or ("gemm" not in kind and "matmul" not in kind and all(k in d for k in ("c", "r", "s")))
+
+    def pick(*names, default=None):
+        for n in names:
+            if n in d:
+                return d[n]
+        return default
+
+    if is_conv:
+        n, h, w, c, k = pick("n", "batch"), pick("h"), pick("w"), pick("c"), pick("k")
+        r, s = pick("r", "kh"), pick("s", "kw")
+        if None in (n, c, k, r, s):
+            return None
+        groups = pick("groups", "g", default=1) or 1
+        pp, qq = pick("p", "oh", "out_h"), pick("q", "ow", "out_w")
+        if pp is None or qq is None:
+            if h is None or w is None:
+                return None
+            sh, sw = pick("stride_h", "stride", "sh", default=1), pick("stride_w", "stride", "sw", default=1)
+            ph, pw = pick("pad_h", "pad", "ph", default=0), pick("pad_w", "pad", "pw", default=0)
+            dh, dw = pick("dilation_h", "dilation", "dh", default=1), pick("dilation_w", "dilation", "dw", default=1)
+            pp = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+            qq = (w + 2 * pw - dw * (s - 1) - 1) // sw + 1
+        return 2.0 * n * pp * qq * k * (c / groups) * r * s
+    m, n, k = pick("m"), pick("n"), pick("k")
+    if None in (m, n, k) and isinstance(signature, str):
+        mm = re.search(r"(\d+)x(\d+)x(\d+)", signature)
+        if mm:
+            m, n, k = (int(x) for x in mm.groups())
+    if None in (m, n, k):
+        return None
+    return 2.0 * m * n * k * (pick("batch", "l", "batch_count", default=1) or 1)
+
+
+def _problem(signature, p, source):
+    cands = _candidates(_first(p, _CAND_KEYS))
+    best = _first(p, ("best", "best_instance", "chosen", "choice", "winner"))
+    best_ms = _ms_of(best) if isinstance(best, dict) else _ms_of(_first(p, _MS_KEYS))
+    if isinstance(best, dict):
+        best = _first(best, ("name", "key", "instance"))
+    if cands:
+        name, t = min(cands.items(), key=lambda kv: kv[1])
+        if best_ms is None or best is None:
+            best, best_ms = name, t
+    if best_ms is None:
+        return None
+    kind = _first(p, ("kind", "op", "family"))
+    sig = signature if signature is not None else _first(p, _NAME_KEYS)
+    if kind is None and isinstance(sig, str) and sig.strip().startswith("{"):
+        try:
+            obj = json.loads(sig)
+            kind = _first(obj, ("kind", "op", "family")) if isinstance(obj, dict) else None
+        except ValueError:
+            pass
+    if kind is None and isinstance(sig, str):
+        m = re.match(r"\s*(conv\w*|gemm\w*|matmul\w*)", sig, re.IGNORECASE)
+        kind = m.group(1) if m else None
+    return {"problem": str(sig), "kind": kind, "flops": problem_flops(p, sig, kind), "best": best,
+            "best_ms": best_ms, "candidates": len(cands) or num(p.get("candidate_count")), "source": source}
+
+
+def _walk_cache(obj, key, source, out, depth=0):
+    """Finds problem records in a nested profile cache: a dict with a candidates field, or a dict
+    whose values are all times (a candidate -> ms map, under its problem's key)."""
+    if depth > 6 or not isinstance(obj, dict) or not obj:
+        return
+    if _first(obj, _CAND_KEYS) is not None or _first(obj, ("best", "best_instance")) is not None:
+        p = _problem(key, obj, source)
+        if p:
+            out.append(p)
+        return
+    if all(_ms_of(v) is not None for v in obj.values()):
+        p = _problem(key, {"candidates": obj}, source)
+        if p:
+            out.append(p)
+        return
+    for k, v in obj.items():
+        _walk_cache(v, k, source, out, depth + 1)
+
+
+def profile_problems(res):
+    """One row per profiled problem, from the profiler's --json reports (profile_<model>.report:
+    {"problems": [...]} or a list; each with signature, kind, flops, best, best_ms, candidates),
+    else from the profile cache (GPU -> signature -> candidate -> ms). The fastest time wins when a
+    problem appears twice."""
+    plan = res.get("plan") or {}
+    rows = []
+    for m in plan.get("models") or []:
+        rep = (res.get(f"profile_{m}") or {}).get("report")
+        items = rep.get("problems") if isinstance(rep, dict) else rep
+        for p in items if isinstance(items, list) else []:
+            if isinstance(p, dict):
+                row = _problem(None, p, m)
+                if row:
+                    rows.append(row)
+    if not rows and isinstance(res.get("profile_cache"), dict):
+        _walk_cache(res["profile_cache"], None, "cache", rows)
+    best = {}
+    for r in rows:
+        k = r["problem"]
+        if k not in best or r["best_ms"] < best[k]["best_ms"]:
+            best[k] = r
+    return sorted(best.values(), key=lambda r: -r["best_ms"])
+
+
+def gemm_ceiling_tflops(res):
+    for k, v in res.items():
+        if k.startswith("bench_torch_") and isinstance(v, dict) and isinstance(v.get("gemm_ceiling"), dict):
+            return num(v["gemm_ceiling"].get("tflops"))
+    return None
+
+
+def bench_sweep(res, limit=40):
+    rows = profile_problems(res)
+    if not rows:
+        return []
+    ceiling = gemm_ceiling_tflops(res)
+    table_rows = []
+    for r in rows[:limit]:
+        tf = r["flops"] / (r["best_ms"] * 1e-3) / 1e12 if r["flops"] and r["best_ms"] > 0 else None
+        line = [f"`{cell(r['problem'], 90)}`", cell(r["kind"] or DASH, 20),
+                DASH if r["flops"] is None else f"{r['flops'] / 1e9:.3g}", f"`{cell(r['best'], 60)}`",
+                ms(r["best_ms"]), DASH if tf is None else f"{tf:.1f}"]
+        if ceiling:
+            line.append(DASH if tf is None else f"{100 * tf / ceiling:.0f}%")
+        line.append(DASH if not r["candidates"] else f"{r['candidates']:g}")
+        table_rows.append(line)
+    header = ["problem", "kind", "GFLOP", "best instance", "ms", "TFLOP/s"]
+    if ceiling:
+        header.append("of the GEMM ceiling")
+    header.append("candidates")
+    out = ["### Kernel sweep (onnx2ait profile)", "",
+           "Each conv / gemm problem the profiler timed (all batch buckets), its fastest candidate and that "
+           "candidate's median time; slowest first."
+           + (f" GEMM ceiling: torch.matmul fp16 8192³ measured in this run, {ceiling:.0f} TFLOP/s." if ceiling else ""),
+           ""]
+    out += table(header, table_rows)
+    if len(rows) > limit:
+        out += ["", f"… and {len(rows) - limit} faster problems (results.json: profile_*, profile_cache)."]
+    return out
+
+
+# --- schedule ------------------------------------------------------------------------------------
+
+
+def bench_schedule(res):
+    events = (res.get("timeline") or {}).get("events") or []
+    if not events:
+        return []
+    rows = [[f"{e['start']:.0f}", f"{e['end']:.0f}", cell(e.get("lane", ""), 40), cell(e.get("what", ""), 80),
+             GPU_USE.get(e.get("gpu"), e.get("gpu", ""))] for e in events]
+    # Checked, not claimed: does any timed or profiling interval overlap another interval?
+    exclusive = [e for e in events if e.get("gpu") in ("timing", "profile timing")]
+    clashes = []
+    for e in exclusive:
+        for o in events:
+            if o is e or o.get("gpu") == "none" and o.get("lane") == "main":
+                continue
+            if o["start"] < e["end"] - 0.5 and e["start"] < o["end"] - 0.5:
+                clashes.append(f"{e['what']} overlapped {o.get('lane')}: {o.get('what')}")
+    tc_lanes = sorted({e["lane"] for e in events if e.get("gpu") == "autotune" and e.get("lane") != "main"})
+    text = []
+    if tc_lanes:
+        text.append(
+            f"The {len(tc_lanes)} torch.compile jobs (one process each) compiled and autotuned concurrently with each "
+            "other and with the CPU work of the main lane below (exports, nvcc builds): their autotuning benchmarks "
+            "shared the GPU with each other, so torch.compile's kernel choices were made on a busier GPU and CPU than "
+            "an idle machine would give. Each job, compiled and warmed up, then waited for its turn to time alone."
+        )
+    text.append(
+        "Every figure in the tables above was timed with nothing else running on the GPU and no build running on "
+        "the CPUs, one engine after another; onnx2ait's profiler timed its candidates after all autotuning had "
+        "finished."
+        if not clashes else
+        "**Overlaps found in the schedule (figures affected):** " + "; ".join(cell(c, 200) for c in clashes[:6])
+    )
+    return ["### Schedule", ""] + text + [""] + table(["from s", "to s", "lane", "what", "GPU use"], rows)
+
+
+def bench_missing(res):
+    items = (res.get("not_measured") or {}).get("items") or []
+    if not items:
+        return []
+    return ["### Not measured", ""] + [f"- {cell(i.get('what'), 120)}: {cell(i.get('why'), 240)}" for i in items]
+
+
+def bench_commands(res):
+    plan = res.get("plan") or {}
+    lines = []
+    for m in plan.get("models") or []:
+        e = res.get(f"export_{m}") or {}
+        if e.get("path"):
+            lines.append(f"python3 scripts/gpu/export_torchvision.py {m} {shell_join([e['path']])} --opset "
+                         f"{e.get('opset_requested', 17)} --max-ir-version 10")
+    for m in plan.get("models") or []:
+        for key in (f"compile_pre_{m}", f"profile_build_{m}", f"profile_{m}", f"compile_{m}", f"bench_onnx2ait_{m}"):
+            if (res.get(key) or {}).get("command"):
+                lines.append(shell_join(res[key]["command"]))
+        runs = (res.get(f"validate_{m}") or {}).get("runs") or []
+        if runs and runs[0].get("command"):
+            c = list(runs[0]["command"])
+            if "--seed" in c:
+                i = c.index("--seed")
+                c = c[:i] + ["--seed", "$S"] + c[i + 2:]
+            lines.append(" ".join(shell_join([x]) if x != "$S" else x for x in c)
+                         + f"   # S = 0..{len(res[f'validate_{m}'].get('seeds') or [1]) - 1}")
+        if (res.get(f"bench_torch_{m}") or {}).get("command"):
+            lines.append("python3 scripts/gpu/" + shell_join(res[f"bench_torch_{m}"]["command"]))
+        for b in plan.get("compile_batches") or []:
+            rec = tc_record(res, m, b)
+            if rec.get("command"):
+                lines.append("python3 scripts/gpu/" + shell_join(rec["command"]))
+    if not lines:
+        return []
+    return ["### Commands", "", "```"] + lines + ["```"]
+
+
+def render_bench_section(res):
+    env = res.get("env") or {}
+    commit = env.get("commit", "unknown commit")
+    short = re.sub(r"^([0-9a-f]{12})[0-9a-f]{28}", r"\1", commit)
+    head = f"## {env.get('date_utc', 'unknown date')} · {env.get('gpu', 'unknown GPU')} · `{short}` · {bench_verdict(res)}"
+    plan = res.get("plan") or {}
+    parts = [[head, ""] + bench_env(res)]
+    parts += [bench_model_section(res, m) for m in plan.get("models") or []]
+    parts += [
+        [
+            "Ratios: peer median ms ÷ onnx2ait median ms with CUDA graph replay, in the same run; above 1 means onnx2ait "
+            "is faster."
+        ],
+        bench_targets(res),
+        bench_build_times(res),
+        bench_sweep(res),
+        bench_schedule(res),
+        bench_missing(res),
+        section_steps(res),
+        bench_commands(res),
+    ]
+    lines = []
+    for p in parts:
+        if p:
+            lines += p + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def render_section(res):
+    if is_bench_run(res):
+        return render_bench_section(res)
     env = res.get("env") or {}
     date = env.get("date_utc", "unknown date")
     overall = res.get("overall", "unknown")
@@ -328,8 +901,9 @@ def main():
     doc = [
         TITLE,
         "",
-        f"Written by scripts/gpu-check.sh on {date}; do not edit. Each run adds a section at the top; "
-        "earlier runs follow, newest first. Raw numbers: the run's results.json.",
+        f"Written by scripts/gpu/write_benchmarks.py for scripts/gpu-check.sh and scripts/gpu-bench.sh, last on "
+        f"{date}; do not edit. Each run adds a section at the top; earlier runs follow, newest first. Raw numbers: "
+        "the run's results.json.",
         "",
         section,
     ]

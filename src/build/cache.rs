@@ -2,7 +2,7 @@
 //! relinked.
 //!
 //! An object is named after its source and a hash of everything that determines its bytes (the
-//! compiler's fingerprint, the source, the headers every source includes), so "is it cached?" is
+//! compiler's fingerprint, the source, the generated headers it includes), so "is it cached?" is
 //! a file-existence check and no index file can go out of sync with the objects. The library's
 //! stamp records the exact object set of the last link: the object names carry their hashes, so
 //! equal names mean an equal link.
@@ -15,9 +15,9 @@ use std::path::{Component, Path};
 pub const HASH_DIGITS: usize = 16;
 
 /// Bumped when the hashing scheme changes, so old objects never match new keys.
-const SCHEME: &[u8] = b"onnx2ait-build-v1";
+const SCHEME: &[u8] = b"onnx2ait-build-v2";
 
-/// A header included by every source: its name (relative to the output directory) and bytes.
+/// A generated header: its name (relative to the output directory) and bytes.
 pub struct Header {
     pub name: String,
     pub bytes: Vec<u8>,
@@ -26,7 +26,7 @@ pub struct Header {
 /// The content hash of one source's object, as lowercase hex (64 digits).
 ///
 /// Every part is length-prefixed, so no two different inputs serialise to the same byte stream.
-pub fn object_hash(fingerprint: &str, source: &[u8], headers: &[Header]) -> String {
+pub fn object_hash(fingerprint: &str, source: &[u8], headers: &[&Header]) -> String {
     let mut h = Sha256::new();
     h.update(SCHEME);
     feed(&mut h, fingerprint.as_bytes());
@@ -39,6 +39,32 @@ pub fn object_hash(fingerprint: &str, source: &[u8], headers: &[Header]) -> Stri
     hex(&h.finalize())
 }
 
+/// The headers among `headers` that `source` includes, directly or through another of them
+/// (`#include "name"` lines), in the order of `headers`. Only these feed a source's hash, so a
+/// library instance that includes nothing model-specific keeps its object across models and
+/// across the profiler's and the model's builds.
+pub fn included<'a>(source: &[u8], headers: &'a [Header]) -> Vec<&'a Header> {
+    fn quoted_includes(text: &[u8]) -> impl Iterator<Item = String> + '_ {
+        text.split(|&b| b == b'\n').filter_map(|line| {
+            let line = String::from_utf8_lossy(line);
+            let rest = line.trim_start().strip_prefix('#')?.trim_start().strip_prefix("include")?.trim_start();
+            let rest = rest.strip_prefix('"')?;
+            Some(rest[..rest.find('"')?].to_string())
+        })
+    }
+    let mut used = vec![false; headers.len()];
+    let mut stack: Vec<String> = quoted_includes(source).collect();
+    while let Some(name) = stack.pop() {
+        if let Some(i) = headers.iter().position(|h| h.name == name) {
+            if !used[i] {
+                used[i] = true;
+                stack.extend(quoted_includes(&headers[i].bytes));
+            }
+        }
+    }
+    headers.iter().zip(used).filter(|(_, u)| *u).map(|(h, _)| h).collect()
+}
+
 fn feed(h: &mut Sha256, bytes: &[u8]) {
     h.update((bytes.len() as u64).to_le_bytes());
     h.update(bytes);
@@ -49,7 +75,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The base of a source's object names: its path relative to the output directory without the
-/// extension, folders joined with `__`, so `k012_conv2d_cutlass.cu` → `k012_conv2d_cutlass` and
+/// extension, folders joined with `__`, so `k012_conv2d_library.cu` → `k012_conv2d_library` and
 /// sources of the same name in different folders do not collide. Characters that are awkward in
 /// file names or compiler command lines become `_`.
 pub fn object_base(rel: &Path) -> Option<String> {
@@ -120,21 +146,38 @@ mod tests {
     #[test]
     fn hash_depends_on_every_input() {
         let hdr = |n: &str, b: &str| Header { name: n.into(), bytes: b.as_bytes().to_vec() };
-        let base = object_hash("nvcc 13", b"src", &[hdr("common.cuh", "x")]);
+        let base = object_hash("nvcc 13", b"src", &[&hdr("common.cuh", "x")]);
         assert_eq!(base.len(), 64);
-        assert_eq!(base, object_hash("nvcc 13", b"src", &[hdr("common.cuh", "x")]));
-        assert_ne!(base, object_hash("nvcc 12", b"src", &[hdr("common.cuh", "x")]));
-        assert_ne!(base, object_hash("nvcc 13", b"src2", &[hdr("common.cuh", "x")]));
-        assert_ne!(base, object_hash("nvcc 13", b"src", &[hdr("common.cuh", "y")]));
-        assert_ne!(base, object_hash("nvcc 13", b"src", &[hdr("other.cuh", "x")]));
+        assert_eq!(base, object_hash("nvcc 13", b"src", &[&hdr("common.cuh", "x")]));
+        assert_ne!(base, object_hash("nvcc 12", b"src", &[&hdr("common.cuh", "x")]));
+        assert_ne!(base, object_hash("nvcc 13", b"src2", &[&hdr("common.cuh", "x")]));
+        assert_ne!(base, object_hash("nvcc 13", b"src", &[&hdr("common.cuh", "y")]));
+        assert_ne!(base, object_hash("nvcc 13", b"src", &[&hdr("other.cuh", "x")]));
         assert_ne!(base, object_hash("nvcc 13", b"src", &[]));
         // Moving bytes between fields must change the hash (length prefixes).
         assert_ne!(object_hash("ab", b"c", &[]), object_hash("a", b"bc", &[]));
     }
 
     #[test]
+    fn only_included_headers_count() {
+        let hdr = |n: &str, b: &str| Header { name: n.into(), bytes: b.as_bytes().to_vec() };
+        let headers = [
+            hdr("library.cuh", "#pragma once\n"),
+            hdr("common.cuh", "#pragma once\n  #  include \"library.cuh\"\n"),
+            hdr("kernels.h", "#include \"common.cuh\"\n"),
+        ];
+        let names = |src: &str| -> Vec<String> {
+            included(src.as_bytes(), &headers).iter().map(|h| h.name.clone()).collect()
+        };
+        assert_eq!(names("#include \"library.cuh\"\n#include \"cutlass/cutlass.h\"\n"), ["library.cuh"]);
+        assert_eq!(names("#include \"common.cuh\"\n"), ["library.cuh", "common.cuh"]);
+        assert_eq!(names("#include \"kernels.h\"\n"), ["library.cuh", "common.cuh", "kernels.h"]);
+        assert!(names("#include <cuda_runtime.h>\nint x;\n").is_empty());
+    }
+
+    #[test]
     fn bases_and_names() {
-        assert_eq!(object_base(Path::new("k012_conv2d_cutlass.cu")).as_deref(), Some("k012_conv2d_cutlass"));
+        assert_eq!(object_base(Path::new("k012_conv2d_library.cu")).as_deref(), Some("k012_conv2d_library"));
         assert_eq!(object_base(Path::new("./model.cu")).as_deref(), Some("model"));
         assert_eq!(object_base(Path::new("sub/dir/k 1.cu")).as_deref(), Some("sub__dir__k_1"));
         assert_eq!(object_base(Path::new(".hidden")).as_deref(), Some(".hidden"));

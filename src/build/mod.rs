@@ -100,7 +100,7 @@ pub struct BuildReport {
 
 impl BuildReport {
     /// One line, e.g. "built libmodel.so: 57 sources, 54 compiled, 3 cached, 41.2 s (slowest:
-    /// k012_conv2d_cutlass.cu 18.3 s)".
+    /// k012_conv2d_library.cu 18.3 s)".
     pub fn summary(&self) -> String {
         let lib = self.lib.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let total = self.per_file.len();
@@ -327,7 +327,7 @@ fn plan(
         }
         let bytes = std::fs::read(&src)
             .map_err(|e| Error::Other(format!("build: cannot read source {}: {e}", src.display())))?;
-        let hash = cache::object_hash(fingerprint, &bytes, headers);
+        let hash = cache::object_hash(fingerprint, &bytes, &cache::included(&bytes, headers));
         let obj_name = cache::object_name(&base, &hash, ext);
         let obj = cache_dir.join(&obj_name);
         let cached = obj.is_file();
@@ -600,14 +600,14 @@ mod tests {
         let out = tempdir("cache");
         std::fs::write(out.join("common.cuh"), "h1\n").unwrap();
         std::fs::write(out.join("k000_a.cu"), "a1\n").unwrap();
-        std::fs::write(out.join("k001_b.cu"), "b1\n").unwrap();
+        std::fs::write(out.join("k001_b.cu"), "#include \"common.cuh\"\nb1\n").unwrap();
         let srcs = vec![PathBuf::from("k000_a.cu"), PathBuf::from("k001_b.cu")];
         let hdrs = vec![PathBuf::from("common.cuh")];
         let opts = BuildOptions { jobs: Some(2), ..Default::default() };
 
         let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
         assert_eq!((r.compiled, r.cached, r.linked), (2, 0, true));
-        assert_eq!(std::fs::read_to_string(out.join("libmodel.so")).unwrap(), "a1\nb1\n");
+        assert_eq!(std::fs::read_to_string(out.join("libmodel.so")).unwrap(), "a1\n#include \"common.cuh\"\nb1\n");
         assert_eq!(
             r.per_file.iter().map(|f| (f.0.as_str(), f.2)).collect::<Vec<_>>(),
             [("k000_a.cu", false), ("k001_b.cu", false)]
@@ -619,18 +619,19 @@ mod tests {
         assert!(r.summary().starts_with("libmodel.so up to date: 2 sources, 0 compiled, 2 cached"), "{}", r.summary());
 
         // One changed source: only it recompiles, its old object goes, the library is relinked.
-        std::fs::write(out.join("k001_b.cu"), "b2\n").unwrap();
+        std::fs::write(out.join("k001_b.cu"), "#include \"common.cuh\"\nb2\n").unwrap();
         let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
         assert_eq!((r.compiled, r.cached, r.linked), (1, 1, true));
-        assert_eq!(std::fs::read_to_string(out.join("libmodel.so")).unwrap(), "a1\nb2\n");
+        assert_eq!(std::fs::read_to_string(out.join("libmodel.so")).unwrap(), "a1\n#include \"common.cuh\"\nb2\n");
         let objs = objects(&out.join("obj"));
         assert_eq!(objs.len(), 2, "{objs:?}");
         assert!(objs[0].starts_with("k000_a-") && objs[1].starts_with("k001_b-"), "{objs:?}");
 
-        // A header change recompiles everything; a missing library is relinked.
+        // A header change recompiles the sources that include it (only b); a missing library is
+        // relinked.
         std::fs::write(out.join("common.cuh"), "h2\n").unwrap();
         let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
-        assert_eq!((r.compiled, r.cached), (2, 0));
+        assert_eq!((r.compiled, r.cached), (1, 1));
         std::fs::remove_file(out.join("libmodel.so")).unwrap();
         let r = build(&out, &srcs, &hdrs, &Fake, &opts, "libmodel.so").unwrap();
         assert_eq!((r.compiled, r.linked), (0, true));

@@ -15,7 +15,10 @@ use onnx2ait::build::BuildOptions;
 use onnx2ait::egraph::{optimize, OptimizeOptions};
 use onnx2ait::ir::dim::fmt_shape;
 use onnx2ait::ir::{Dim, Graph, ValueId};
-use onnx2ait::lower::LowerOptions;
+use onnx2ait::lower::cuda::CudaTarget;
+use onnx2ait::lower::{LowerOptions, Precision};
+use onnx2ait::profile::cache::ProfileCache;
+use onnx2ait::profile::ProfileOptions;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -28,8 +31,9 @@ pub struct CompileArgs {
     /// Output directory (created if missing).
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     pub out: PathBuf,
-    /// GPU architecture: sm_80 (A100), sm_90 (H100/H200), sm_90a (Hopper-only kernels).
-    #[arg(long, default_value = "sm_90")]
+    /// GPU architecture: sm_80 (A100), sm_90 (H100/H200 with the sm80-style kernels only),
+    /// sm_90a (H100/H200 with the Hopper TMA + wgmma kernels too).
+    #[arg(long, default_value = "sm_90a")]
     pub arch: String,
     /// Largest run-time batch (when the model's batch dim is symbolic); sizes the activation arena.
     #[arg(long = "max-batch", default_value_t = 64)]
@@ -46,6 +50,25 @@ pub struct CompileArgs {
     /// Object cache shared between builds (default: OUT/obj; env ONNX2AIT_CACHE_DIR).
     #[arg(long = "cache-dir", value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Profile the model's kernels on this machine's GPU first (`onnx2ait profile`), then compile
+    /// with the measured times.
+    #[arg(long)]
+    pub profile: bool,
+    /// Profile cache to choose kernel instances from (default: $ONNX2AIT_PROFILE_CACHE or
+    /// ~/.cache/onnx2ait/profile.json, when it exists). Without times the heuristic chooses.
+    #[arg(long = "profile-cache", value_name = "FILE")]
+    pub profile_cache: Option<PathBuf>,
+    /// The GPU whose times to use when the profile cache has several (as `profile` names it).
+    #[arg(long = "profile-gpu", value_name = "NAME")]
+    pub profile_gpu: Option<String>,
+    /// Ignore the profile cache: the documented heuristic chooses every instance.
+    #[arg(long = "no-profile", conflicts_with = "profile")]
+    pub no_profile: bool,
+    /// Storage type of float activations and weights on the GPU: fp16 (tensor-core CUTLASS
+    /// kernels) or fp32 (for models whose values exceed fp16's range of ±65504; convolutions and
+    /// matrix products then run on the slower direct/generic kernels).
+    #[arg(long, default_value = "fp16", value_name = "fp16|fp32")]
+    pub precision: Precision,
 }
 
 impl CompileArgs {
@@ -54,12 +77,17 @@ impl CompileArgs {
         CompileArgs {
             model,
             out,
-            arch: "sm_90".into(),
+            arch: "sm_90a".into(),
             max_batch: 64,
             dims: Vec::new(),
             no_build: false,
             jobs: None,
             cache_dir: None,
+            profile: false,
+            profile_cache: None,
+            profile_gpu: None,
+            no_profile: false,
+            precision: Precision::Fp16,
         }
     }
 }
@@ -184,9 +212,28 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     a.model.check()?;
     let g = onnx2ait::onnx::load_model(&a.model.model)?;
     let j = graph_json(&g);
-    // The optimised kernel graph is written beside the sources so its changes can be reviewed as
-    // diffs. No timings go into these files: the same model gives the same bytes.
+    let arch: Arch = a.arch.parse()?;
+    let lower_opts =
+        LowerOptions { dims: a.dims.iter().cloned().collect(), max_batch: a.max_batch, precision: a.precision };
+    let cache_dir = a.cache_dir.clone().or_else(|| std::env::var_os("ONNX2AIT_CACHE_DIR").map(PathBuf::from));
     let (optimised, report) = optimize(&g, &OptimizeOptions::standard()?)?;
+    let (target, choice) = kernel_choice(a, arch, &g, &lower_opts, cache_dir.clone())?;
+    // With profiled times, extraction prices convs and gemms by them (at the largest batch, the
+    // range that dominates throughput), so fusion and layout choices follow measurements.
+    let (optimised, report) = if target.has_measurements() {
+        onnx2ait::profile::cost::optimize_measured(
+            &g,
+            &OptimizeOptions::standard()?,
+            &target,
+            a.max_batch,
+            &lower_opts.dims,
+        )?
+    } else {
+        (optimised, report)
+    };
+    // The optimised kernel graph is written beside the sources so its changes can be reviewed as
+    // diffs. No timings go into these files: the same model, options and profile cache give the
+    // same bytes.
     let k = graph_json(&optimised);
     let to_json = |v: &GraphJson, file: &str| {
         serde_json::to_string_pretty(v).map_err(|e| Failure::new(1, format!("cannot serialise {file}: {e}")))
@@ -204,10 +251,9 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     std::fs::create_dir_all(&a.out)
         .map_err(|e| Failure::new(1, format!("{}: cannot create directory: {e}", a.out.display())))?;
 
-    let arch: Arch = a.arch.parse()?;
-    let lower_opts = LowerOptions { dims: a.dims.iter().cloned().collect(), max_batch: a.max_batch };
-    let generated = onnx2ait::codegen::generate_cuda(&optimised, &lower_opts, arch, &a.out)?;
+    let generated = onnx2ait::codegen::generate_cuda_with(&optimised, &lower_opts, &target, &a.out)?;
     let _ = writeln!(summary, "{}", generated.summary());
+    let _ = writeln!(summary, "{}", choice_summary(&generated.program, &choice));
 
     let files = [
         ("graph.json", format!("{json}\n")),
@@ -231,7 +277,6 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
             ),
         )
     })?;
-    let cache_dir = a.cache_dir.clone().or_else(|| std::env::var_os("ONNX2AIT_CACHE_DIR").map(PathBuf::from));
     let opts = BuildOptions { jobs: a.jobs, cache_dir, progress: true };
     let built =
         onnx2ait::build::build(&a.out, &generated.files.sources, &generated.files.headers, &compiler, &opts, LIB_NAME)?;
@@ -240,6 +285,78 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     std::fs::write(&rp, report_json).map_err(|e| Failure::new(1, format!("{}: cannot write: {e}", rp.display())))?;
     // build() has printed its summary line (progress is on).
     Ok(0)
+}
+
+/// The target, with profiled times when a profile cache has them for this toolchain, and a line
+/// saying where the choices come from.
+fn kernel_choice(
+    a: &CompileArgs,
+    arch: Arch,
+    graph: &Graph,
+    lower_opts: &LowerOptions,
+    cache_dir: Option<PathBuf>,
+) -> Result<(CudaTarget, String), Failure> {
+    let target = CudaTarget::new(arch).with_max_batch(a.max_batch);
+    if a.no_profile {
+        return Ok((target, "kernel choice: heuristic (--no-profile)".into()));
+    }
+    let explicit = a.profile_cache.is_some() || a.profile;
+    let cache_file = super::profile::cache_path(a.profile_cache.as_ref());
+    let cache_file = match cache_file {
+        Ok(f) => f,
+        Err(_) if !explicit => return Ok((target, "kernel choice: heuristic (no profile cache location)".into())),
+        Err(e) => return Err(e),
+    };
+    if a.profile {
+        let opts = ProfileOptions {
+            arch,
+            lower: lower_opts.clone(),
+            cache: cache_file.clone(),
+            work_dir: onnx2ait::profile::default_work_dir(&cache_file),
+            build: BuildOptions { jobs: a.jobs, cache_dir, progress: true },
+            warmup: 3,
+            iters: 20,
+            progress: true,
+            build_only: false,
+        };
+        let report = onnx2ait::profile::profile(graph, &opts)?;
+        super::emit(&report.summary());
+    } else if !cache_file.exists() {
+        if explicit {
+            return Err(Failure::new(1, format!("profile cache {}: no such file", cache_file.display())));
+        }
+        return Ok((target, format!("kernel choice: heuristic (no profile cache at {})", cache_file.display())));
+    }
+    let cache = ProfileCache::open(&cache_file)?;
+    // The toolchain is part of the key: times hold for the code this nvcc and CUTLASS produce.
+    let nvcc = match Nvcc::discover(arch) {
+        Ok(n) => n,
+        Err(_) if !explicit => {
+            return Ok((target, "kernel choice: heuristic (no nvcc to match the profile cache with)".into()))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match onnx2ait::profile::measurements_for(&cache, arch, &nvcc, a.profile_gpu.as_deref())? {
+        Some((device, m)) => {
+            Ok((target.with_measurements(m), format!("kernel choice: profiled times of {device} ({})", cache_file.display())))
+        }
+        None => Ok((
+            target,
+            format!("kernel choice: heuristic ({} has no times for this GPU architecture and toolchain)", cache_file.display()),
+        )),
+    }
+}
+
+/// "library instances: 14 (41 of 53 choices measured)".
+fn choice_summary(p: &onnx2ait::lower::Program, choice: &str) -> String {
+    let (mut total, mut measured) = (0, 0);
+    for k in &p.kernels {
+        if let Some(serde_json::Value::Array(entries)) = k.context.get("dispatch") {
+            total += entries.len();
+            measured += entries.iter().filter(|e| e["measured"] == true).count();
+        }
+    }
+    format!("{choice}\nlibrary:   {} instances; {measured} of {total} node choices measured", p.library.len())
 }
 
 #[cfg(test)]

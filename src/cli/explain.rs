@@ -1,16 +1,40 @@
-//! `onnx2ait explain MODEL [--json] [--dot DIR]`: what the equality-saturation optimiser does to
-//! a model — op counts before and kernel counts after, every fusion (which ONNX nodes became
-//! which kernel), e-graph statistics per phase (classes, nodes, iterations, time, stop reason,
-//! rules applied) and the estimated cost before and after.
+//! `onnx2ait explain MODEL [--json] [--dot DIR] [--profile-cache FILE [--profile-gpu NAME]
+//! [--arch ARCH] [--batch B] [--dim NAME=N]]`: what the equality-saturation optimiser does to a
+//! model — op counts before and kernel counts after, every fusion (which ONNX nodes became which
+//! kernel), e-graph statistics per phase (classes, nodes, iterations, time, stop reason, rules
+//! applied) and the estimated cost before and after.
 //!
-//! `--json` prints the report in its stable JSON form (documented in README.md, "Optimiser").
+//! With `--profile-cache`, extraction uses the measured kernel times of that cache (as
+//! `onnx2ait compile` does; see `onnx2ait::profile::cost`), and the report adds every
+//! convolution and matrix product kernel with its cost and whether it was measured or
+//! estimated, and the line "N of M conv/gemm costs measured". Costs are taken at batch `--batch`
+//! (default 64, compile's default `--max-batch`, where compile prices them).
+//!
+//! `--json` prints the report in its stable JSON form (documented in README.md, "Optimiser");
+//! with `--profile-cache` it has one more key, `kernel_costs` (see `profile::cost::CostReport`).
 //! `--dot DIR` writes `DIR/before.dot` and `DIR/after.dot` (and `.svg` next to them when
 //! Graphviz `dot` is installed).
 
 use super::{emit, Failure, ModelArg};
 use clap::Args;
-use onnx2ait::egraph::{optimize, write_dot, OptimizeOptions};
+use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::egraph::{optimize, optimize_with_cost, write_dot, ExplainReport, OptimizeOptions};
+use onnx2ait::lower::cuda::CudaTarget;
+use onnx2ait::profile::cache::ProfileCache;
+use onnx2ait::profile::cost::{CostReport, MeasuredCost};
+use serde::Serialize;
 use std::path::PathBuf;
+
+/// The JSON report with the kernel costs after its own keys (their order kept).
+#[derive(Serialize)]
+struct WithCosts<'a> {
+    #[serde(flatten)]
+    report: &'a ExplainReport,
+    kernel_costs: &'a CostReport,
+}
+
+/// Compile's default `--max-batch`: the batch compile prices kernels at.
+const DEFAULT_PRICING_BATCH: i64 = 64;
 
 #[derive(Args, Debug, Clone)]
 pub struct ExplainArgs {
@@ -22,13 +46,44 @@ pub struct ExplainArgs {
     /// Write Graphviz files of the graph before and after optimisation into this directory.
     #[arg(long, value_name = "DIR")]
     pub dot: Option<PathBuf>,
+    /// Price convolutions and matrix products with the measured times of this profile cache
+    /// (written by `onnx2ait profile`), and list each kernel's cost.
+    #[arg(long = "profile-cache", value_name = "FILE")]
+    pub profile_cache: Option<PathBuf>,
+    /// The GPU whose times to use when the profile cache has several (as `profile` names it).
+    #[arg(long = "profile-gpu", value_name = "NAME", requires = "profile_cache")]
+    pub profile_gpu: Option<String>,
+    /// GPU architecture of the times (as for compile): sm_80, sm_90, sm_90a.
+    #[arg(long, default_value = "sm_90a", requires = "profile_cache")]
+    pub arch: String,
+    /// Batch to price at: the batch symbol takes this value. The profile has times at batch 1,
+    /// 8, 64 and its --max-batch. Default 64 (compile's default --max-batch).
+    #[arg(long, requires = "profile_cache", value_parser = clap::value_parser!(i64).range(1..))]
+    pub batch: Option<i64>,
+    /// Fixes a symbolic dim before pricing (repeatable), as compile's --dim: --dim seq=128.
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim, requires = "profile_cache")]
+    pub dims: Vec<(String, i64)>,
 }
 
 pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
     a.model.check()?;
     let g = onnx2ait::onnx::load_model(&a.model.model)?;
     let opts = OptimizeOptions::standard()?;
-    let (optimised, report) = optimize(&g, &opts)?;
+    let (optimised, report, costs) = match &a.profile_cache {
+        None => {
+            let (optimised, report) = optimize(&g, &opts)?;
+            (optimised, report, None)
+        }
+        Some(file) => {
+            let arch: Arch = a.arch.parse()?;
+            let (target, source) = measured_target(file, arch, a.profile_gpu.as_deref())?;
+            let batch = a.batch.unwrap_or(DEFAULT_PRICING_BATCH);
+            let cost = MeasuredCost::new(&target, batch).with_dims(a.dims.iter().cloned().collect());
+            let (optimised, report) = optimize_with_cost(&g, &opts, &cost)?;
+            let costs = CostReport { source, ..cost.kernel_costs(&optimised) };
+            (optimised, report, Some(costs))
+        }
+    };
     if let Some(dir) = &a.dot {
         std::fs::create_dir_all(dir).map_err(|e| Failure::new(1, format!("{}: {e}", dir.display())))?;
         for (name, graph) in [("before", &g), ("after", &optimised)] {
@@ -37,9 +92,41 @@ pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
         }
     }
     if a.json {
-        emit(&format!("{}\n", report.to_json()));
+        let text = match &costs {
+            None => report.to_json(),
+            Some(kernel_costs) => serde_json::to_string_pretty(&WithCosts { report: &report, kernel_costs })
+                .map_err(|e| Failure::new(1, e.to_string()))?,
+        };
+        emit(&format!("{text}\n"));
     } else {
-        emit(&report.to_string());
+        let mut text = report.to_string();
+        if let Some(costs) = &costs {
+            text.push_str(&costs.to_string());
+        }
+        emit(&text);
     }
     Ok(0)
+}
+
+/// The target with the cache's times for `arch` and this machine's nvcc and CUTLASS (the times
+/// hold for the code this toolchain produces), and a description of where they come from. A
+/// cache without times for the toolchain still explains, every cost estimated.
+fn measured_target(file: &PathBuf, arch: Arch, gpu: Option<&str>) -> Result<(CudaTarget, String), Failure> {
+    if !file.exists() {
+        return Err(Failure::new(1, format!("profile cache {}: no such file", file.display())));
+    }
+    let cache = ProfileCache::open(file)?;
+    let nvcc = Nvcc::discover(arch)?;
+    let target = CudaTarget::new(arch);
+    Ok(match onnx2ait::profile::measurements_for(&cache, arch, &nvcc, gpu)? {
+        Some((device, m)) => (target.with_measurements(m), format!("times of {device} from {}", file.display())),
+        None => (
+            target,
+            format!(
+                "{} has no times for {} with this nvcc and CUTLASS: every cost estimated",
+                file.display(),
+                arch.as_str()
+            ),
+        ),
+    })
 }

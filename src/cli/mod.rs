@@ -9,6 +9,7 @@ mod compile;
 mod explain;
 mod inspect;
 mod ops;
+mod profile;
 mod run;
 mod validate;
 
@@ -53,6 +54,9 @@ enum Command {
     Run(run::RunArgs),
     /// Time a compiled model on the GPU at several batch sizes (CUDA graph and plain launches).
     Bench(bench::BenchArgs),
+    /// Time every candidate kernel instance of the model on this GPU; store the times in the
+    /// profile cache that compile uses to choose instances.
+    Profile(profile::ProfileArgs),
 }
 
 /// A command's failure: what to print and the exit code.
@@ -143,6 +147,7 @@ fn run_cli() -> ExitCode {
         (Some(Command::Ops(a)), _, _) => ops::run(&a),
         (Some(Command::Run(a)), _, _) => run::run(&a),
         (Some(Command::Bench(a)), _, _) => bench::run(&a),
+        (Some(Command::Profile(a)), _, _) => profile::run(&a),
         (None, Some(model), Some(out)) => compile::run(&compile::CompileArgs::new(ModelArg { model }, out)),
         // clap enforces MODEL and -o without a subcommand; kept total rather than unwrapped.
         (None, _, _) => Err(Failure::new(1, "usage: onnx2ait MODEL -o OUT (see onnx2ait --help)")),

@@ -20,7 +20,13 @@ include!(concat!(env!("OUT_DIR"), "/template_files.rs"));
 
 /// Model-level files every target renders, with the file they become.
 const MODEL_FILES: &[(&str, &str)] =
-    &[("common.cuh", "common.cuh"), ("kernels.h", "kernels.h"), ("model.cu", "model.cu"), ("model.h", "model.h")];
+    &[
+    ("library.cuh", "library.cuh"),
+    ("common.cuh", "common.cuh"),
+    ("kernels.h", "kernels.h"),
+    ("model.cu", "model.cu"),
+    ("model.h", "model.h"),
+];
 
 /// The files of one render.
 #[derive(Clone, Debug, Default)]
@@ -63,7 +69,7 @@ impl Templates {
         self.hb.has_template(name)
     }
 
-    fn render(&self, name: &str, ctx: &Json) -> Result<String> {
+    pub fn render(&self, name: &str, ctx: &Json) -> Result<String> {
         if !self.hb.has_template(name) {
             return Err(Error::Other(format!("target '{}' has no template {name}.hbs", self.target)));
         }
@@ -188,6 +194,15 @@ pub fn generate(p: &Program, templates: &Templates, arch: &str, out: &Path) -> R
         gen.sources.push(PathBuf::from(&file));
         written.insert(file);
     }
+    for l in &p.library {
+        let text = templates
+            .render(&format!("library/{}.cu", l.template), &Json::Object(l.context.clone()))
+            .map_err(|e| Error::Other(format!("library instance {} ({}): {e}", l.name, l.config)))?;
+        let file = format!("{}.cu", l.name);
+        write_if_changed(&out.join(&file), text.as_bytes())?;
+        gen.sources.push(PathBuf::from(&file));
+        written.insert(file);
+    }
     write_if_changed(&out.join("weights.bin"), &p.weights)?;
     let index = serde_json::to_string_pretty(&weights_index(p)).map_err(|e| Error::Other(e.to_string()))? + "\n";
     write_if_changed(&out.join("weights.json"), index.as_bytes())?;
@@ -239,8 +254,20 @@ impl GeneratedModel {
 /// Build metadata: what was generated for which target, the kernel list and the memory plan.
 /// Deterministic (no timings, no paths of this machine).
 fn build_metadata(p: &Program, target: &str, arch: &str, files: &Generated) -> Json {
-    let kernels: Vec<Json> =
-        p.kernels.iter().map(|k| json!({ "name": k.name, "template": k.template, "node": k.node })).collect();
+    let kernels: Vec<Json> = p
+        .kernels
+        .iter()
+        .map(|k| {
+            let mut e = json!({ "name": k.name, "template": k.template, "node": k.node });
+            // Which library instance runs each batch range, and whether a profile chose it.
+            if let Some(d) = k.context.get("dispatch") {
+                e["dispatch"] = d.clone();
+            }
+            e
+        })
+        .collect();
+    let instances: Vec<Json> =
+        p.library.iter().map(|l| json!({ "name": l.name, "template": l.template, "config": l.config })).collect();
     json!({
         "format_version": 1,
         "generator": concat!("onnx2ait ", env!("CARGO_PKG_VERSION")),
@@ -252,6 +279,7 @@ fn build_metadata(p: &Program, target: &str, arch: &str, files: &Generated) -> J
         "sources": files.sources,
         "headers": files.headers,
         "kernels": kernels,
+        "library_instances": instances,
         "memory": p.memory,
     })
 }
@@ -264,9 +292,20 @@ pub fn generate_cuda(
     arch: crate::build::nvcc::Arch,
     out: &Path,
 ) -> Result<GeneratedModel> {
-    let target = crate::lower::cuda::CudaTarget::new(arch);
-    let program = crate::lower::lower(graph, &target, opts)?;
-    let templates = Templates::for_target(crate::lower::Target::name(&target))?;
+    let target = crate::lower::cuda::CudaTarget::new(arch).with_max_batch(opts.max_batch);
+    generate_cuda_with(graph, opts, &target, out)
+}
+
+/// [`generate_cuda`] with a configured target (profiled measurements, recording).
+pub fn generate_cuda_with(
+    graph: &crate::ir::Graph,
+    opts: &crate::lower::LowerOptions,
+    target: &crate::lower::cuda::CudaTarget,
+    out: &Path,
+) -> Result<GeneratedModel> {
+    let arch = target.arch();
+    let program = crate::lower::lower(graph, target, opts)?;
+    let templates = Templates::for_target(crate::lower::Target::name(target))?;
     let files = generate(&program, &templates, arch.as_str(), out)?;
     let meta = build_metadata(&program, "cuda", arch.as_str(), &files);
     let text = serde_json::to_string_pretty(&meta).map_err(|e| Error::Other(e.to_string()))? + "\n";

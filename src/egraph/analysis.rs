@@ -9,6 +9,7 @@ use crate::ir::ops::kernel::{
     Act, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout, Pool,
     ReduceMean, Transpose,
 };
+use crate::ir::ops::shape::{self, AxesFrom};
 use crate::ir::{Fact, Op, OpError, OpResult, Tensor};
 use crate::{op_bail, op_ensure};
 use egg::{DidMerge, EGraph, Id, Language};
@@ -219,6 +220,14 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
             d(Box::new(crate::ir::ops::indexing::Concat { axis }), xs.iter().map(|&x| Some(x)).collect())
         }
         ONode::Chan([k, x]) => d(Box::new(ChannelView { trailing_ones: usize_tok(*k)? }), vec![Some(*x)]),
+        ONode::Unsqueeze([a, x]) => {
+            let axes = AxesFrom::Attr(Some(axes_of(&tok(*a)?)?));
+            d(Box::new(shape::Unsqueeze { axes }), vec![Some(*x)])
+        }
+        ONode::Squeeze([a, x]) => {
+            let axes = AxesFrom::Attr(Some(axes_of(&tok(*a)?)?));
+            d(Box::new(shape::Squeeze { axes }), vec![Some(*x)])
+        }
         ONode::BatchNorm([x, s, b, m, v, _eps, orig]) => {
             let k = orig_index(eg, *orig).ok_or_else(|| OpError("'bn' without its original node".into()))?;
             let o = eg.analysis.origs.get(k).ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
@@ -245,6 +254,18 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
             Ok(Some(Denoted { op: o.op.clone(), inputs, output: j }))
         }
     }
+}
+
+/// Parses the axes of `squeeze` / `unsqueeze`, spelled like a permutation: `[2]`, `[0,3]`.
+pub fn axes_of(token: &str) -> OpResult<Vec<i64>> {
+    let axes = Transpose::parse_perm(token)?;
+    op_ensure!(!axes.is_empty(), "'{token}': squeeze and unsqueeze need at least one axis");
+    Ok(axes.into_iter().map(|a| a as i64).collect())
+}
+
+/// The token of `axes` for `squeeze` / `unsqueeze`.
+pub fn axes_token(axes: &[usize]) -> String {
+    Transpose::perm_token(axes)
 }
 
 /// Parses `ta<0|1>:tb<0|1>:a<alpha>:b<beta>`.

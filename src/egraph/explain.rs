@@ -10,10 +10,15 @@
 //! - `fusions`: `[{kernel, node, detail, onnx_nodes}]`, one per kernel that covers two or more
 //!   ONNX nodes;
 //! - `phases`: `[{name, classes, nodes, iterations, time_ms, stop_reason, rules_applied}]`;
-//! - `cost_before`, `cost_after`: estimated run time in microseconds (default cost model);
-//!   `cost_after` is the extracted graph's cost before elementwise chains are merged, so it is an
-//!   upper bound (each merged chain is still priced as separate kernels);
+//! - `cost_before`, `cost_after`: estimated run time in microseconds under the cost model the
+//!   optimisation ran with (the analytical model by default; with a profile cache, measured
+//!   kernel times where it has them, see `profile::cost`); `cost_after` is the extracted graph's
+//!   cost before elementwise chains are merged, so it is an upper bound (each merged chain is
+//!   still priced as separate kernels);
 //! - `warnings`: type conflicts met in the e-graph (empty when every rule is sound).
+//!
+//! `onnx2ait explain --profile-cache` appends one key, `kernel_costs` (`profile::cost::CostReport`):
+//! each conv / gemm kernel's cost and whether it was measured or estimated.
 
 use super::runner::PhaseStats;
 use crate::ir::ops::kernel::{Conv2d, Elementwise, Gemm};

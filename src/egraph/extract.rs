@@ -30,7 +30,7 @@ pub trait CostModel {
 /// Conv and gemm run on tensor cores in NHWC; an NCHW conv is priced as the NHWC kernel plus
 /// the two layout transforms a library performs around it, so the extractor sees what keeping
 /// NCHW really costs. Layout transforms are priced by the bytes they move; views (`flatten`,
-/// `chan`) are free; constants and inputs are free.
+/// `chan`, `squeeze`, `unsqueeze`) are free; constants and inputs are free.
 #[derive(Clone, Debug)]
 pub struct AnalyticalCost {
     pub tensor_flops_per_s: f64,
@@ -81,7 +81,7 @@ impl CostModel for AnalyticalCost {
         let io_bytes: f64 = inputs.iter().flatten().map(|f| self.bytes(f)).sum::<f64>() + self.bytes(out);
         match node {
             ONode::Leaf(_) => 0.0,
-            ONode::Flatten(_) | ONode::Chan(_) => 0.0,
+            ONode::Flatten(_) | ONode::Chan(_) | ONode::Squeeze(_) | ONode::Unsqueeze(_) => 0.0,
             ONode::Transpose(_) => self.kernel(0.0, false, 2.0 * self.bytes(out)),
             ONode::Conv(_) | ONode::KConv(_) => {
                 let Some(conv) = op.and_then(|o| o.downcast_ref::<Conv2d>()) else {

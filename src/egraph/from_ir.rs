@@ -1,7 +1,7 @@
 //! IR graph → e-graph. Ops the rules know become language nodes (attributes as leaf tokens);
 //! every other node becomes one opaque node per output, referring to the original node.
 
-use super::analysis::{gemm_attrs_token, OGraph, OptAnalysis, OrigNode};
+use super::analysis::{axes_token, gemm_attrs_token, OGraph, OptAnalysis, OrigNode};
 use super::language::{leaf, opaque_symbol, ONode};
 use crate::error::{Error, Result};
 use crate::ir::dim::Dim;
@@ -11,6 +11,7 @@ use crate::ir::{Fact, Graph, Node, Tensor};
 use crate::reference::activation::Activation;
 use crate::reference::arithmetic::{BinaryKind, UnaryKind};
 use egg::Id;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The e-graph of a graph, with the class of every graph output and of every node output.
@@ -25,6 +26,9 @@ pub struct Imported {
 
 struct Builder {
     eg: OGraph,
+    /// 1-D conv weights already given their 2-D shape, by constant index (a weight shared by
+    /// several convs is stored once).
+    weights_2d: BTreeMap<usize, Id>,
 }
 
 impl Builder {
@@ -44,7 +48,7 @@ impl Builder {
 /// Builds the e-graph of `g` (which must have been through inference).
 pub fn from_ir(g: &Graph) -> Result<Imported> {
     let path = g.info.source.clone();
-    let mut b = Builder { eg: OGraph::new(OptAnalysis::default()) };
+    let mut b = Builder { eg: OGraph::new(OptAnalysis::default()), weights_2d: BTreeMap::new() };
     let mut class: Vec<Option<Id>> = vec![None; g.values.len()];
     for (i, &v) in g.inputs.iter().enumerate() {
         let ty = g.values[v]
@@ -262,14 +266,28 @@ fn recognise(b: &mut Builder, node: &Node, ni: usize, ch: &[Option<Id>]) -> Opti
     if let Some(c) = op.downcast_ref::<conv::Conv>() {
         let xf = fact_of(b, x)?;
         let wf = fact_of(b, ch.get(1).copied().flatten())?;
-        if xf.rank() != 4 || wf.rank() != 4 || !is_float {
+        if xf.rank() != wf.rank() || !is_float {
             return None;
         }
-        let kernel = [wf.shape()[2].as_known()? as usize, wf.shape()[3].as_known()? as usize];
-        let geom = resolve_window(&c.window, &xf.shape()[2..], kernel, c.group)?;
-        let g = b.leaf(&geom.to_string());
-        let bias = opt(b, 2);
-        return Some(ONode::Conv([x?, ch[1]?, bias, g]));
+        // 3-D convolutions (rank 5) have no kernel-level form: they stay opaque, and code
+        // generation reports them as unsupported.
+        return match xf.rank() {
+            4 => {
+                let kernel = [wf.shape()[2].as_known()? as usize, wf.shape()[3].as_known()? as usize];
+                let geom = resolve_window(&c.window, &xf.shape()[2..], kernel, c.group)?;
+                let g = b.leaf(&geom.to_string());
+                let bias = opt(b, 2);
+                Some(ONode::Conv([x?, ch[1]?, bias, g]))
+            }
+            3 => {
+                let kernel = [1, wf.shape()[2].as_known()? as usize];
+                let spatial = [Dim::known(1), xf.shape()[2].clone()];
+                let geom = resolve_window(&window_as_2d(&c.window)?, &spatial, kernel, c.group)?;
+                let bias = opt(b, 2);
+                Some(conv_1d_as_2d(b, x?, ch[1]?, bias, geom))
+            }
+            _ => None,
+        };
     }
     if let Some(gm) = op.downcast_ref::<linalg::Gemm>() {
         if !is_float {
@@ -473,6 +491,76 @@ fn onnx_activation(a: Activation) -> Option<Act> {
     })
 }
 
+/// A 1-D convolution `[N,C,L] * [K,C/g,k]` as the 2-D convolution of the height-1 image
+/// `[N,C,1,L]` with the weights `[K,C/g,1,k]`, its `[N,K,1,L']` result viewed back as
+/// `[N,K,L']`: `(squeeze [2] (conv (unsqueeze [2] x) w' b geom))`, `w'` the constant weights
+/// reshaped here (or `(unsqueeze [2] w)` for weights computed at run time). The views are free,
+/// so the 1-D convolution gets every 2-D rewrite (NHWC layout, bias and epilogue fusion) and the
+/// 2-D kernels. `geom` is the 2-D geometry with the identity on the height axis
+/// ([`window_as_2d`]).
+fn conv_1d_as_2d(b: &mut Builder, x: Id, w: Id, bias: Id, geom: ConvGeom) -> ONode {
+    let axes = b.leaf(&axes_token(&[2]));
+    let x2 = b.eg.add(ONode::Unsqueeze([axes, x]));
+    let w2 = match weights_as_2d(b, w) {
+        Some(w2) => w2,
+        None => b.eg.add(ONode::Unsqueeze([axes, w])),
+    };
+    let g = b.leaf(&geom.to_string());
+    let y = b.eg.add(ONode::Conv([x2, w2, bias, g]));
+    ONode::Squeeze([axes, y])
+}
+
+/// Constant 1-D conv weights `[K,C/g,k]` as the constant `[K,C/g,1,k]` under the same name, so
+/// the generated weights keep the model's names (the analysis would fold an `unsqueeze` of them
+/// into an unnamed constant). `None` when `w` is not a named constant.
+fn weights_as_2d(b: &mut Builder, w: Id) -> Option<Id> {
+    let k = b.eg[w].nodes.iter().find_map(|n| match n {
+        ONode::Leaf(s) => match super::language::leaf_kind(s.as_str()) {
+            super::language::LeafKind::Const(k) => Some(k),
+            _ => None,
+        },
+        _ => None,
+    })?;
+    if let Some(&id) = b.weights_2d.get(&k) {
+        return Some(id);
+    }
+    let name = b.eg.analysis.const_names.get(k).cloned().flatten()?;
+    let t = b.eg.analysis.consts.get(k)?.clone();
+    let [o, i, taps] = *t.shape() else { return None };
+    let t2 = t.reshaped(&[o, i, 1, taps])?;
+    let c = b.eg.analysis.add_const(Arc::new(t2), Some(name));
+    let id = b.leaf(&format!("c{c}"));
+    b.weights_2d.insert(k, id);
+    Some(id)
+}
+
+/// The window of a 1-D convolution over a height-1 image: `kernel_shape`, `strides` and
+/// `dilations` get a leading 1, `pads` `[begin, end]` become `[0, begin, 0, end]`. SAME
+/// padding needs no change: over a height of 1 with one tap and stride 1 it pads nothing.
+/// `None` when an attribute does not have the one value of a 1-D window.
+fn window_as_2d(w: &conv::Window) -> Option<conv::Window> {
+    let lead_one = |v: &Option<Vec<usize>>| -> Option<Option<Vec<usize>>> {
+        match v.as_deref() {
+            None => Some(None),
+            Some(&[a]) => Some(Some(vec![1, a])),
+            Some(_) => None,
+        }
+    };
+    let pads = match w.pads.as_deref() {
+        None => None,
+        Some(&[begin, end]) => Some(vec![0, begin, 0, end]),
+        Some(_) => return None,
+    };
+    Some(conv::Window {
+        kernel: lead_one(&w.kernel)?,
+        strides: lead_one(&w.strides)?,
+        dilations: lead_one(&w.dilations)?,
+        pads,
+        auto_pad: w.auto_pad,
+        ceil_mode: w.ceil_mode,
+    })
+}
+
 /// Explicit 2-D window geometry from an ONNX window (resolving `auto_pad` against known
 /// spatial sizes); `None` when it cannot be expressed (unknown sizes with SAME padding).
 fn resolve_window(w: &conv::Window, spatial: &[Dim], kernel: [usize; 2], group: usize) -> Option<ConvGeom> {
@@ -512,4 +600,199 @@ fn resolve_window(w: &conv::Window, spatial: &[Dim], kernel: [usize; 2], group: 
         dilations: [dilations[0], dilations[1]],
         group,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::build::nvcc::Arch;
+    use crate::egraph::{optimize, OptimizeOptions};
+    use crate::ir::infer::infer_graph;
+    use crate::ir::ops::kernel::{Conv2d, Layout};
+    use crate::ir::ops::testutil::GraphBuilder;
+    use crate::ir::{Attr, DType, Graph, Tensor, ValueId};
+    use crate::lower::{cuda::CudaTarget, lower, LowerOptions};
+    use crate::validate::inputs::random_tensor;
+    use rand::SeedableRng;
+    use std::collections::BTreeMap;
+
+    fn seeded(shape: &[usize], seed: u64) -> Tensor {
+        random_tensor(DType::F32, shape, &mut rand::rngs::StdRng::seed_from_u64(seed))
+    }
+
+    /// `[N,C,L]` input `x`, weights `[K,C/group,k]`, optional bias: one Conv node, then `more`
+    /// (e.g. a Relu) on its output. Returns the graph, inferred.
+    fn conv_graph(x_shape: &str, w_shape: &[usize], bias: bool, attrs: Vec<(&str, Attr)>, more: &[&str]) -> Graph {
+        let mut b = GraphBuilder::new(17);
+        let x = b.input("x", DType::F32, x_shape);
+        let w = b.konst("w", seeded(w_shape, 1));
+        let mut ins: Vec<ValueId> = vec![x, w];
+        if bias {
+            ins.push(b.konst("b", seeded(&[w_shape[0]], 2)));
+        }
+        let mut y = b.node("Conv", attrs, &ins, 1)[0];
+        for op in more {
+            y = b.node(op, vec![], &[y], 1)[0];
+        }
+        b.g.outputs.push(y);
+        infer_graph(&mut b.g).expect("the test graph infers");
+        b.g
+    }
+
+    /// Optimises `g`, checks the result computes what `g` computes (relative to the largest
+    /// output, 1e-5) with the symbolic batch bound to 2, and returns it.
+    fn optimised_matching(g: &Graph) -> Graph {
+        let (opt, report) = optimize(g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
+        assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+        let inputs: BTreeMap<String, Tensor> = g
+            .inputs
+            .iter()
+            .map(|&v| {
+                let shape: Vec<usize> = g.ty(v).shape.iter().map(|d| d.as_known().map_or(2, |k| k as usize)).collect();
+                (g.values[v].name.clone(), seeded(&shape, 3))
+            })
+            .collect();
+        let want = crate::reference::run(g, &inputs).expect("original runs");
+        let got = crate::reference::run(&opt, &inputs).expect("optimised runs");
+        let (w, o) = (want[0].1.to_f64_vec(), got[0].1.to_f64_vec());
+        assert_eq!(want[0].1.shape(), got[0].1.shape());
+        let scale = w.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
+        let err = w.iter().zip(&o).fold(0f64, |m, (a, b)| m.max((a - b).abs() / scale));
+        assert!(err <= 1e-5, "optimised graph differs by {err:e} (relative)\n{report}");
+        opt
+    }
+
+    fn kernel_convs(g: &Graph) -> Vec<&Conv2d> {
+        g.nodes.iter().filter_map(|n| n.op.downcast_ref::<Conv2d>()).collect()
+    }
+
+    fn onnx_convs(g: &Graph) -> usize {
+        g.nodes.iter().filter(|n| n.op.downcast_ref::<crate::ir::ops::conv::Conv>().is_some()).count()
+    }
+
+    #[test]
+    fn conv_1d_runs_as_a_2d_conv_over_a_height_1_image() {
+        // onnx_models/conv_1d: pads [2,2], stride 2, bias; here with a symbolic batch.
+        let g = conv_graph(
+            "N,4,16",
+            &[6, 4, 5],
+            true,
+            vec![("pads", Attr::Ints(vec![2, 2])), ("strides", Attr::Ints(vec![2]))],
+            &[],
+        );
+        let opt = optimised_matching(&g);
+        assert_eq!(onnx_convs(&opt), 0);
+        let convs = kernel_convs(&opt);
+        assert_eq!(convs.len(), 1);
+        // The height axis is the identity: stride 1, no padding, dilation 1.
+        assert_eq!(convs[0].geom.to_string(), "s1,2:p0,2,0,2:d1,1:g1");
+        let out = opt.ty(opt.outputs[0]);
+        assert_eq!(crate::ir::dim::fmt_shape(&out.shape), "[N,6,8]");
+    }
+
+    #[test]
+    fn conv_1d_grouped_dilated_same_padded_fuses_its_activation() {
+        let g = conv_graph(
+            "1,4,15",
+            &[8, 2, 3],
+            false,
+            vec![
+                ("group", Attr::Int(2)),
+                ("dilations", Attr::Ints(vec![2])),
+                ("auto_pad", Attr::String("SAME_UPPER".into())),
+            ],
+            &["Relu"],
+        );
+        let opt = optimised_matching(&g);
+        let convs = kernel_convs(&opt);
+        assert_eq!(convs.len(), 1);
+        assert_eq!(convs[0].geom.to_string(), "s1,1:p0,2,0,2:d1,2:g2");
+        // The squeeze view does not stop the activation from reaching the conv's epilogue.
+        assert_eq!(convs[0].layout, Layout::Nhwc);
+        assert_eq!(convs[0].act.map(|a| a.to_string()).as_deref(), Some("relu"));
+        assert_eq!(op_types(&opt), ["Unsqueeze", "Transpose", "Conv2d", "Transpose", "Squeeze"]);
+    }
+
+    /// A residual block of 1-D convs (conv+BN+Relu, conv+BN, + block input, Relu): the BNs fold
+    /// into the convs, the activations and the residual add go to the epilogues, and the convs
+    /// meet in NHWC, with no view or transpose between them; each squeeze rule fires.
+    #[test]
+    fn conv_1d_residual_block_fuses_like_2d() {
+        let mut b = GraphBuilder::new(17);
+        let x = b.input("x", DType::F32, "N,4,10");
+        let conv_bn = |b: &mut GraphBuilder, input: ValueId, seed: u64| {
+            let w = b.konst("w", seeded(&[4, 4, 3], seed));
+            let y = b.node("Conv", vec![("pads", Attr::Ints(vec![1, 1]))], &[input, w], 1)[0];
+            let s = b.konst("s", Tensor::from_f32s(&[4], vec![0.5, 1.5, 1.0, 0.8]));
+            let t = b.konst("t", seeded(&[4], seed + 1));
+            let m = b.konst("m", seeded(&[4], seed + 2));
+            let v = b.konst("v", Tensor::from_f32s(&[4], vec![0.7, 1.2, 0.9, 1.1]));
+            b.node("BatchNormalization", vec![("epsilon", Attr::Float(1e-5))], &[y, s, t, m, v], 1)[0]
+        };
+        let h = conv_bn(&mut b, x, 10);
+        let h = b.node("Relu", vec![], &[h], 1)[0];
+        let y = conv_bn(&mut b, h, 20);
+        let y = b.node("Add", vec![], &[y, x], 1)[0];
+        let y = b.node("Relu", vec![], &[y], 1)[0];
+        b.g.outputs.push(y);
+        infer_graph(&mut b.g).expect("infers");
+        let (_, report) = optimize(&b.g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
+        let opt = optimised_matching(&b.g);
+        assert_eq!(op_types(&opt), ["Unsqueeze", "Transpose", "Conv2d", "Conv2d", "Transpose", "Squeeze"], "{report}");
+        // The explain report sees through the views: each conv kernel replaces its own nodes.
+        let fusions: Vec<(&str, Vec<&str>)> = report
+            .fusions
+            .iter()
+            .map(|f| (f.detail.as_str(), f.onnx_nodes.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(
+            fusions,
+            [
+                ("conv[nhwc]+bias+relu", vec!["Conv_0", "BatchNormalization_1", "Relu_2"]),
+                ("conv[nhwc]+bias+residual+relu", vec!["Conv_3", "BatchNormalization_4", "Add_5", "Relu_6"]),
+            ],
+            "{report}"
+        );
+        let fired: BTreeMap<&str, usize> = report
+            .phases
+            .iter()
+            .flat_map(|p| p.rules_applied.iter().map(|(r, n)| (r.as_str(), *n)))
+            .filter(|(r, _)| r.starts_with("squeeze-") || r.starts_with("unsqueeze-"))
+            .fold(BTreeMap::new(), |mut m, (r, n)| {
+                *m.entry(r).or_insert(0) += n;
+                m
+            });
+        for rule in ["squeeze-mul-chan", "squeeze-add-chan", "squeeze-act", "squeeze-add-operand", "unsqueeze-squeeze"]
+        {
+            assert!(fired.get(rule).copied().unwrap_or(0) > 0, "{rule} did not fire: {fired:?}");
+        }
+    }
+
+    fn op_types(g: &Graph) -> Vec<&str> {
+        g.nodes.iter().map(|n| n.op_type.as_str()).collect()
+    }
+
+    #[test]
+    fn conv_1d_lowers_to_the_2d_conv_kernel() {
+        let g = conv_graph(
+            "2,4,16",
+            &[6, 4, 5],
+            true,
+            vec![("pads", Attr::Ints(vec![2, 2])), ("strides", Attr::Ints(vec![2]))],
+            &[],
+        );
+        let opt = optimised_matching(&g);
+        let p = lower(&opt, &CudaTarget::new(Arch::Sm90), &LowerOptions::default()).expect("lowers");
+        assert!(p.kernels.iter().any(|k| k.template.starts_with("conv2d")), "{:?}", p.kernels);
+    }
+
+    #[test]
+    fn conv_3d_stays_onnx_and_is_reported_unsupported() {
+        let g = conv_graph("1,2,4,5,6", &[3, 2, 2, 2, 2], false, vec![], &[]);
+        let opt = optimised_matching(&g);
+        assert_eq!(onnx_convs(&opt), 1);
+        let err = lower(&opt, &CudaTarget::new(Arch::Sm90), &LowerOptions::default())
+            .expect_err("3-D convolutions have no GPU kernel")
+            .to_string();
+        assert!(err.contains("Conv"), "{err}");
+    }
 }

@@ -42,6 +42,10 @@ define_language! {
         "flatten" = Flatten([Id; 2]),
         // ones x — per-channel tensor viewed as `[C, 1 × ones]`.
         "chan" = Chan([Id; 2]),
+        // axes x — views inserting / removing size-1 axes (ONNX Unsqueeze / Squeeze semantics,
+        // axes spelled `[2]`): a 1-D convolution runs as a 2-D one over a height-1 image.
+        "unsqueeze" = Unsqueeze([Id; 2]),
+        "squeeze" = Squeeze([Id; 2]),
         // x scale bias mean var eps orig — inference BatchNormalization (eps a scalar constant,
         // orig the original node, which implements it when no rule rewrites it away).
         "bn" = BatchNorm([Id; 7]),

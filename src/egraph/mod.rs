@@ -129,9 +129,16 @@ fn attribute(
 ) -> Vec<Fusion> {
     let computed: BTreeMap<Id, usize> = low.node_class.iter().enumerate().map(|(i, &c)| (eg.find(c), i)).collect();
     let producers = low.graph.producers();
-    // A layout transform is not where an ONNX node's work went: look through it.
+    // A layout transform, or a view the optimiser added (the squeeze/unsqueeze around a 1-D
+    // conv), is not where an ONNX node's work went: look through it.
+    let passes_through = |n: &crate::ir::Node| {
+        use crate::ir::ops::shape::{Squeeze, Unsqueeze};
+        n.op.downcast_ref::<crate::ir::ops::kernel::Transpose>().is_some()
+            || (n.domain == "onnx2ait"
+                && (n.op.downcast_ref::<Squeeze>().is_some() || n.op.downcast_ref::<Unsqueeze>().is_some()))
+    };
     let through_transpose = |mut k: usize| -> usize {
-        while low.graph.nodes[k].op.downcast_ref::<crate::ir::ops::kernel::Transpose>().is_some() {
+        while passes_through(&low.graph.nodes[k]) {
             match low.graph.nodes[k].inputs.first().copied().flatten().and_then(|v| producers[v]) {
                 Some(p) => k = p,
                 None => break,
@@ -139,15 +146,28 @@ fn attribute(
         }
         k
     };
+    // The kernel computing class `c`, or its layout twin, seen through the views around a 1-D
+    // conv (a squeeze of a transpose of the NHWC conv).
     let mat = |c: Id| -> Option<usize> {
-        let c = eg.find(c);
-        if let Some(&k) = computed.get(&c) {
-            return Some(through_transpose(k));
+        let mut c = eg.find(c);
+        for _ in 0..4 {
+            if let Some(&k) = computed.get(&c) {
+                return Some(through_transpose(k));
+            }
+            let twin = eg[c].nodes.iter().find_map(|n| match n {
+                language::ONode::Transpose([_, d]) => computed.get(&eg.find(*d)).copied().map(through_transpose),
+                _ => None,
+            });
+            if twin.is_some() {
+                return twin;
+            }
+            let view = eg[c].nodes.iter().find_map(|n| match n {
+                language::ONode::Squeeze([_, d]) | language::ONode::Unsqueeze([_, d]) => Some(eg.find(*d)),
+                _ => None,
+            });
+            c = view?;
         }
-        eg[c].nodes.iter().find_map(|n| match n {
-            language::ONode::Transpose([_, d]) => computed.get(&eg.find(*d)).copied().map(through_transpose),
-            _ => None,
-        })
+        None
     };
     let mut producer: BTreeMap<Id, usize> = BTreeMap::new();
     for (ni, outs) in node_classes.iter().enumerate() {

@@ -117,7 +117,7 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
                     .ok_or_else(|| err("node denotes nothing".into()))?;
                 let fact = fact.ok_or_else(|| err(format!("class {c} has no type")))?;
                 let inputs = map_inputs(&value_of, &den.inputs).map_err(err)?;
-                let kind = crate::ir::ops::kernel::kernel_kind(den.op.as_ref()).unwrap_or(den.op.op_type());
+                let kind = optimiser_kind(den.op.as_ref()).unwrap_or(den.op.op_type());
                 let name = out_name.get(&c).cloned().unwrap_or_else(|| fresh(&mut names, "t"));
                 g.values.push(Value { name, ty: Some(fact.ty.clone()), konst: None, sym: None });
                 let v = g.values.len() - 1;
@@ -255,8 +255,23 @@ fn rewrite_inputs(e: &EwExpr, f: &dyn Fn(usize) -> EwExpr) -> EwExpr {
     }
 }
 
-/// The op a node runs, for reports: the kernel kind of kernel-level ops, otherwise the ONNX
-/// op type in lower case (`softmax`).
+/// The kernel kind of an op the optimiser emits: a kernel-level op, or one of the ONNX views
+/// it adds around a 1-D conv (`squeeze`/`unsqueeze`, a `reshape` like the kernel-level views).
+fn optimiser_kind(op: &dyn crate::ir::Op) -> Option<&'static str> {
+    use crate::ir::ops::shape::{Squeeze, Unsqueeze};
+    crate::ir::ops::kernel::kernel_kind(op).or_else(|| {
+        let any = op.as_any();
+        (any.is::<Squeeze>() || any.is::<Unsqueeze>()).then_some("reshape")
+    })
+}
+
+/// The op a node runs, for reports: the kernel kind of kernel-level ops (and of the views the
+/// optimiser adds), otherwise the ONNX op type in lower case (`softmax`).
 pub fn kernel_name(n: &Node) -> String {
-    crate::ir::ops::kernel::kernel_kind(n.op.as_ref()).map(str::to_string).unwrap_or_else(|| n.op_type.to_lowercase())
+    let kind = if n.domain == "onnx2ait" {
+        optimiser_kind(n.op.as_ref())
+    } else {
+        crate::ir::ops::kernel::kernel_kind(n.op.as_ref())
+    };
+    kind.map(str::to_string).unwrap_or_else(|| n.op_type.to_lowercase())
 }

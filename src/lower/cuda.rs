@@ -1,47 +1,74 @@
 //! The CUDA target: which kernel computes each convolution and matrix product.
 //!
-//! Library instances are CUTLASS 2.x kernels with the Sm80 tensor-core mainloop (`mma.sync`
-//! m16n8k16, `cp.async` multistage pipelines). They run on sm_80 and on every later GPU, so one
-//! instance table serves `sm_80`, `sm_90` and `sm_90a` builds; Hopper-only (TMA/wgmma) instances
-//! come with profiling (issue 6). fp16 operands, fp32 accumulation, fused epilogues (bias,
-//! residual, activations through the pointwise functions of `common.cuh`).
+//! Convolutions and matrix products run on CUTLASS *library instances* (see `target.rs`): one
+//! compiled configuration per file, the problem size at run time, shared by every node and by the
+//! profiler. Two instance families:
+//! - `sm80`: CUTLASS 2.x with the Sm80 tensor-core mainloop (`mma.sync` m16n8k16, `cp.async`
+//!   multistage pipelines); runs on sm_80 and every later GPU.
+//! - `sm90`: CUTLASS 3.x Hopper kernels (TMA loads, `wgmma`, warp-specialised): the conv
+//!   `KernelImplicitTmaWarpSpecializedSm90`, the GEMM cooperative and ping-pong schedules, with
+//!   EVT epilogues. Only with `--arch sm_90a` (a plain sm_90 build of them is a stub that aborts).
+//! Both: fp16 operands, fp32 accumulation, fused epilogues (bias, residual, activations through
+//! the pointwise functions of `library.cuh`).
 //!
-//! What CUTLASS gets, and what falls back to our own kernels:
-//! - convolution (`conv2d_cutlass`): group 1, C % 8 == 0 and K % 8 == 0 (every access is 8 halfs,
-//!   16 bytes). The lowering pads a thin stem (C = 3) to 8 channels first, see
-//!   `ops::conv`. Everything else → `conv2d_direct`.
-//! - matrix product (`gemm_cutlass`): the contiguous dim of each operand (K of a row-major A, M of
-//!   a transposed A, N of B, K of a transposed B) and N of the output are multiples of 8; bias
-//!   absent or one value per output column; when bias and residual are both present, beta == 1
-//!   (the residual-block epilogue adds the bias unscaled). Everything else → `gemm_generic`.
+//! What the library gets, and what falls back to our own kernels:
+//! - convolution: group 1, C % 8 == 0 and K % 8 == 0 (every access is 8 halfs, 16 bytes). The
+//!   lowering pads a thin stem (C = 3) to 8 channels first, see `ops::conv`. Everything else →
+//!   `conv2d_direct`. sm90 instances are candidates only where their extra limits hold (padding
+//!   ≤ 128, stride ≤ 8, dilated filter extent below 255).
+//! - matrix product: the contiguous dim of each operand (K of a row-major A, M of a transposed A,
+//!   N of B, K of a transposed B) and N of the output are multiples of 8; bias absent or one value
+//!   per output column; when bias and residual are both present, beta == 1 (the sm80
+//!   residual-block epilogue adds the bias unscaled). Everything else → `gemm_generic`.
 //!
-//! Tile heuristic (until issue 6 profiles instances): one small table of tile shapes, largest
-//! first; a tile is skipped when it is twice as wide or tall as the problem (M ≤ 64 or N ≤ 64
-//! rules out the 128 side); the first tile whose grid fills every SM at least once
-//! (CTAs ≥ SM count) wins, otherwise the smallest tile (most CTAs). Problem sizes that depend on
-//! the run-time batch are judged at [`CudaTarget::with_batch_hint`] (default
-//! [`DEFAULT_BATCH_HINT`]).
+//! Choice per batch range. A model with a run-time batch gets one instance per batch range
+//! ([`CudaTarget::batch_buckets`]: up to 1, 8, 64 and `--max-batch`), since the best tile at batch
+//! 1 is rarely the best at 256; the node kernel dispatches on the run-time batch. For each range:
+//! 1. measured: the fastest candidate the profiler timed (and checked against a reference) for
+//!    this exact problem at the range's largest batch ([`CudaTarget::with_measurements`]);
+//! 2. otherwise the heuristic: on sm_90a, the largest sm90 tile whose grid fills every SM at least
+//!    once; else (and on sm_80/sm_90) the sm80 tile table, largest first, where a tile is skipped
+//!    when it is twice as wide or tall as the problem (M ≤ 64 or N ≤ 64 rules out the 128 side),
+//!    the first tile whose grid fills every SM wins, otherwise the smallest tile (most CTAs).
 //!
-//! Iterator algorithm of the convolution: `kFixedChannels` when C == 8 (the padded stem: the GEMM-K
-//! loop walks filter taps × 8 channels with no masked lanes; `kOptimized` would spend a 32-wide
-//! K slice on each 8-channel tap), `kAnalytic` when a filter side exceeds 32 (the optimized
-//! iterator's mask bits), `kOptimized` otherwise.
+//! Iterator algorithm of the sm80 convolution: `kFixedChannels` when C == 8 (the padded stem: the
+//! GEMM-K loop walks filter taps × 8 channels with no masked lanes), `kAnalytic` when a filter
+//! side exceeds 32 (the optimized iterator's mask bits), `kOptimized` otherwise.
 //!
-//! Workspace: every instance runs without split-K, so none needs a workspace; each launcher still
-//! checks `get_workspace_size` against what it is given and fails with a message rather than launch.
+//! Workspace: no instance uses split-K; each may use up to `O2A_LIBRARY_WORKSPACE_BYTES`
+//! ([`LIBRARY_WORKSPACE_BYTES`]) and checks what it needs against what it is given.
 
+use super::ops::act::act_call;
+pub use super::ops::conv::DEPTHWISE_TEMPLATE;
 use super::problem::{BiasKind, ConvProblem, GemmProblem};
-use super::target::{Instance, Target};
+use super::target::{Dispatch, Instance, LibraryInstance, Target};
 use crate::build::nvcc::Arch;
+use crate::ir::ops::kernel::Act;
 use crate::ir::Dim;
+use serde::Serialize;
 use serde_json::{json, Map, Value as Json};
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
-/// Batch size at which problem sizes that depend on the run-time batch are judged.
+/// Batch size at which problem sizes that depend on the run-time batch are judged when the
+/// target has no batch range (a direct `CudaTarget::new`).
 pub const DEFAULT_BATCH_HINT: i64 = 32;
+
+/// Workspace every library instance may use (`O2A_LIBRARY_WORKSPACE_BYTES` in library.cuh).
+pub const LIBRARY_WORKSPACE_BYTES: u64 = 4 << 20;
 
 /// Channel multiple of CUTLASS's 128-bit fp16 accesses.
 const ALIGNMENT: i64 = 8;
+
+/// The channel count an input of at most this many channels (an RGB stem) is padded to: the
+/// fixed-channels iterator then reads 4-channel (8-byte) pixels, half the tensor-core work of
+/// padding to 8 (the filter taps × channels make the GEMM-K dim).
+const THIN_CHANNELS: i64 = 4;
+
+/// The node kernel templates that call library instances.
+pub const CONV_NODE_TEMPLATE: &str = "conv2d_library";
+pub const GEMM_NODE_TEMPLATE: &str = "gemm_library";
 
 /// A threadblock tile of the Sm80 tensor-core mainloop, with its warp tile and pipeline depth.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +92,13 @@ impl Tile {
         (self.m + self.n) * self.k * 2 * self.stages
     }
 
+    fn config(&self) -> String {
+        format!(
+            "{}x{}x{} w{}x{}x{} s{}",
+            self.m, self.n, self.k, self.warp_m, self.warp_n, self.warp_k, self.stages
+        )
+    }
+
     fn context(&self, swizzle: i64) -> Map<String, Json> {
         let mut c = Map::new();
         for (key, v) in [
@@ -83,15 +117,83 @@ impl Tile {
     }
 }
 
-/// The tile table, largest first. Four warps each (128 threads); 40–64 KiB of shared memory, so
-/// two or more CTAs fit on an SM of either architecture. 128x128x32/4 is the configuration of
-/// shared/cutlass case 2a (verified on the H200); the others are the standard CUTLASS sm80
-/// profiler shapes with the same warp-level MMA.
+/// The sm80 tile table, largest first. The first four have four warps (128 threads) and 40–64 KiB
+/// of shared memory; 128x128x32/4 is the configuration of shared/cutlass case 2a (verified on
+/// the H200). The two eight-warp tiles are the large CUTLASS sm80 profiler shapes; they are
+/// candidates for the profiler, and the heuristic never picks them (their smem needs an opt-in
+/// above 48 KiB, which CUTLASS's device layer performs).
 pub const TILES: [Tile; 4] = [
     Tile::new([128, 128, 32], [64, 64, 32], 4),
     Tile::new([128, 64, 32], [64, 32, 32], 4),
     Tile::new([64, 128, 32], [32, 64, 32], 4),
     Tile::new([64, 64, 32], [32, 32, 32], 5),
+];
+const LARGE_TILES: [Tile; 2] = [Tile::new([256, 128, 32], [64, 64, 32], 3), Tile::new([128, 256, 32], [64, 64, 32], 3)];
+
+/// A Hopper (sm90) tile: threadblock M x N x K and thread-block cluster, plus the GEMM schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sm90Tile {
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub cluster_m: i64,
+    pub cluster_n: i64,
+    /// GEMM only: cooperative (two consumer warp groups on one tile; M ≥ 128) or ping-pong.
+    pub pingpong: bool,
+}
+
+impl Sm90Tile {
+    const fn new(m: i64, n: i64, cluster_m: i64, pingpong: bool) -> Sm90Tile {
+        Sm90Tile { m, n, k: 64, cluster_m, cluster_n: 1, pingpong }
+    }
+
+    fn config(&self, gemm: bool) -> String {
+        let schedule = if !gemm {
+            ""
+        } else if self.pingpong {
+            " pingpong"
+        } else {
+            " cooperative"
+        };
+        format!("{}x{}x{} c{}x{}{schedule}", self.m, self.n, self.k, self.cluster_m, self.cluster_n)
+    }
+
+    fn context(&self, gemm: bool) -> Map<String, Json> {
+        let mut c = Map::new();
+        for (key, v) in [
+            ("tile_m", self.m),
+            ("tile_n", self.n),
+            ("tile_k", self.k),
+            ("cluster_m", self.cluster_m),
+            ("cluster_n", self.cluster_n),
+        ] {
+            c.insert(key.into(), json!(v));
+        }
+        if gemm {
+            c.insert("schedule".into(), json!(if self.pingpong { "pingpong" } else { "cooperative" }));
+        }
+        c
+    }
+}
+
+/// sm90 convolution tiles, largest first (the conv kernel has one schedule, with one consumer
+/// warp group: 128x256 would need 256 fp32 accumulators per thread and spills, so the
+/// template rejects it).
+pub const SM90_CONV_TILES: [Sm90Tile; 5] = [
+    Sm90Tile::new(128, 128, 2, false),
+    Sm90Tile::new(128, 128, 1, false),
+    Sm90Tile::new(64, 256, 1, false),
+    Sm90Tile::new(128, 64, 1, false),
+    Sm90Tile::new(64, 128, 1, false),
+];
+
+/// sm90 GEMM tiles, largest first.
+pub const SM90_GEMM_TILES: [Sm90Tile; 5] = [
+    Sm90Tile::new(128, 256, 1, false),
+    Sm90Tile::new(128, 128, 2, false),
+    Sm90Tile::new(128, 128, 1, false),
+    Sm90Tile::new(64, 128, 1, true),
+    Sm90Tile::new(64, 64, 1, true),
 ];
 
 /// Picks a tile for a GEMM of `m` x `n` (`batches` independent problems) on `sms` SMs.
@@ -107,27 +209,139 @@ pub fn pick_tile(m: i64, n: i64, batches: i64, sms: i64) -> Tile {
     TILES[TILES.len() - 1]
 }
 
+/// The sm90 tile the heuristic picks: the largest (of `tiles`, cluster 1x1) that is not twice the
+/// problem's size on a side and whose grid fills every SM; none when no tile fills the GPU (a
+/// small problem, better served by the smaller sm80 tiles).
+fn pick_sm90_tile(tiles: &[Sm90Tile], m: i64, n: i64, batches: i64, sms: i64) -> Option<Sm90Tile> {
+    tiles
+        .iter()
+        .filter(|t| t.cluster_m == 1 && t.cluster_n == 1)
+        .filter(|t| !(t.m > 64 && m <= 64 || t.n > 64 && n <= 64 || t.n > 128 && n <= 128))
+        .find(|t| ((m + t.m - 1) / t.m) * ((n + t.n - 1) / t.n) * batches.max(1) >= sms)
+        .copied()
+}
+
 /// Whether a dim is a multiple of `q` for every value of the batch (every coefficient of its
 /// polynomial is).
 pub fn multiple_of(d: &Dim, q: i64) -> bool {
     d.terms().all(|(_, c)| c % q == 0)
 }
 
+/// Profiled times: problem signature → instance config → median milliseconds, for candidates
+/// that ran and matched the reference (the profile cache's view for one GPU and toolchain).
+pub type Measurements = BTreeMap<String, BTreeMap<String, f64>>;
+
+/// A library problem at one concrete batch, as the profiler needs it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileProblem {
+    /// `conv2d n8 h56 ...` or `gemm m.. n.. k..`: the key of its times in the profile cache.
+    pub signature: String,
+    /// `conv` or `gemm`.
+    pub kind: &'static str,
+    /// The problem's fields for templates/cuda/profile/profiler.cu.hbs (sizes, strides,
+    /// epilogue expressions).
+    pub fields: Map<String, Json>,
+    /// Every instance that may compute it.
+    pub candidates: Vec<LibraryInstance>,
+    /// Multiply-adds × 2 (for TFLOP/s figures).
+    pub flops: f64,
+    /// The config the heuristic picks (what profiling is compared with).
+    pub heuristic: String,
+}
+
 pub struct CudaTarget {
     arch: Arch,
-    batch_hint: i64,
+    /// Batch ranges of a model with a run-time batch (ascending upper bounds; the last is the
+    /// largest batch).
+    buckets: Vec<i64>,
+    measured: Option<Measurements>,
+    /// Every library problem the lowering asked about (for `onnx2ait profile`).
+    recorded: Option<Mutex<BTreeMap<String, ProfileProblem>>>,
+}
+
+/// The context fields an instance's epilogue needs, and the part of the signature they set.
+struct Epilogue {
+    fields: Map<String, Json>,
+    tag: String,
+}
+
+fn act_name(a: Option<Act>) -> String {
+    match a {
+        None => "id".into(),
+        Some(a) => format!("{a:?}").replace(' ', ""),
+    }
+}
+
+fn act_expr(act: Option<Act>, x: &str) -> String {
+    match act {
+        Some(a) => act_call(a, x),
+        None => x.to_string(),
+    }
+}
+
+/// `{prefix}_{config}_{hash}`: readable, and equal names mean equal template + context.
+fn instance_name(template: &str, config: &str, ctx: &Map<String, Json>) -> String {
+    let mut h = Sha256::new();
+    h.update(template.as_bytes());
+    h.update(serde_json::to_string(ctx).unwrap_or_default().as_bytes());
+    let hex: String = h.finalize().iter().take(5).map(|b| format!("{b:02x}")).collect();
+    let cfg: String = config
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("o2a_{template}_{cfg}_{hex}")
+}
+
+fn library(template: &str, config: String, mut ctx: Map<String, Json>, epilogue: &Epilogue) -> LibraryInstance {
+    for (k, v) in &epilogue.fields {
+        ctx.insert(k.clone(), v.clone());
+    }
+    let name = instance_name(template, &config, &ctx);
+    ctx.insert("name".into(), json!(name));
+    LibraryInstance { name, template: template.into(), config: format!("{template} {config}"), context: ctx }
 }
 
 impl CudaTarget {
     pub fn new(arch: Arch) -> CudaTarget {
-        CudaTarget { arch, batch_hint: DEFAULT_BATCH_HINT }
+        CudaTarget { arch, buckets: vec![DEFAULT_BATCH_HINT], measured: None, recorded: None }
     }
 
-    /// The batch at which tile shapes are chosen for a model with a run-time batch (e.g. the
-    /// `--max-batch` the model is built for, or the batch it is expected to serve).
-    pub fn with_batch_hint(mut self, batch: i64) -> CudaTarget {
-        self.batch_hint = batch.max(1);
+    /// The batch ranges for a model whose batch runs from 1 to `max_batch`: instances are chosen
+    /// at 1, 8, 64 and `max_batch` (those below it), each serving the batches from the previous
+    /// bound up to its own.
+    pub fn with_max_batch(mut self, max_batch: i64) -> CudaTarget {
+        let max = max_batch.max(1);
+        let mut b: Vec<i64> = [1, 8, 64].into_iter().filter(|&v| v < max).collect();
+        b.push(max);
+        self.buckets = b;
         self
+    }
+
+    /// Profiled times to choose from (see [`Measurements`]).
+    pub fn with_measurements(mut self, m: Measurements) -> CudaTarget {
+        self.measured = Some(m);
+        self
+    }
+
+    /// Records every library problem (at every batch range) the lowering asks about.
+    pub fn recording(mut self) -> CudaTarget {
+        self.recorded = Some(Mutex::new(BTreeMap::new()));
+        self
+    }
+
+    /// The recorded problems, by signature.
+    pub fn recorded(&self) -> Vec<ProfileProblem> {
+        match &self.recorded {
+            Some(m) => m.lock().map(|m| m.values().cloned().collect()).unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    pub fn batch_buckets(&self) -> &[i64] {
+        &self.buckets
     }
 
     pub fn arch(&self) -> Arch {
@@ -142,21 +356,322 @@ impl CudaTarget {
         }
     }
 
-    /// The value of a dim with every symbol (the batch) set to the batch hint.
-    fn estimate(&self, d: &Dim) -> i64 {
-        let env: BTreeMap<String, i64> = d.symbols().map(|s| (s.to_string(), self.batch_hint)).collect();
-        d.eval(&env).as_known().unwrap_or(self.batch_hint).max(1)
+    fn hopper(&self) -> bool {
+        self.arch == Arch::Sm90a
+    }
+
+    /// The value of a dim with the batch symbol set to `batch`.
+    fn at(d: &Dim, batch: i64) -> i64 {
+        let env: BTreeMap<String, i64> = d.symbols().map(|s| (s.to_string(), batch)).collect();
+        d.eval(&env).as_known().unwrap_or(batch).max(1)
+    }
+
+    /// The batch values to choose at: every bucket when one of `dims` depends on the batch, else
+    /// one choice.
+    fn choice_points(&self, dims: &[&Dim]) -> Vec<i64> {
+        if dims.iter().any(|d| d.as_known().is_none()) {
+            self.buckets.clone()
+        } else {
+            vec![*self.buckets.last().unwrap_or(&1)]
+        }
+    }
+
+    /// One dispatch entry per choice point, adjacent equal choices merged.
+    fn dispatch(
+        &self,
+        points: &[i64],
+        mut choose: impl FnMut(i64) -> (LibraryInstance, bool),
+    ) -> Vec<Dispatch> {
+        let mut out: Vec<Dispatch> = Vec::new();
+        for &b in points {
+            let (instance, measured) = choose(b);
+            match out.last_mut() {
+                Some(last) if last.instance == instance => {
+                    last.max_batch = b;
+                    last.measured &= measured;
+                }
+                _ => out.push(Dispatch { max_batch: b, instance, measured }),
+            }
+        }
+        out
+    }
+
+    /// The fastest measured candidate for `signature`, if the profile has one.
+    fn measured_choice(&self, signature: &str, candidates: &[LibraryInstance]) -> Option<LibraryInstance> {
+        let times = self.measured.as_ref()?.get(signature)?;
+        candidates
+            .iter()
+            .filter_map(|c| times.get(&c.config).map(|ms| (*ms, c)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, c)| c.clone())
+    }
+
+    fn record(&self, p: ProfileProblem) {
+        if let Some(m) = &self.recorded {
+            if let Ok(mut m) = m.lock() {
+                m.entry(p.signature.clone()).or_insert(p);
+            }
+        }
     }
 
     /// The direct convolution: a thread computes up to 8 consecutive output channels of one pixel,
-    /// within one group.
+    /// within one group. A depthwise convolution (one filter per channel) with C % 8 == 0 gets
+    /// its own kernel ([`DEPTHWISE_TEMPLATE`]): 8 channels — 8 groups — per thread with 16-byte
+    /// accesses, which the per-group direct kernel cannot do.
     fn conv_direct(&self, p: &ConvProblem) -> Instance {
-        let kg = if p.group > 0 { p.k / p.group } else { p.k };
-        let k_per_thread = [8, 4, 2, 1].into_iter().find(|v| kg % v == 0).unwrap_or(1);
-        let mut context = Map::new();
-        context.insert("k_per_thread".into(), json!(k_per_thread));
-        context.insert("block_threads".into(), json!(256));
-        Instance { template: "conv2d_direct".into(), context, workspace_bytes: 0 }
+        if p.group == p.c && p.k == p.c && p.c % ALIGNMENT == 0 {
+            let mut context = Map::new();
+            context.insert("block_threads".into(), json!(256));
+            return Instance::own(DEPTHWISE_TEMPLATE, context);
+        }
+        super::ops::conv::direct_instance(p)
+    }
+
+
+    fn conv_epilogue(p: &ConvProblem) -> Epilogue {
+        let mut f = Map::new();
+        f.insert("has_bias".into(), json!(p.bias));
+        f.insert("has_residual".into(), json!(p.residual));
+        f.insert("pre_act".into(), json!(act_expr(p.pre_act, "v")));
+        f.insert("act".into(), json!(act_expr(p.act, "v")));
+        f.insert("epilogue".into(), json!(act_expr(p.act, &act_expr(p.pre_act, "v"))));
+        let tag = format!(
+            "bias{} res{} pre:{} act:{}",
+            p.bias as u8,
+            p.residual as u8,
+            act_name(p.pre_act),
+            act_name(p.act)
+        );
+        Epilogue { fields: f, tag }
+    }
+
+    fn conv_candidates(&self, p: &ConvProblem, epi: &Epilogue) -> Vec<LibraryInstance> {
+        // A padded stem (C = 4 or 8) runs the fixed-channels iterator with C-wide accesses.
+        let input_alignment = if p.c == THIN_CHANNELS { THIN_CHANNELS } else { ALIGNMENT };
+        let iterator = if p.c <= ALIGNMENT {
+            "kFixedChannels"
+        } else if p.r > 32 || p.s > 32 {
+            "kAnalytic"
+        } else {
+            "kOptimized"
+        };
+        let mut out: Vec<LibraryInstance> = TILES
+            .iter()
+            .chain(LARGE_TILES.iter())
+            .map(|t| {
+                let mut ctx = t.context(4);
+                ctx.insert("iterator".into(), json!(iterator));
+                ctx.insert("input_alignment".into(), json!(input_alignment));
+                let align = if input_alignment == ALIGNMENT { String::new() } else { format!(" a{input_alignment}") };
+                library("conv2d_sm80", format!("{} {iterator}{align}", t.config()), ctx, epi)
+            })
+            .collect();
+        // sm90 conv limits (TMA im2col descriptors): padding ≤ 128, traversal strides ≤ 8,
+        // dilated filter extent < 255. The template checks them too (and the bottom/right
+        // corner range); here they keep impossible candidates out of the profile.
+        let sm90_ok = p.pads.iter().all(|&x| x <= 128)
+            && p.strides.iter().all(|&x| x <= 8)
+            && (p.r - 1) * p.dilations[0] < 255
+            && (p.s - 1) * p.dilations[1] < 255;
+        // A thin input (the padded stem, C = 8) wastes most of each 64-deep TMA K-step: measured
+        // 6–30x slower than the sm80 fixed-channels kernel on ResNet-50's stem.
+        if self.hopper() && sm90_ok && p.c >= 32 {
+            out.extend(SM90_CONV_TILES.iter().map(|t| library("conv2d_sm90", t.config(false), t.context(false), epi)));
+        }
+        out
+    }
+
+    fn conv_signature(p: &ConvProblem, n: i64, epi: &Epilogue) -> String {
+        format!(
+            "conv2d n{n} h{} w{} c{} k{} r{} s{} p{} q{} pad{},{} str{},{} dil{},{} {}",
+            p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pads[0], p.pads[1], p.strides[0], p.strides[1],
+            p.dilations[0], p.dilations[1], epi.tag
+        )
+    }
+
+    fn conv_fields(p: &ConvProblem, n: i64, epi: &Epilogue) -> Map<String, Json> {
+        let mut f = epi.fields.clone();
+        for (key, v) in [
+            ("n", n),
+            ("h", p.h),
+            ("w", p.w),
+            ("c", p.c),
+            ("k", p.k),
+            ("r", p.r),
+            ("s", p.s),
+            ("p", p.p),
+            ("q", p.q),
+            ("pad_h", p.pads[0]),
+            ("pad_w", p.pads[1]),
+            ("stride_h", p.strides[0]),
+            ("stride_w", p.strides[1]),
+            ("dil_h", p.dilations[0]),
+            ("dil_w", p.dilations[1]),
+        ] {
+            f.insert(key.into(), json!(v));
+        }
+        f
+    }
+
+    /// The heuristic conv choice at batch `n` (see the module doc).
+    fn conv_heuristic(&self, p: &ConvProblem, n: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
+        let gemm_m = n * p.p * p.q;
+        let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
+        if self.hopper() {
+            if let Some(t) = pick_sm90_tile(&SM90_CONV_TILES, gemm_m, p.k, 1, self.sms()) {
+                if let Some(c) = find(&format!("conv2d_sm90 {}", t.config(false))) {
+                    return c;
+                }
+            }
+        }
+        let t = pick_tile(gemm_m, p.k, 1, self.sms());
+        find(&format!("conv2d_sm80 {}", t.config())).unwrap_or_else(|| candidates[0].clone())
+    }
+
+    fn gemm_epilogue(p: &GemmProblem) -> Epilogue {
+        let mut f = Map::new();
+        f.insert("has_bias".into(), json!(p.bias.is_some()));
+        f.insert("has_residual".into(), json!(p.residual));
+        f.insert("act".into(), json!(act_expr(p.act, "v")));
+        f.insert("layout_a".into(), json!(if p.trans_a { "ColumnMajor" } else { "RowMajor" }));
+        f.insert("layout_b".into(), json!(if p.trans_b { "ColumnMajor" } else { "RowMajor" }));
+        let tag = format!(
+            "ta{} tb{} bias{} res{} act:{}",
+            p.trans_a as u8,
+            p.trans_b as u8,
+            p.bias.is_some() as u8,
+            p.residual as u8,
+            act_name(p.act)
+        );
+        Epilogue { fields: f, tag }
+    }
+
+    fn gemm_candidates(&self, epi: &Epilogue) -> Vec<LibraryInstance> {
+        let mut out: Vec<LibraryInstance> = TILES
+            .iter()
+            .chain(LARGE_TILES.iter())
+            .map(|t| library("gemm_sm80", t.config(), t.context(8), epi))
+            .collect();
+        if self.hopper() {
+            out.extend(SM90_GEMM_TILES.iter().map(|t| library("gemm_sm90", t.config(true), t.context(true), epi)));
+        }
+        out
+    }
+
+    /// The gemm's sizes at batch `b`: (batch_count, m, n, k).
+    fn gemm_dims(p: &GemmProblem, b: i64) -> [i64; 4] {
+        [Self::at(&p.batch_count, b), Self::at(&p.m, b), Self::at(&p.n, b), Self::at(&p.k, b)]
+    }
+
+    fn gemm_signature(p: &GemmProblem, b: i64, epi: &Epilogue) -> String {
+        let [bc, m, n, k] = Self::gemm_dims(p, b);
+        format!(
+            "gemm b{bc} m{m} n{n} k{k} abatch{} bbatch{} alpha{} beta{} {}",
+            p.a_batched as u8, p.b_batched as u8, p.alpha, p.beta, epi.tag
+        )
+    }
+
+    /// The problem's fields for the profiler, with the leading dims and batch strides the gemm
+    /// lowering passes (packed operands, per-column bias, residual shaped like the output).
+    fn gemm_fields(p: &GemmProblem, b: i64, epi: &Epilogue) -> Map<String, Json> {
+        let [bc, m, n, k] = Self::gemm_dims(p, b);
+        let mut f = epi.fields.clone();
+        let a_rows_stride = if p.trans_a { m } else { k };
+        let b_rows_stride = if p.trans_b { k } else { n };
+        let bsa = if p.a_batched { m * k } else { 0 };
+        let bsb = if p.b_batched { k * n } else { 0 };
+        for (key, v) in [
+            ("m", m),
+            ("n", n),
+            ("k", k),
+            ("batch_count", bc),
+            ("lda", a_rows_stride),
+            ("ldb", b_rows_stride),
+            ("ldd", n),
+            ("ld_bias", 0),
+            ("ld_res", n),
+            ("batch_stride_a", bsa),
+            ("batch_stride_b", bsb),
+            ("batch_stride_d", m * n),
+            ("batch_stride_bias", 0),
+            ("batch_stride_res", m * n),
+            ("a_elems", if p.a_batched { bc * m * k } else { m * k }),
+            ("b_elems", if p.b_batched { bc * k * n } else { k * n }),
+            ("bias_elems", n),
+            ("res_elems", bc * m * n),
+            ("d_elems", bc * m * n),
+        ] {
+            f.insert(key.into(), json!(v));
+        }
+        f.insert("alpha".into(), json!(super::ops::act::float_lit(p.alpha)));
+        f.insert("beta".into(), json!(super::ops::act::float_lit(p.beta)));
+        f.insert("trans_a".into(), json!(p.trans_a));
+        f.insert("trans_b".into(), json!(p.trans_b));
+        f
+    }
+
+    fn gemm_heuristic(&self, p: &GemmProblem, b: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
+        let [bc, m, n, _] = Self::gemm_dims(p, b);
+        let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
+        if self.hopper() {
+            if let Some(t) = pick_sm90_tile(&SM90_GEMM_TILES, m, n, bc, self.sms()) {
+                if let Some(c) = find(&format!("gemm_sm90 {}", t.config(true))) {
+                    return c;
+                }
+            }
+        }
+        let t = pick_tile(m, n, bc, self.sms());
+        find(&format!("gemm_sm80 {}", t.config())).unwrap_or_else(|| candidates[0].clone())
+    }
+
+    /// Whether profiled times were given ([`CudaTarget::with_measurements`]).
+    pub fn has_measurements(&self) -> bool {
+        self.measured.is_some()
+    }
+
+    /// The profile-cache signature of convolution `p` with the batch symbol set to `batch` (a
+    /// fixed batch stays as it is), or None when no library instance computes it (the direct
+    /// kernel does, and the profiler never times that). Which kernel computes `p` is asked of
+    /// [`Target::conv2d`] itself, so a recording target records the problem (at its batch ranges).
+    pub fn conv_signature_at(&self, p: &ConvProblem, batch: i64) -> Option<String> {
+        if Target::conv2d(self, p).template != CONV_NODE_TEMPLATE {
+            return None;
+        }
+        Some(Self::conv_signature(p, Self::at(&p.n, batch), &Self::conv_epilogue(p)))
+    }
+
+    /// The fastest profiled time (milliseconds) of convolution `p` at `batch` over the candidates
+    /// this target would choose from: what the instance the measured choice picks takes. None
+    /// without a time (not profiled, or no library instance computes it).
+    pub fn conv_time(&self, p: &ConvProblem, batch: i64) -> Option<f64> {
+        self.measured.as_ref()?;
+        let signature = self.conv_signature_at(p, batch)?;
+        let candidates = self.conv_candidates(p, &Self::conv_epilogue(p));
+        self.fastest_measured_ms(&signature, &candidates)
+    }
+
+    /// [`CudaTarget::conv_signature_at`] for a matrix product (every symbol of its dims set to
+    /// `batch`); None when the generic kernel computes it.
+    pub fn gemm_signature_at(&self, p: &GemmProblem, batch: i64) -> Option<String> {
+        if Target::gemm(self, p).template != GEMM_NODE_TEMPLATE {
+            return None;
+        }
+        Some(Self::gemm_signature(p, batch, &Self::gemm_epilogue(p)))
+    }
+
+    /// [`CudaTarget::conv_time`] for a matrix product.
+    pub fn gemm_time(&self, p: &GemmProblem, batch: i64) -> Option<f64> {
+        self.measured.as_ref()?;
+        let signature = self.gemm_signature_at(p, batch)?;
+        let candidates = self.gemm_candidates(&Self::gemm_epilogue(p));
+        self.fastest_measured_ms(&signature, &candidates)
+    }
+
+    /// The smallest profiled time (ms) among `candidates` for `signature`; times of instances that
+    /// are not candidates (an older build's configurations) are ignored, as when choosing.
+    pub fn fastest_measured_ms(&self, signature: &str, candidates: &[LibraryInstance]) -> Option<f64> {
+        let times = self.measured.as_ref()?.get(signature)?;
+        candidates.iter().filter_map(|c| times.get(&c.config).copied()).min_by(f64::total_cmp)
     }
 }
 
@@ -166,22 +681,41 @@ impl Target for CudaTarget {
     }
 
     fn conv2d(&self, p: &ConvProblem) -> Instance {
-        let library = p.group == 1 && p.c % ALIGNMENT == 0 && p.k % ALIGNMENT == 0 && p.c > 0 && p.k > 0;
-        if !library {
+        let library_ok = p.group == 1
+            && (p.c % ALIGNMENT == 0 || p.c == THIN_CHANNELS)
+            && p.k % ALIGNMENT == 0
+            && p.c > 0
+            && p.k > 0;
+        if !library_ok {
             return self.conv_direct(p);
         }
-        let gemm_m = self.estimate(&p.n) * p.p * p.q;
-        let tile = pick_tile(gemm_m, p.k, 1, self.sms());
-        let iterator = if p.c == ALIGNMENT {
-            "kFixedChannels"
-        } else if p.r > 32 || p.s > 32 {
-            "kAnalytic"
-        } else {
-            "kOptimized"
-        };
-        let mut context = tile.context(4);
-        context.insert("iterator".into(), json!(iterator));
-        Instance { template: "conv2d_cutlass".into(), context, workspace_bytes: 0 }
+        let epi = Self::conv_epilogue(p);
+        let candidates = self.conv_candidates(p, &epi);
+        let points = self.choice_points(&[&p.n]);
+        let dispatch = self.dispatch(&points, |b| {
+            let n = Self::at(&p.n, b);
+            let signature = Self::conv_signature(p, n, &epi);
+            let flops = 2.0 * (n * p.p * p.q) as f64 * p.k as f64 * (p.r * p.s * p.c) as f64;
+            let heuristic = self.conv_heuristic(p, n, &candidates);
+            self.record(ProfileProblem {
+                signature: signature.clone(),
+                kind: "conv",
+                fields: Self::conv_fields(p, n, &epi),
+                candidates: candidates.clone(),
+                flops,
+                heuristic: heuristic.config.clone(),
+            });
+            match self.measured_choice(&signature, &candidates) {
+                Some(c) => (c, true),
+                None => (heuristic, false),
+            }
+        });
+        Instance {
+            template: CONV_NODE_TEMPLATE.into(),
+            context: Map::new(),
+            workspace_bytes: LIBRARY_WORKSPACE_BYTES,
+            dispatch,
+        }
     }
 
     fn gemm(&self, p: &GemmProblem) -> Instance {
@@ -191,17 +725,49 @@ impl Target for CudaTarget {
             && multiple_of(b_contiguous, ALIGNMENT)
             && multiple_of(&p.n, ALIGNMENT);
         let bias_ok = matches!(p.bias, None | Some(BiasKind::PerColumn));
-        // The residual-block epilogue adds the bias vector unscaled.
+        // The sm80 residual-block epilogue adds the bias vector unscaled.
         let beta_ok = !(p.residual && p.bias.is_some() && p.beta != 1.0);
         if !(aligned && bias_ok && beta_ok) {
-            return Instance { template: "gemm_generic".into(), context: Map::new(), workspace_bytes: 0 };
+            return Instance::own("gemm_generic", Map::new());
         }
-        let tile = pick_tile(self.estimate(&p.m), self.estimate(&p.n), self.estimate(&p.batch_count), self.sms());
-        Instance { template: "gemm_cutlass".into(), context: tile.context(8), workspace_bytes: 0 }
+        let epi = Self::gemm_epilogue(p);
+        let candidates = self.gemm_candidates(&epi);
+        let points = self.choice_points(&[&p.m, &p.n, &p.k, &p.batch_count]);
+        let dispatch = self.dispatch(&points, |b| {
+            let signature = Self::gemm_signature(p, b, &epi);
+            let [bc, m, n, k] = Self::gemm_dims(p, b);
+            let heuristic = self.gemm_heuristic(p, b, &candidates);
+            self.record(ProfileProblem {
+                signature: signature.clone(),
+                kind: "gemm",
+                fields: Self::gemm_fields(p, b, &epi),
+                candidates: candidates.clone(),
+                flops: 2.0 * bc as f64 * m as f64 * n as f64 * k as f64,
+                heuristic: heuristic.config.clone(),
+            });
+            match self.measured_choice(&signature, &candidates) {
+                Some(c) => (c, true),
+                None => (heuristic, false),
+            }
+        });
+        Instance {
+            template: GEMM_NODE_TEMPLATE.into(),
+            context: Map::new(),
+            workspace_bytes: LIBRARY_WORKSPACE_BYTES,
+            dispatch,
+        }
     }
 
     fn conv_channel_multiple(&self) -> usize {
         ALIGNMENT as usize
+    }
+
+    fn conv_padded_channels(&self, c: usize) -> usize {
+        if c <= THIN_CHANNELS as usize {
+            THIN_CHANNELS as usize
+        } else {
+            c.div_ceil(ALIGNMENT as usize) * ALIGNMENT as usize
+        }
     }
 }
 
@@ -257,6 +823,14 @@ mod tests {
             assert_eq!((t.m / t.warp_m) * (t.n / t.warp_n), 4, "{t:?}: four warps");
             assert_eq!(t.k, t.warp_k);
         }
+        for t in LARGE_TILES {
+            assert!(t.smem_bytes() <= 100 * 1024, "{t:?}");
+            assert_eq!((t.m / t.warp_m) * (t.n / t.warp_n), 8, "{t:?}: eight warps");
+        }
+        // Cooperative GEMM needs M >= 128 (two consumer warp groups of 64 rows).
+        for t in SM90_GEMM_TILES {
+            assert!(t.pingpong || t.m >= 128, "{t:?}");
+        }
     }
 
     #[test]
@@ -271,45 +845,124 @@ mod tests {
         assert_eq!(pick_tile(8, 8, 1, 132), TILES[3]);
         // Batched attention scores, 12 heads x 32 images of 128x128: plenty of CTAs.
         assert_eq!(pick_tile(128, 128, 384, 132), TILES[0]);
+        // sm90: a big problem gets a big tile, a small one none (sm80 serves it).
+        assert_eq!(pick_sm90_tile(&SM90_CONV_TILES, 100_352, 256, 1, 132).map(|t| (t.m, t.n)), Some((128, 128)));
+        assert_eq!(pick_sm90_tile(&SM90_CONV_TILES, 100_352, 64, 1, 132).map(|t| (t.m, t.n)), Some((128, 64)));
+        assert_eq!(pick_sm90_tile(&SM90_CONV_TILES, 49, 512, 1, 132), None);
+    }
+
+    fn configs(i: &Instance) -> Vec<(i64, String)> {
+        i.dispatch.iter().map(|d| (d.max_batch, d.instance.config.clone())).collect()
     }
 
     #[test]
-    fn conv_instances() {
-        let t = CudaTarget::new(Arch::Sm90);
+    fn conv_instances_by_batch_range() {
+        let t = CudaTarget::new(Arch::Sm80).with_max_batch(256);
+        assert_eq!(t.batch_buckets(), [1, 8, 64, 256]);
         let n = Dim::sym("N");
         let i = t.conv2d(&conv(n.clone(), 56, 64, 64, 3, 1));
-        assert_eq!(i.template, "conv2d_cutlass");
-        assert_eq!(i.context["iterator"], "kOptimized");
-        assert_eq!(i.workspace_bytes, 0);
+        assert_eq!(i.template, CONV_NODE_TEMPLATE);
+        assert_eq!(i.workspace_bytes, LIBRARY_WORKSPACE_BYTES);
+        // Batch 1 (M = 3136): 64x64 tiles; from batch 8 on the 128x64 tile fills the GPU.
+        assert_eq!(
+            configs(&i),
+            [
+                (1, "conv2d_sm80 64x64x32 w32x32x32 s5 kOptimized".to_string()),
+                (256, "conv2d_sm80 128x64x32 w64x32x32 s4 kOptimized".to_string())
+            ]
+        );
+        assert!(i.dispatch.iter().all(|d| !d.measured));
+        assert_eq!(i.dispatch[0].instance.context["name"], json!(i.dispatch[0].instance.name));
+        // A fixed batch: one choice.
+        let fixed = t.conv2d(&conv(Dim::known(4), 56, 64, 64, 3, 1));
+        assert_eq!(fixed.dispatch.len(), 1);
         // The padded stem.
-        assert_eq!(t.conv2d(&conv(n.clone(), 224, 8, 64, 7, 1)).context["iterator"], "kFixedChannels");
+        let stem = t.conv2d(&conv(n.clone(), 224, 8, 64, 7, 1));
+        assert_eq!(stem.dispatch[0].instance.context["iterator"], "kFixedChannels");
         // Unpadded 3 channels, grouped, depthwise, odd K: direct.
         for p in [
             conv(n.clone(), 224, 3, 64, 7, 1),
             conv(n.clone(), 56, 64, 64, 3, 2),
-            conv(n.clone(), 56, 32, 32, 3, 32),
+            conv(n.clone(), 56, 12, 12, 3, 12),
             conv(n.clone(), 56, 64, 10, 1, 1),
         ] {
             assert_eq!(t.conv2d(&p).template, "conv2d_direct", "{p:?}");
         }
-        assert_eq!(t.conv2d(&conv(n.clone(), 56, 32, 32, 3, 32)).context["k_per_thread"], 1);
+        // Depthwise with C % 8 == 0: its own kernel; C = 12 (not a multiple of 8): direct.
+        assert_eq!(t.conv2d(&conv(n.clone(), 56, 32, 32, 3, 32)).template, DEPTHWISE_TEMPLATE);
+        assert_eq!(t.conv2d(&conv(n.clone(), 56, 12, 12, 3, 12)).context["k_per_thread"], 1);
         assert_eq!(t.conv2d(&conv(n.clone(), 56, 64, 12, 1, 1)).context["k_per_thread"], 4);
         // Big filters: analytic iterator.
-        assert_eq!(t.conv2d(&conv(n, 64, 64, 64, 33, 1)).context["iterator"], "kAnalytic");
+        assert_eq!(t.conv2d(&conv(n, 64, 64, 64, 33, 1)).dispatch[0].instance.context["iterator"], "kAnalytic");
         assert_eq!(t.conv_channel_multiple(), 8);
     }
 
     #[test]
-    fn gemm_instances() {
-        let t = CudaTarget::new(Arch::Sm80);
+    fn hopper_candidates_and_heuristic() {
         let n = Dim::sym("N");
-        assert_eq!(t.gemm(&gemm(n.clone(), 1000, 2048)).template, "gemm_cutlass");
+        let p = conv(n.clone(), 56, 64, 256, 1, 1);
+        let sm80 = CudaTarget::new(Arch::Sm90).with_max_batch(256).recording();
+        sm80.conv2d(&p);
+        let rec = sm80.recorded();
+        assert_eq!(rec.len(), 4, "one problem per batch range");
+        assert!(rec[0].candidates.iter().all(|c| c.template == "conv2d_sm80"));
+        let hopper = CudaTarget::new(Arch::Sm90a).with_max_batch(256).recording();
+        let i = hopper.conv2d(&p);
+        let rec = hopper.recorded();
+        assert!(rec[0].candidates.iter().any(|c| c.template == "conv2d_sm90"));
+        // At batch 256 (M = 802816, N = 256) the heuristic takes the largest sm90 tile.
+        assert_eq!(i.dispatch.last().unwrap().instance.config, "conv2d_sm90 128x128x64 c1x1");
+        // Epilogue variants are distinct instances; equal configs with equal epilogues share a name.
+        let again = hopper.conv2d(&p);
+        assert_eq!(again.dispatch, i.dispatch);
+        let mut relu = p.clone();
+        relu.act = Some(Act::Relu);
+        assert_ne!(hopper.conv2d(&relu).dispatch.last().unwrap().instance.name, i.dispatch.last().unwrap().instance.name);
+        // Padding beyond the sm90 limit: sm80 only.
+        let mut wide = p.clone();
+        wide.pads = [130; 4];
+        hopper.conv2d(&wide);
+        assert!(hopper
+            .recorded()
+            .iter()
+            .filter(|r| r.signature.contains("pad130"))
+            .all(|r| r.candidates.iter().all(|c| c.template == "conv2d_sm80")));
+    }
+
+    #[test]
+    fn measurements_decide() {
+        let n = Dim::sym("N");
+        let p = conv(n.clone(), 56, 64, 64, 3, 1);
+        let probe = CudaTarget::new(Arch::Sm90a).with_max_batch(8).recording();
+        probe.conv2d(&p);
+        let rec = probe.recorded();
+        assert_eq!(rec.len(), 2);
+        // Batch 1 measured: the 128x128 sm80 tile is "fastest"; batch 8 not measured.
+        let sig1 = rec.iter().find(|r| r.signature.starts_with("conv2d n1 ")).unwrap().signature.clone();
+        let mut m = Measurements::new();
+        let times = m.entry(sig1).or_default();
+        times.insert("conv2d_sm80 128x128x32 w64x64x32 s4 kOptimized".into(), 0.010);
+        times.insert("conv2d_sm90 128x64x64 c1x1".into(), 0.020);
+        times.insert("an instance of an older build".into(), 0.001);
+        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(8).with_measurements(m);
+        let i = t.conv2d(&p);
+        assert_eq!(i.dispatch[0].instance.config, "conv2d_sm80 128x128x32 w64x64x32 s4 kOptimized");
+        assert!(i.dispatch[0].measured);
+        assert_eq!(i.dispatch[1].max_batch, 8);
+        assert!(!i.dispatch[1].measured);
+    }
+
+    #[test]
+    fn gemm_instances() {
+        let t = CudaTarget::new(Arch::Sm80).with_max_batch(64);
+        let n = Dim::sym("N");
+        assert_eq!(t.gemm(&gemm(n.clone(), 1000, 2048)).template, GEMM_NODE_TEMPLATE);
         assert_eq!(t.gemm(&gemm(n.clone(), 1000, 2047)).template, "gemm_generic");
         assert_eq!(t.gemm(&gemm(n.clone(), 1001, 2048)).template, "gemm_generic");
         // A transposed: M must be a multiple of 8 for every batch.
         let mut p = gemm(n.mul(&Dim::known(8)), 1000, 24);
         p.trans_a = true;
-        assert_eq!(t.gemm(&p).template, "gemm_cutlass");
+        assert_eq!(t.gemm(&p).template, GEMM_NODE_TEMPLATE);
         p.m = n.mul(&Dim::known(4));
         assert_eq!(t.gemm(&p).template, "gemm_generic");
         // General bias broadcast, and bias + residual with beta != 1: generic.
@@ -321,7 +974,10 @@ mod tests {
         p.beta = 0.5;
         assert_eq!(t.gemm(&p).template, "gemm_generic");
         p.bias = None;
-        assert_eq!(t.gemm(&p).template, "gemm_cutlass");
+        let i = t.gemm(&p);
+        assert_eq!(i.template, GEMM_NODE_TEMPLATE);
+        assert_eq!(i.dispatch[0].instance.context["layout_b"], "ColumnMajor");
+        assert_eq!(i.dispatch[0].instance.context["has_residual"], true);
     }
 
     #[test]

@@ -5,8 +5,11 @@
 //! - dims: symbols bound with `--dim` are substituted; at most one symbol may remain, the run-time
 //!   batch, and every dim must be a polynomial in it (kernels get shapes as C++ expressions in
 //!   `batch`);
+//! - precision ([`Precision`], `--precision`): float tensors are stored as fp16 (the default) or
+//!   fp32 on the device; integers and booleans keep their type;
 //! - inputs: a graph input whose ONNX dtype differs from its device dtype (fp32 → fp16) gets a
-//!   cast kernel at the boundary; constants become weights (fp32 → fp16, in the blob) on first use;
+//!   cast kernel at the boundary; constants become weights (converted to their device dtype, in
+//!   the blob) on first use;
 //! - nodes: each is lowered by its family ([`ops`], one file per family, found through the
 //!   family tables, not by a match on op names); a node no family lowers is reported with every
 //!   other such node at once;
@@ -14,10 +17,12 @@
 //!   otherwise a cast kernel does;
 //! - memory: [`plan`] places every arena tensor by lifetime.
 //!
-//! The target (`Target`) is asked only where a library instance is chosen (conv, gemm); every
-//! other kernel names a template family that each target provides.
+//! The target (`Target`) is asked only where a library instance is chosen (conv, gemm, and only
+//! at fp16 precision: the instances are fp16-only); every other kernel names a template family
+//! that each target provides.
 
 pub mod cuda;
+pub mod fuse;
 pub mod ops;
 pub mod plan;
 pub mod problem;
@@ -27,10 +32,11 @@ pub mod weights;
 
 pub use problem::{BiasKind, ConvProblem, GemmProblem};
 pub use program::{Batch, DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, Storage, TensorId};
-pub use target::{Instance, Target};
+pub use target::{Dispatch, Instance, LibraryInstance, Target};
 
 use crate::error::{Error, Result, UnsupportedOp};
 use crate::ir::{DType, Dim, Graph, Node, Tensor, ValueId};
+use serde::Serialize;
 use serde_json::{json, Map, Value as Json};
 use std::collections::BTreeMap;
 
@@ -41,11 +47,79 @@ pub struct LowerOptions {
     pub dims: BTreeMap<String, i64>,
     /// The largest run-time batch (`--max-batch`), when the model has a symbolic batch dim.
     pub max_batch: i64,
+    /// The storage type of float activations and weights on the device (`--precision`).
+    pub precision: Precision,
 }
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { dims: BTreeMap::new(), max_batch: 64 }
+        LowerOptions { dims: BTreeMap::new(), max_batch: 64, precision: Precision::Fp16 }
+    }
+}
+
+/// How float tensors are stored on the device. Kernels compute in fp32 either way (fp32
+/// accumulation, fp32 epilogues); the precision decides the storage, and with it which kernels
+/// exist:
+/// - `Fp16` (the default): every float tensor (fp32 or fp16 in the model) is stored as fp16;
+///   convolutions and matrix products run on the target's library instances (CUTLASS tensor
+///   cores) where they apply.
+/// - `Fp32`: every float tensor is stored as fp32, for models whose values leave fp16's range
+///   (±65504; e.g. light_resnet50's activations reach 1e19). The library instances are fp16-only,
+///   so convolutions and matrix products run on the direct and generic kernels, and the target
+///   is never asked for an instance. An fp32 model then needs no casts at its boundary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    Fp16,
+    Fp32,
+}
+
+impl Precision {
+    /// The device dtype of float tensors.
+    pub fn float_dtype(self) -> DType {
+        match self {
+            Precision::Fp16 => DType::F16,
+            Precision::Fp32 => DType::F32,
+        }
+    }
+
+    /// The storage dtype of a tensor of dtype `dt` on the device: floats take
+    /// [`float_dtype`](Self::float_dtype); integers and booleans keep their type.
+    pub fn device_dtype(self, dt: DType) -> LowerResult<DType> {
+        match dt {
+            DType::F32 | DType::F16 => Ok(self.float_dtype()),
+            DType::F64 | DType::BF16 => Err(LowerError::Unsupported(format!(
+                "{dt} tensors have no GPU kernels (fp32 and fp16 models are supported)"
+            ))),
+            other => Ok(other),
+        }
+    }
+
+    /// `fp16` / `fp32`, as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp16 => "fp16",
+            Precision::Fp32 => "fp32",
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Precision, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "fp16" | "float16" | "half" => Ok(Precision::Fp16),
+            "fp32" | "float32" | "float" => Ok(Precision::Fp32),
+            _ => Err(format!("unknown precision '{s}' (expected fp16 or fp32)")),
+        }
     }
 }
 
@@ -65,16 +139,11 @@ macro_rules! lower_unsupported {
     ($($arg:tt)*) => { return Err($crate::lower::LowerError::Unsupported(format!($($arg)*))) };
 }
 
-/// The storage dtype of a tensor on the device: floats compute in fp16 (fp32 accumulation inside
-/// kernels); integers and booleans keep their type.
+/// The storage dtype of a tensor on the device at the default precision (fp16): floats are
+/// stored as fp16 (fp32 accumulation inside kernels); integers and booleans keep their type.
+/// A lowering in progress uses [`LowerCtx::device_dtype`], which follows `--precision`.
 pub fn device_dtype(dt: DType) -> LowerResult<DType> {
-    match dt {
-        DType::F32 | DType::F16 => Ok(DType::F16),
-        DType::F64 | DType::BF16 => Err(LowerError::Unsupported(format!(
-            "{dt} tensors have no GPU kernels (fp32 and fp16 models are supported)"
-        ))),
-        other => Ok(other),
-    }
+    Precision::Fp16.device_dtype(dt)
 }
 
 /// The C++ element type of a device dtype.
@@ -104,9 +173,25 @@ pub struct LowerCtx<'a> {
     /// Device tensor of each graph value, once created.
     value_tensor: Vec<Option<TensorId>>,
     batch_symbol: Option<String>,
+    precision: Precision,
 }
 
 impl<'a> LowerCtx<'a> {
+    /// The storage precision of float tensors (`--precision`).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The device dtype of float tensors (fp16, or fp32 with `--precision fp32`).
+    pub fn float_dtype(&self) -> DType {
+        self.precision.float_dtype()
+    }
+
+    /// The storage dtype on the device of a tensor of dtype `dt` at this lowering's precision.
+    pub fn device_dtype(&self, dt: DType) -> LowerResult<DType> {
+        self.precision.device_dtype(dt)
+    }
+
     /// The graph value's type with bound dims.
     fn value_shape(&self, v: ValueId) -> LowerResult<(DType, Vec<Dim>)> {
         let val = self.graph.value(v);
@@ -152,7 +237,7 @@ impl<'a> LowerCtx<'a> {
 
     /// Packs a constant into the weights blob, converted to its device dtype.
     pub fn add_weight(&mut self, name: &str, k: &Tensor) -> LowerResult<TensorId> {
-        let dtype = device_dtype(k.dtype())?;
+        let dtype = self.device_dtype(k.dtype())?;
         let converted = if dtype == k.dtype() { k.clone() } else { k.cast(dtype) };
         let bytes = weights::to_le_bytes(&converted);
         let offset = program::align_up(self.program.weights.len() as u64);
@@ -168,7 +253,7 @@ impl<'a> LowerCtx<'a> {
         let (dtype, shape) = self.value_shape(v)?;
         let t = self.push_tensor(
             &self.graph.value(v).name.clone(),
-            device_dtype(dtype)?,
+            self.device_dtype(dtype)?,
             shape,
             Storage::Arena { offset: 0 },
         );
@@ -180,7 +265,7 @@ impl<'a> LowerCtx<'a> {
     pub fn alias_output(&mut self, node: &Node, i: usize, of: TensorId) -> LowerResult<TensorId> {
         let v = *node.outputs.get(i).ok_or_else(|| LowerError::Invalid(format!("output {i} is missing")))?;
         let (dtype, shape) = self.value_shape(v)?;
-        let dtype = device_dtype(dtype)?;
+        let dtype = self.device_dtype(dtype)?;
         if dtype != self.program.tensors[of].dtype {
             return Err(LowerError::Invalid(format!(
                 "a view cannot change the element type ({} → {dtype})",
@@ -236,7 +321,47 @@ impl<'a> LowerCtx<'a> {
             .ok_or_else(|| LowerError::Unsupported(format!("dim {d} is not a polynomial in the batch")))
     }
 
-    /// Appends a kernel launch. `template` is the template stem (`conv2d_cutlass`); the launcher
+    /// Emits the kernel of a target [`Instance`]: its fields are added to `context`, and for a
+    /// library choice the node kernel gets `dispatch` (`[{max_batch, fn, last}]`, ascending) and
+    /// `instances` (the distinct functions to declare), while the instances join the program's
+    /// library (each rendered once).
+    pub fn emit_instance(
+        &mut self,
+        node: &str,
+        inst: Instance,
+        args: Vec<TensorId>,
+        writes: Vec<usize>,
+        mut context: Map<String, Json>,
+    ) -> LowerResult<()> {
+        for (key, v) in inst.context {
+            context.insert(key, v);
+        }
+        if !inst.dispatch.is_empty() {
+            let last = inst.dispatch.len() - 1;
+            let entries: Vec<Json> = inst
+                .dispatch
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    json!({ "max_batch": d.max_batch, "fn": d.instance.name, "last": i == last,
+                            "config": d.instance.config, "measured": d.measured })
+                })
+                .collect();
+            let mut names: Vec<&str> = inst.dispatch.iter().map(|d| d.instance.name.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            context.insert("dispatch".into(), Json::Array(entries));
+            context.insert("instances".into(), json!(names));
+            for d in inst.dispatch {
+                if let Err(i) = self.program.library.binary_search_by(|l| l.name.cmp(&d.instance.name)) {
+                    self.program.library.insert(i, d.instance);
+                }
+            }
+        }
+        self.emit(node, &inst.template, args, writes, context, inst.workspace_bytes)
+    }
+
+    /// Appends a kernel launch. `template` is the template stem (`conv2d_library`); the launcher
     /// is named `k<NNN>_<template>`. `context` gets `name` and `args` added.
     pub fn emit(
         &mut self,
@@ -376,6 +501,7 @@ pub fn lower(graph: &Graph, target: &dyn Target, opts: &LowerOptions) -> Result<
         program,
         value_tensor: vec![None; g.values.len()],
         batch_symbol: batch.map(|b| b.symbol),
+        precision: opts.precision,
     };
     let node_err =
         |n: &Node, msg: String| Error::Node { path: path.clone(), node: n.name.clone(), op: n.op_type.clone(), msg };
@@ -387,7 +513,7 @@ pub fn lower(graph: &Graph, target: &dyn Target, opts: &LowerOptions) -> Result<
         let name = g.value(v).name.clone();
         let user = cx.push_tensor(&name, dtype, shape.clone(), Storage::Input { index });
         cx.program.inputs.push(IoTensor { name: name.clone(), dtype, shape: shape.clone(), tensor: user });
-        let dev = device_dtype(dtype).map_err(|e| lower_err(&path, boundary, e))?;
+        let dev = cx.device_dtype(dtype).map_err(|e| lower_err(&path, boundary, e))?;
         let t = if dev == dtype {
             user
         } else {
@@ -414,7 +540,7 @@ pub fn lower(graph: &Graph, target: &dyn Target, opts: &LowerOptions) -> Result<
         for &o in &node.outputs {
             if cx.value_tensor[o].is_none() {
                 if let Ok((dt, shape)) = cx.value_shape(o) {
-                    let t = cx.temp(&g.value(o).name.clone(), device_dtype(dt).unwrap_or(dt), shape);
+                    let t = cx.temp(&g.value(o).name.clone(), cx.device_dtype(dt).unwrap_or(dt), shape);
                     cx.value_tensor[o] = Some(t);
                 }
             }
@@ -448,6 +574,7 @@ pub fn lower(graph: &Graph, target: &dyn Target, opts: &LowerOptions) -> Result<
     }
 
     let mut program = cx.program;
+    fuse::fuse_program(&mut program);
     plan::plan_memory(&mut program);
     Ok(program)
 }
@@ -473,4 +600,184 @@ pub fn json_dims(p: &Program, shape: &[Dim]) -> Json {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::nvcc::Arch;
+    use crate::ir::ops::kernel::{Act, Conv2d, ConvGeom, Gemm, Layout};
+    use crate::lower::cuda::CudaTarget;
+    use crate::lower::ops::conv::tests::G;
+
+    #[test]
+    fn precision_names_and_device_dtypes() {
+        assert_eq!("fp32".parse::<Precision>(), Ok(Precision::Fp32));
+        assert_eq!("FP16".parse::<Precision>(), Ok(Precision::Fp16));
+        assert_eq!("float32".parse::<Precision>(), Ok(Precision::Fp32));
+        assert!("bf16".parse::<Precision>().unwrap_err().contains("expected fp16 or fp32"));
+        assert_eq!(Precision::default(), Precision::Fp16);
+        assert_eq!(LowerOptions::default().precision, Precision::Fp16);
+        assert_eq!(Precision::Fp32.to_string(), "fp32");
+        for (dt, fp16, fp32) in [
+            (DType::F32, DType::F16, DType::F32),
+            (DType::F16, DType::F16, DType::F32),
+            (DType::I64, DType::I64, DType::I64),
+            (DType::Bool, DType::Bool, DType::Bool),
+        ] {
+            assert_eq!(Precision::Fp16.device_dtype(dt).unwrap(), fp16);
+            assert_eq!(Precision::Fp32.device_dtype(dt).unwrap(), fp32);
+        }
+        assert_eq!(device_dtype(DType::F32).unwrap(), DType::F16, "the free function keeps the default");
+        assert!(matches!(Precision::Fp32.device_dtype(DType::F64), Err(LowerError::Unsupported(_))));
+    }
+
+    /// A convolution and a classifier of an fp32 model: at fp16 the inputs and outputs are cast at
+    /// the boundary and the target picks library instances; at fp32 nothing is cast, no
+    /// instance is asked for, and every float tensor and weight is fp32.
+    fn small_model() -> Graph {
+        let mut b = G::new();
+        let x = b.input("image", vec![Dim::sym("N"), Dim::known(16), Dim::known(16), Dim::known(32)]);
+        let w = b.konst("w", &[32, 3, 3, 32], |i| (i % 5) as f32 * 0.1);
+        let bias = b.konst("b", &[32], |_| 0.5);
+        let geom = ConvGeom { strides: [1, 1], pads: [1; 4], dilations: [1, 1], group: 1 };
+        let conv = Box::new(Conv2d { layout: Layout::Nhwc, geom, act: Some(Act::Relu), pre_act: None });
+        let y = b.node("conv", conv, vec![Some(x), Some(w), Some(bias), None]);
+        let f = b.input("features", vec![Dim::sym("N"), Dim::known(64)]);
+        let fw = b.konst("fc.w", &[64, 16], |i| i as f32);
+        let gemm = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: None });
+        let z = b.node("fc", gemm, vec![Some(f), Some(fw), None, None]);
+        b.g.outputs = vec![y, z];
+        b.g.info.source = "small.onnx".into();
+        b.g
+    }
+
+    #[test]
+    fn fp32_precision_keeps_floats_and_skips_the_library() {
+        let g = small_model();
+        let target = CudaTarget::new(Arch::Sm90).recording();
+        let fp16 = lower(&g, &target, &LowerOptions::default()).expect("fp16 lowers");
+        let templates = |p: &Program| p.kernels.iter().map(|k| k.template.clone()).collect::<Vec<_>>();
+        assert!(templates(&fp16).iter().any(|t| t == "conv2d_library"), "{:?}", templates(&fp16));
+        assert_eq!(templates(&fp16).iter().filter(|t| *t == "cast").count(), 4, "{:?}", templates(&fp16));
+        assert!(!target.recorded().is_empty());
+
+        let target = CudaTarget::new(Arch::Sm90).recording();
+        let opts = LowerOptions { precision: Precision::Fp32, ..LowerOptions::default() };
+        let fp32 = lower(&g, &target, &opts).expect("fp32 lowers");
+        assert_eq!(templates(&fp32), ["conv2d_direct", "gemm_generic"]);
+        assert!(target.recorded().is_empty(), "the target was asked for an instance");
+        assert!(fp32.library.is_empty());
+        assert_eq!(fp32.memory.workspace_bytes, 0);
+        for t in &fp32.tensors {
+            assert!(t.dtype == DType::F32, "{} is {}", t.name, t.dtype);
+        }
+        // The kernels read the caller's buffers and write the outputs in place.
+        assert!(matches!(fp32.tensors[fp32.kernels[0].args[0]].storage, Storage::Input { index: 0 }));
+        assert!(fp32.outputs.iter().all(|o| matches!(fp32.tensors[o.tensor].storage, Storage::Output { .. })));
+        // fp32 weights: 32·3·3·32 + 32 + 64·16 floats, each tensor 256-byte aligned.
+        let weights: u64 = fp32
+            .tensors
+            .iter()
+            .filter_map(|t| match t.storage {
+                Storage::Weight { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(weights, (32 * 9 * 32 + 32 + 64 * 16) * 4);
+    }
+
+    /// Whole models at fp32 precision, emulated on the CPU (`ops::shape::testing::emulate_on_cpu`:
+    /// every CUDA thread a host thread): optimised as `compile` optimises them, lowered at fp32,
+    /// every kernel run on seeded random inputs, and each output compared with the reference
+    /// executor (fp32 outputs within 1e-4 + 1e-3·|expected|). The models: every bundled model
+    /// (or `O2A_FP32_MODELS`, comma-separated paths) and light_resnet50 from the onnx wheel's test
+    /// data, whose activations (up to 1e19) overflow fp16. A model the fp16 lowering rejects too
+    /// is skipped. Needs g++ and the CUDA headers of the nvcc wheel (`scripts/setup-python.sh`).
+    #[test]
+    #[ignore = "emulates whole models on the CPU (minutes); needs g++ and the CUDA headers in .venv"]
+    fn fp32_models_match_reference_in_cpu_emulation() {
+        use crate::lower::ops::shape::testing::{emulate_on_cpu, write_program_case};
+        let venv = std::fs::read_dir(".venv/lib").into_iter().flatten().flatten().map(|e| e.path());
+        let site: Vec<std::path::PathBuf> = venv.map(|p| p.join("site-packages")).collect();
+        let include = site
+            .iter()
+            .map(|p| p.join("nvidia/cu13/include"))
+            .find(|p| p.join("cuda_fp16.h").is_file())
+            .expect("the CUDA headers of the nvcc wheel (run scripts/setup-python.sh)");
+        let mut models: Vec<std::path::PathBuf> = match std::env::var("O2A_FP32_MODELS") {
+            Ok(list) => list.split(',').filter(|s| !s.is_empty()).map(std::path::PathBuf::from).collect(),
+            Err(_) => {
+                let mut m: Vec<_> = std::fs::read_dir("onnx_models").unwrap().flatten().map(|e| e.path()).collect();
+                m.retain(|p| p.extension().is_some_and(|e| e == "onnx"));
+                m.sort();
+                m.extend(
+                    site.iter()
+                        .map(|p| p.join("onnx/backend/test/data/light/light_resnet50.onnx"))
+                        .filter(|p| p.is_file())
+                        .take(1),
+                );
+                m
+            }
+        };
+        models.dedup();
+        let root = std::env::temp_dir().join(format!("o2a-fp32-emulation-{}", std::process::id()));
+        let optimize_opts = crate::egraph::OptimizeOptions::standard().unwrap();
+        let fp32 = LowerOptions { precision: Precision::Fp32, max_batch: 4, ..LowerOptions::default() };
+        let fp16 = LowerOptions { max_batch: 4, ..LowerOptions::default() };
+        let (mut report, mut checked) = (Vec::new(), 0);
+        for m in &models {
+            let name = m.file_stem().unwrap().to_string_lossy().to_string();
+            let Ok(g) = crate::onnx::load_model(m) else { continue };
+            let Ok((opt, _)) = crate::egraph::optimize(&g, &optimize_opts) else { continue };
+            let target = CudaTarget::new(Arch::Sm90).recording();
+            let p = match lower(&opt, &target, &fp32) {
+                Ok(p) => p,
+                Err(e) => {
+                    if lower(&opt, &CudaTarget::new(Arch::Sm90), &fp16).is_ok() {
+                        report.push(format!("{name}: lowers at fp16 but not at fp32: {e}"));
+                    } else {
+                        eprintln!("skip {name}: {e}");
+                    }
+                    continue;
+                }
+            };
+            assert!(target.recorded().is_empty(), "{name}: the target was asked for an instance at fp32");
+            let mut opts = crate::validate::inputs::InputOptions { seed: 7, ..Default::default() };
+            for &v in &g.inputs {
+                for d in &g.ty(v).shape {
+                    for s in d.symbols() {
+                        opts.dims.insert(s.to_string(), 2);
+                    }
+                }
+            }
+            let Ok(inputs) = crate::validate::inputs::make_inputs(&g, &opts) else { continue };
+            let feeds: BTreeMap<String, Tensor> = inputs.tensors.iter().cloned().collect();
+            let expected = match crate::reference::run(&g, &feeds) {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("skip {name}: reference fails: {e}");
+                    continue;
+                }
+            };
+            let outs: Vec<usize> = p.outputs.iter().map(|o| o.tensor).collect();
+            let ins: Vec<Tensor> = inputs.tensors.iter().map(|(_, t)| t.clone()).collect();
+            let case = root.join(&name);
+            if let Err(e) = write_program_case(&case, &p, &outs, &inputs.dims, &ins, &expected) {
+                report.push(format!("{name}: {e}"));
+                continue;
+            }
+            checked += 1;
+            match emulate_on_cpu(&case, &include) {
+                Ok(out) if !out.is_empty() && out.lines().all(|l| l.starts_with("PASS")) => {
+                    eprintln!("{name}: {} kernels\n{out}", p.kernels.len())
+                }
+                Ok(out) => report.push(format!("{name}:\n{out}")),
+                Err(e) => report.push(format!("{name}: {e}")),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(checked > 0, "no model was checked");
+        assert!(report.is_empty(), "{}", report.join("\n"));
+    }
 }

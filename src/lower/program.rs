@@ -38,9 +38,9 @@ pub struct DeviceTensor {
 /// One kernel launch: the template that renders it and the values that fill the template.
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelInstance {
-    /// The launcher's function name and file stem (`k012_conv2d_cutlass`), unique in the program.
+    /// The launcher's function name and file stem (`k012_conv2d_library`), unique in the program.
     pub name: String,
-    /// Template file stem under `templates/<target>/` (`conv2d_cutlass`).
+    /// Template file stem under `templates/<target>/` (`conv2d_library`).
     pub template: String,
     /// The graph node(s) this kernel computes, for reports and error messages.
     pub node: String,
@@ -98,6 +98,8 @@ pub struct Program {
     pub inputs: Vec<IoTensor>,
     pub outputs: Vec<IoTensor>,
     pub kernels: Vec<KernelInstance>,
+    /// Library instances the kernels call, sorted by name, each once.
+    pub library: Vec<super::LibraryInstance>,
     #[serde(skip)]
     pub weights: Vec<u8>,
     pub memory: MemoryPlan,
@@ -122,6 +124,7 @@ impl Program {
             inputs: Vec::new(),
             outputs: Vec::new(),
             kernels: Vec::new(),
+            library: Vec::new(),
             weights: Vec::new(),
             memory: MemoryPlan::default(),
         }

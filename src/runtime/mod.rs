@@ -26,6 +26,8 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
+pub mod profiler;
+
 #[cfg(test)]
 mod tests;
 

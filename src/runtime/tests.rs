@@ -72,6 +72,7 @@ fn tiny_program(batch: bool) -> Program {
             io("ids_plus_one", DType::I64, vec![n.clone()], 7),
         ],
         tensors,
+        library: Vec::new(),
         kernels: vec![
             kernel("k000_cast", "graph inputs", vec![0, 1], 0),
             kernel("k001_scale", NASTY_NODE, vec![1, 2, 3], 1024),
@@ -151,22 +152,14 @@ int k003_add_one(void* const* t, int64_t batch, void*, size_t, cudaStream_t stre
 }
 "#;
 
-/// Renders the model-level files (common.cuh, kernels.h, model.cu, model.h) of `p` into `out`
-/// with the embedded CUDA templates, as `codegen::generate` does, without the kernel templates
-/// (the test supplies its own kernels).
+/// Renders the model-level files (library.cuh, common.cuh, kernels.h, model.cu, model.h) of `p`
+/// into `out` with the embedded CUDA templates, as `codegen::generate` does, without the kernel
+/// templates (the test supplies its own kernels).
 fn render_model_files(p: &Program, out: &Path) {
-    let mut hb = handlebars::Handlebars::new();
-    hb.set_strict_mode(true);
-    hb.register_escape_fn(handlebars::no_escape);
-    for (path, text) in crate::codegen::TEMPLATE_FILES {
-        let Some(rel) = path.strip_prefix("cuda/") else { continue };
-        let name = rel.strip_suffix(".hbs").unwrap_or(rel);
-        let name = name.strip_prefix("partials/").unwrap_or(name);
-        hb.register_template_string(name, *text).unwrap_or_else(|e| panic!("{path}: {e}"));
-    }
+    let templates = crate::codegen::Templates::for_target("cuda").expect("cuda templates");
     let ctx = crate::codegen::model_context(p, "sm_90");
-    for file in ["common.cuh", "kernels.h", "model.cu", "model.h"] {
-        let text = hb.render(file, &ctx).unwrap_or_else(|e| panic!("rendering {file}: {e}"));
+    for file in ["library.cuh", "common.cuh", "kernels.h", "model.cu", "model.h"] {
+        let text = templates.render(file, &ctx).unwrap_or_else(|e| panic!("rendering {file}: {e}"));
         std::fs::write(out.join(file), text).unwrap();
     }
 }

@@ -10,6 +10,7 @@ pub mod compare;
 pub mod gpu;
 pub mod inputs;
 pub mod ort;
+pub mod range;
 
 use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, Tensor};
@@ -165,6 +166,12 @@ pub struct Report {
     pub engines: Vec<EngineRun>,
     pub outputs: Vec<OutputReport>,
     pub passed: bool,
+    /// With a GPU build that failed: the largest magnitudes the optimised graph's float values
+    /// reach on the same inputs (reference executor, float32), to tell float16 overflow apart
+    /// from a wrong kernel. `None` when not checked.
+    pub fp16_range: Option<range::RangeReport>,
+    /// Diagnoses printed under the table (float16 overflow, or why it could not be checked).
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -201,11 +208,35 @@ pub fn validate(model_path: &Path, options: &Options) -> Result<Report> {
     gpu::bind_dims(&graph, gpu.as_ref(), options.batch, &mut input_options.dims)?;
     let ort = OrtEngine::load(model_path)?;
     let inputs = inputs::make_inputs(&graph, &input_options)?;
+    // Kept for the float16 range check, which runs only when the GPU fails.
+    let diagnosis = gpu.as_ref().map(|_| (graph.clone(), inputs.tensors.clone()));
     let mut engines: Vec<Box<dyn Engine>> = vec![Box::new(ort), Box::new(ReferenceEngine::new(graph))];
     if let Some(g) = gpu {
         engines.push(Box::new(g));
     }
-    run_engines(&model_path.display().to_string(), inputs, engines, options)
+    let mut report = run_engines(&model_path.display().to_string(), inputs, engines, options)?;
+    if let Some((graph, tensors)) = diagnosis {
+        if report.failures().iter().any(|(_, engine, _)| *engine == "gpu") {
+            check_fp16_range(&mut report, &graph, &tensors);
+        }
+    }
+    Ok(report)
+}
+
+/// Adds the float16 range check of the optimised graph (what the GPU code is generated from)
+/// on `inputs` to a report whose GPU column failed. Best effort: the check is a diagnosis, so
+/// when it cannot run the report says why instead of failing.
+fn check_fp16_range(report: &mut Report, graph: &Graph, inputs: &[(String, Tensor)]) {
+    let named: BTreeMap<String, Tensor> = inputs.iter().cloned().collect();
+    match range::optimised_fp16_range(graph, &named) {
+        Ok(r) => {
+            if r.overflows() {
+                report.notes.push(format!("float16 overflow: {}", r.summary()));
+            }
+            report.fp16_range = Some(r);
+        }
+        Err(e) => report.notes.push(format!("the float16 range check could not run: {e}")),
+    }
 }
 
 /// An engine's bounds for `dtype` with the user's overrides (float outputs only).
@@ -295,6 +326,8 @@ pub fn run_engines(
         engines: runs,
         outputs,
         passed,
+        fp16_range: None,
+        notes: Vec::new(),
     })
 }
 
@@ -411,6 +444,9 @@ impl fmt::Display for Report {
                     writeln!(f)?;
                 }
             }
+            for note in &self.notes {
+                write!(f, "\nnote: {note}")?;
+            }
             Ok(())
         }
     }
@@ -504,6 +540,37 @@ mod tests {
         assert_eq!(f.len(), 2, "{f:?}");
         assert!(f[0].2.contains("did not produce"), "{f:?}");
         assert!(f[1].2.contains("does not have"), "{f:?}");
+    }
+
+    /// A GPU column that failed because the values leave float16's range gets a note naming
+    /// the first value past 65504 (x·300·400 on inputs up to 2: 2.4e5).
+    #[test]
+    fn gpu_failure_notes_float16_overflow() {
+        use crate::ir::infer::infer_graph;
+        use crate::ir::ops::testutil::GraphBuilder;
+        let mut b = GraphBuilder::new(17);
+        let x = b.input("x", DType::F32, "2");
+        let c1 = b.konst("c1", Tensor::from_f32s(&[], vec![300.0]));
+        let c2 = b.konst("c2", Tensor::from_f32s(&[], vec![400.0]));
+        let y = b.node("Mul", vec![], &[x, c1], 1)[0];
+        let y = b.node("Mul", vec![], &[y, c2], 1)[0];
+        b.g.outputs.push(y);
+        b.g.values[y].name = "y".into();
+        infer_graph(&mut b.g).unwrap();
+        let want = vec![("y".to_string(), Tensor::from_f32s(&[2], vec![120000.0, 240000.0]))];
+        let inf = vec![("y".to_string(), Tensor::from_f32s(&[2], vec![f32::INFINITY, f32::INFINITY]))];
+        let engines: Vec<Box<dyn Engine>> = vec![Box::new(Fixed("ort", want)), Box::new(Fixed("gpu", inf))];
+        let ins = inputs();
+        let tensors = ins.tensors.clone();
+        let mut r = run_engines("m.onnx", ins, engines, &Options::default()).unwrap();
+        assert!(!r.passed());
+        check_fp16_range(&mut r, &b.g, &tensors);
+        let range = r.fp16_range.as_ref().expect("checked");
+        assert_eq!(range.over.first().map(|v| v.max_abs), Some(240000.0));
+        let text = r.to_string();
+        assert!(text.contains("note: float16 overflow: 1 of 4 float values exceed"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["fp16_range"]["over"][0]["max_abs"], 240000.0);
     }
 
     #[test]

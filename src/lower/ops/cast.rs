@@ -1,6 +1,7 @@
 //! ONNX `Cast` and `CastLike`: a conversion kernel (`cast.cu.hbs`, shared with the graph-boundary
 //! casts of `LowerCtx::emit_cast`), or no kernel at all when the source and target types have the
-//! same device type (fp32 ↔ fp16 both live as fp16 on the device, so such casts are views).
+//! same device type (fp32 ↔ fp16 both live as fp16 on the device, or both as fp32 with
+//! `--precision fp32`, so such casts are views: at fp32 precision a cast to fp16 does not round).
 //!
 //! Semantics follow the reference (`crate::ir::ops::cast::cast_tensor`): float → integer truncates
 //! toward zero through int64 (saturating, NaN → 0) and then wraps to narrower integers; anything →
@@ -11,14 +12,14 @@
 use super::LowerSpec;
 use crate::ir::ops::cast::{CastLikeOp, CastOp};
 use crate::ir::Node;
-use crate::lower::{device_dtype, LowerCtx, LowerError, LowerResult};
+use crate::lower::{LowerCtx, LowerError, LowerResult};
 
 pub const OPS: &[LowerSpec] =
     &[LowerSpec::of::<CastOp>("Cast", lower_cast), LowerSpec::of::<CastLikeOp>("CastLike", lower_cast)];
 
 /// Cast (opset 1–21) and CastLike (opset 15+; the target type is input 1's): a view when the
 /// device types agree, else a conversion kernel. Targets without a device type (float64,
-/// bfloat16) are reported unsupported by `device_dtype`.
+/// bfloat16) are reported unsupported by `LowerCtx::device_dtype`.
 fn lower_cast(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let x = cx.input(node, 0)?;
     let out_value = *node.outputs.first().ok_or_else(|| LowerError::Invalid("output 0 is missing".into()))?;
@@ -29,7 +30,7 @@ fn lower_cast(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         .as_ref()
         .map(|t| t.dtype)
         .ok_or_else(|| LowerError::Invalid("the output has no inferred type".into()))?;
-    if device_dtype(target)? == cx.dtype(x) {
+    if cx.device_dtype(target)? == cx.dtype(x) {
         cx.alias_output(node, 0, x)?;
         return Ok(());
     }
@@ -104,5 +105,29 @@ mod tests {
         let x = b.input("x", DType::F32, vec![Dim::known(3)]);
         b.node(cast(DType::F64), &[Some(x)]);
         assert!(matches!(lower(&b.g, OPS), Err(LowerError::Unsupported(_))));
+    }
+
+    /// fp32 precision: fp32 and fp16 are both fp32 on the device, so casts between them are views
+    /// (no rounding to fp16); conversions to other types read floats.
+    #[test]
+    fn fp32_casts() {
+        use super::super::elementwise::testkit::lower_at;
+        use crate::lower::Precision;
+        let mut b = Builder::new();
+        let x = b.input("x", DType::F32, vec![Dim::sym("N"), Dim::known(10)]);
+        let h = b.node(cast(DType::F16), &[Some(x)]);
+        b.node(cast(DType::F32), &[Some(h[0])]);
+        let i = b.node(cast(DType::I64), &[Some(h[0])]);
+        b.node(cast(DType::F16), &[Some(i[0])]);
+        let p = lower_at(&b.g, OPS, Precision::Fp32).unwrap();
+        let pairs: Vec<(&str, &str)> = p
+            .kernels
+            .iter()
+            .map(|k| (k.context["src_ctype"].as_str().unwrap(), k.context["dst_ctype"].as_str().unwrap()))
+            .collect();
+        assert_eq!(pairs, [("float", "int64_t"), ("int64_t", "float")]);
+        assert_eq!(p.tensors.iter().filter(|t| matches!(t.storage, Storage::Alias { .. })).count(), 2);
+        assert!(p.tensors.iter().all(|t| t.dtype != DType::F16));
+        render(&p, "cast_fp32");
     }
 }

@@ -1,9 +1,12 @@
 //! Lowering of the fused 2-D convolution (kernel-level `Conv2d`):
-//! `out = act(pre_act(conv(x, w) + bias) + residual)` on channels-last fp16 activations.
+//! `out = act(pre_act(conv(x, w) + bias) + residual)` on channels-last activations.
 //!
 //! The family describes the problem ([`ConvProblem`]) and the target picks the kernel: a library
 //! instance (CUTLASS on CUDA) or the direct kernel [`DIRECT_TEMPLATE`], which every target
 //! provides and which computes any group count, channel count, padding, stride and dilation.
+//! At fp32 precision (`--precision fp32`) the target is not asked: library instances store fp16,
+//! so every convolution runs on the direct kernel with fp32 storage ([`direct_instance`]), and
+//! no stem is padded (the padding only serves the library's channel multiple).
 //!
 //! - Layout: the kernels compute channels-last: x `[N,H,W,C]`, w KRSC `[K,R,S,C/g]`, out
 //!   `[N,P,Q,K]` (`Layout::Nhwc`). The optimiser turns convolutions into NHWC where the layout
@@ -28,10 +31,10 @@
 //!   `act::act_call` as C++ expressions in `v`.
 
 use super::act::act_call;
-use super::LowerSpec;
+use super::{float_storage_fields, LowerSpec};
 use crate::ir::ops::kernel::{Act, Conv2d, Layout};
-use crate::ir::{DType, Dim, Node, Tensor};
-use crate::lower::{ConvProblem, Instance, LowerCtx, LowerError, LowerResult, TensorId};
+use crate::ir::{Dim, Node, Tensor};
+use crate::lower::{ctype, ConvProblem, Instance, LowerCtx, LowerError, LowerResult, Precision, TensorId};
 use crate::lower_unsupported;
 use ndarray::{s, ArrayD, IxDyn};
 use serde_json::{json, Map, Value as Json};
@@ -41,6 +44,16 @@ pub const OPS: &[LowerSpec] = &[LowerSpec::of::<Conv2d>("Conv2d", lower_conv2d)]
 
 /// The target-neutral direct convolution every target provides.
 pub const DIRECT_TEMPLATE: &str = "conv2d_direct";
+
+/// A target's own kernel for depthwise convolutions (group = C = K), with the direct kernel's
+/// fields; a target that has none uses the direct kernel.
+pub const DEPTHWISE_TEMPLATE: &str = "conv2d_depthwise";
+
+/// Whether a kernel is one of our own direct convolutions (the general one or the depthwise
+/// one): both read constant weights transposed to RSCK.
+pub fn is_direct(template: &str) -> bool {
+    template == DIRECT_TEMPLATE || template == DEPTHWISE_TEMPLATE
+}
 /// Zero-pads the channel dim of a channels-last tensor.
 pub const PAD_CHANNELS_TEMPLATE: &str = "pad_channels";
 /// The `transpose` family's template (NCHW ↔ NHWC around an NCHW convolution).
@@ -79,12 +92,34 @@ fn input_name(cx: &LowerCtx, node: &Node, i: usize) -> String {
     }
 }
 
-fn ensure_f16(cx: &LowerCtx, t: TensorId, what: &str) -> LowerResult<()> {
-    let dt = cx.dtype(t);
-    if dt != DType::F16 {
-        lower_unsupported!("convolution {what} is {dt} on the device; the kernels compute on fp16 tensors");
+/// Every tensor of a convolution has the device's float type (fp16, or fp32 at fp32 precision).
+fn ensure_float(cx: &LowerCtx, t: TensorId, what: &str) -> LowerResult<()> {
+    let (dt, want) = (cx.dtype(t), cx.float_dtype());
+    if dt != want {
+        lower_unsupported!("convolution {what} is {dt} on the device; the kernels compute on {want} tensors");
     }
     Ok(())
+}
+
+/// The direct kernel's instance when the lowering chooses it itself (fp32 precision): a thread
+/// computes up to 8 consecutive output channels of one pixel, within one group (the CUDA target
+/// chooses its direct convolutions with the same rule).
+pub fn direct_instance(p: &ConvProblem) -> Instance {
+    let kg = if p.group > 0 { p.k / p.group } else { p.k };
+    let k_per_thread = [8, 4, 2, 1].into_iter().find(|v| kg % v == 0).unwrap_or(1);
+    let mut context = Map::new();
+    context.insert("k_per_thread".into(), json!(k_per_thread));
+    context.insert("block_threads".into(), json!(256));
+    Instance::own(DIRECT_TEMPLATE, context)
+}
+
+/// The kernel of a convolution problem: the target's choice at fp16 precision, the direct
+/// kernel at fp32 (no library instance stores fp32).
+fn conv_instance(cx: &LowerCtx, p: &ConvProblem) -> Instance {
+    match cx.precision() {
+        Precision::Fp16 => cx.target.conv2d(p),
+        Precision::Fp32 => direct_instance(p),
+    }
 }
 
 /// KRSC weights `[K,R,S,C]` with zero input channels appended up to `c_padded`.
@@ -106,7 +141,8 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         .ok_or_else(|| LowerError::Invalid("the node is not a kernel-level Conv2d".into()))?;
     let nchw = op.layout == Layout::Nchw;
     let x_in = cx.input(node, 0)?;
-    ensure_f16(cx, x_in, "input")?;
+    ensure_float(cx, x_in, "input")?;
+    let fdt = cx.float_dtype();
     let xs = cx.shape(x_in).to_vec();
     let ws = input_shape(cx, node, 1)?;
     let out_shape = {
@@ -175,7 +211,7 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     // prices an NCHW convolution exactly so). A transform over a size-1 channel or spatial extent
     // moves no bytes and is skipped.
     let x = if nchw && c > 1 && h * w > 1 {
-        let t = cx.temp(&format!("{}.nhwc", cx.tensor(x_in).name), DType::F16, nhwc_in.clone());
+        let t = cx.temp(&format!("{}.nhwc", cx.tensor(x_in).name), fdt, nhwc_in.clone());
         emit_matrix_transpose(cx, node, x_in, t, &n, c, h * w)?;
         t
     } else {
@@ -188,9 +224,9 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         Some(_) => None,
         None => {
             let w_in = cx.input(node, 1)?;
-            ensure_f16(cx, w_in, "weights")?;
+            ensure_float(cx, w_in, "weights")?;
             Some(if nchw && cg > 1 && r * s_ > 1 {
-                let t = cx.temp(&format!("{}.krsc", cx.tensor(w_in).name), DType::F16, vec![d(k), d(r), d(s_), d(cg)]);
+                let t = cx.temp(&format!("{}.krsc", cx.tensor(w_in).name), fdt, vec![d(k), d(r), d(s_), d(cg)]);
                 emit_matrix_transpose(cx, node, w_in, t, &d(k), cg, r * s_)?;
                 t
             } else {
@@ -200,32 +236,35 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     };
     let bias = cx.opt_input(node, 2)?;
     if let Some(b) = bias {
-        ensure_f16(cx, b, "bias")?;
+        ensure_float(cx, b, "bias")?;
     }
     let out_moves = nchw && k > 1 && p * q > 1;
     let res = match cx.opt_input(node, 3)? {
         Some(r_in) if out_moves => {
-            ensure_f16(cx, r_in, "residual")?;
-            let t = cx.temp(&format!("{}.nhwc", cx.tensor(r_in).name), DType::F16, nhwc_out.clone());
+            ensure_float(cx, r_in, "residual")?;
+            let t = cx.temp(&format!("{}.nhwc", cx.tensor(r_in).name), fdt, nhwc_out.clone());
             emit_matrix_transpose(cx, node, r_in, t, &n, k, p * q)?;
             Some(t)
         }
         other => other,
     };
     if let Some(r) = res {
-        ensure_f16(cx, r, "residual")?;
+        ensure_float(cx, r, "residual")?;
     }
 
     // The kernel and the tensors it reads, then the output.
-    let multiple = cx.target.conv_channel_multiple() as i64;
-    let padded = ConvProblem { c: (c + multiple.max(1) - 1) / multiple.max(1) * multiple.max(1), ..problem.clone() };
+    let fp16 = cx.precision() == Precision::Fp16;
+    // A thin stem is padded to the channel count the target's library wants (CUDA: 3 → 4).
+    let padded_c = if fp16 { cx.target.conv_padded_channels(c as usize) as i64 } else { c };
+    let padded = ConvProblem { c: padded_c, ..problem.clone() };
     let (p_final, inst, x_k, w_k, w_layout) = match &w_const {
-        // A thin stem: pad the channels up to the library's multiple when the weights can be padded.
+        // A thin stem: pad the channels up to the library's multiple when the weights can be padded
+        // (fp16 only: at fp32 no library instance runs, and the direct kernel takes any C).
         Some(wk)
-            if group == 1
-                && multiple > 1
-                && c % multiple != 0
-                && cx.target.conv2d(&padded).template != DIRECT_TEMPLATE =>
+            if fp16
+                && group == 1
+                && padded_c != c
+                && !is_direct(&cx.target.conv2d(&padded).template) =>
         {
             let inst = cx.target.conv2d(&padded);
             let cp = padded.c;
@@ -233,7 +272,7 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
                 cx.add_weight(&format!("{}.pad{cp}", input_name(cx, node, 1)), &pad_weight_channels(wk, cp as usize)?)?;
             let mut xs_padded = nhwc_in.clone();
             xs_padded[3] = d(cp);
-            let x_padded = cx.temp(&format!("{}.pad{cp}", cx.tensor(x).name), DType::F16, xs_padded);
+            let x_padded = cx.temp(&format!("{}.pad{cp}", cx.tensor(x).name), fdt, xs_padded);
             let mut pc = Map::new();
             pc.insert("pixels".into(), json!(cx.numel_expr(&nhwc_in[..3])?));
             pc.insert("c_in".into(), json!(c));
@@ -244,8 +283,8 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
             (padded, inst, x_padded, wt, WeightLayout::Krsc)
         }
         Some(wk) => {
-            let inst = cx.target.conv2d(&problem);
-            if inst.template == DIRECT_TEMPLATE {
+            let inst = conv_instance(cx, &problem);
+            if is_direct(&inst.template) {
                 let wt = cx.add_weight(&format!("{}.rsck", input_name(cx, node, 1)), &permute(wk, &[1, 2, 3, 0]))?;
                 (problem, inst, x, wt, WeightLayout::Rsck)
             } else {
@@ -255,20 +294,20 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
             }
         }
         None => {
-            let inst = cx.target.conv2d(&problem);
+            let inst = conv_instance(cx, &problem);
             let wt = w_runtime.ok_or_else(|| LowerError::Invalid("convolution weights are missing".into()))?;
             (problem, inst, x, wt, WeightLayout::Krsc)
         }
     };
     if out_moves {
-        let out_nhwc = cx.temp(&format!("{}.nhwc", node.name), DType::F16, nhwc_out);
+        let out_nhwc = cx.temp(&format!("{}.nhwc", node.name), fdt, nhwc_out);
         emit_conv(cx, node, &p_final, inst, [x_k, w_k], w_layout, bias, res, out_nhwc)?;
         let out = cx.output(node, 0)?;
-        ensure_f16(cx, out, "output")?;
+        ensure_float(cx, out, "output")?;
         emit_matrix_transpose(cx, node, out_nhwc, out, &n, p * q, k)
     } else {
         let out = cx.output(node, 0)?;
-        ensure_f16(cx, out, "output")?;
+        ensure_float(cx, out, "output")?;
         emit_conv(cx, node, &p_final, inst, [x_k, w_k], w_layout, bias, res, out)
     }
 }
@@ -278,7 +317,7 @@ fn permute(t: &Tensor, perm: &[usize]) -> Tensor {
     Tensor::F32(t.to_f32().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned())
 }
 
-/// Emits `dst[b, j, i] = src[b, i, j]` over fp16 `[batches, rows, cols]`: NCHW ↔ NHWC (and OIHW →
+/// Emits `dst[b, j, i] = src[b, i, j]` over `[batches, rows, cols]`: NCHW ↔ NHWC (and OIHW →
 /// KRSC) through the `transpose` family's tiled kernel (fields as in transpose.cu.hbs).
 fn emit_matrix_transpose(
     cx: &mut LowerCtx,
@@ -290,7 +329,7 @@ fn emit_matrix_transpose(
     cols: i64,
 ) -> LowerResult<()> {
     let mut c = Map::new();
-    c.insert("ctype".into(), json!("half"));
+    c.insert("ctype".into(), json!(ctype(cx.dtype(src))));
     c.insert("n".into(), json!(cx.expr(&batches.mul(&Dim::known(rows * cols)))?));
     c.insert("tiled".into(), json!(true));
     c.insert("batches".into(), json!(cx.expr(batches)?));
@@ -322,7 +361,7 @@ fn emit_conv(
     res: Option<TensorId>,
     out: TensorId,
 ) -> LowerResult<()> {
-    ensure_f16(cx, w, "weights")?;
+    ensure_float(cx, w, "weights")?;
     let mut args = vec![x, w];
     let mut slot = |t: Option<TensorId>| -> i64 {
         match t {
@@ -380,10 +419,10 @@ fn emit_conv(
     c.insert("act".into(), json!(act_expr(p.act, "v")));
     // Without a residual the two activations compose: act(pre_act(v)).
     c.insert("epilogue".into(), json!(act_expr(p.act, &act_expr(p.pre_act, "v"))));
-    for (key, v) in inst.context {
-        c.insert(key, v);
+    if inst.template == DIRECT_TEMPLATE {
+        float_storage_fields(&mut c, cx.dtype(out))?;
     }
-    cx.emit(&node.name, &inst.template, args, vec![out_index as usize], c, inst.workspace_bytes)
+    cx.emit_instance(&node.name, inst, args, vec![out_index as usize], c)
 }
 
 #[cfg(test)]
@@ -391,9 +430,9 @@ pub(crate) mod tests {
     use super::*;
     use crate::build::nvcc::Arch;
     use crate::ir::ops::kernel::ConvGeom;
-    use crate::ir::{Graph, Op, Value, ValueType};
+    use crate::ir::{DType, Graph, Op, Value, ValueType};
     use crate::lower::cuda::CudaTarget;
-    use crate::lower::{KernelInstance, Program, Storage};
+    use crate::lower::{KernelInstance, Precision, Program, Storage};
     use std::sync::Arc;
 
     /// A graph under construction: typed values, constants, nodes.
@@ -458,34 +497,63 @@ pub(crate) mod tests {
         lower: fn(&mut LowerCtx, &Node) -> LowerResult<()>,
         model_name: &str,
     ) -> LowerResult<Program> {
-        let target = CudaTarget::new(Arch::Sm90);
-        let program = Program {
-            model_name: model_name.into(),
-            source: "test.onnx".into(),
-            batch: Some(crate::lower::Batch { symbol: "N".into(), max: 64 }),
-            tensors: Vec::new(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            kernels: Vec::new(),
-            weights: Vec::new(),
-            memory: Default::default(),
+        lower_at(g, lower, model_name, Precision::Fp16)
+    }
+
+    /// [`lower_named`] at a given storage precision.
+    pub(crate) fn lower_at(
+        g: &Graph,
+        lower: fn(&mut LowerCtx, &Node) -> LowerResult<()>,
+        model_name: &str,
+        precision: Precision,
+    ) -> LowerResult<Program> {
+        let cuda = CudaTarget::new(Arch::Sm90);
+        // At fp32 precision the lowering must not consult the target at all.
+        let target: &dyn crate::lower::Target = match precision {
+            Precision::Fp16 => &cuda,
+            Precision::Fp32 => &NeverAsked,
         };
+        let program = Program::empty(
+            model_name.into(),
+            "test.onnx".into(),
+            Some(crate::lower::Batch { symbol: "N".into(), max: 64 }),
+        );
         let mut cx = LowerCtx {
             graph: g,
-            target: &target,
+            target,
             program,
             value_tensor: vec![None; g.values.len()],
             batch_symbol: Some("N".into()),
+            precision,
         };
         for (index, &v) in g.inputs.iter().enumerate() {
-            let (_, shape) = cx.value_shape(v)?;
-            let t = cx.push_tensor(&g.value(v).name.clone(), DType::F16, shape, Storage::Input { index });
+            let (dtype, shape) = cx.value_shape(v)?;
+            let dtype = cx.device_dtype(dtype)?;
+            let t = cx.push_tensor(&g.value(v).name.clone(), dtype, shape, Storage::Input { index });
             cx.value_tensor[v] = Some(t);
         }
         for node in &g.nodes {
             lower(&mut cx, node)?;
         }
         Ok(cx.program)
+    }
+
+    /// A target that fails the test when asked anything (fp32 lowering never asks).
+    pub(crate) struct NeverAsked;
+
+    impl crate::lower::Target for NeverAsked {
+        fn name(&self) -> &'static str {
+            "cuda"
+        }
+        fn conv2d(&self, p: &ConvProblem) -> Instance {
+            panic!("the target was asked for a convolution instance: {p:?}")
+        }
+        fn gemm(&self, p: &crate::lower::GemmProblem) -> Instance {
+            panic!("the target was asked for a gemm instance: {p:?}")
+        }
+        fn conv_channel_multiple(&self) -> usize {
+            panic!("the target was asked for its channel multiple")
+        }
     }
 
     /// Renders every kernel of `p` through its template the way codegen does (strict mode, no
@@ -562,7 +630,7 @@ pub(crate) mod tests {
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         assert_eq!(p.kernels.len(), 2);
         let k0 = &p.kernels[0];
-        assert_eq!(k0.template, "conv2d_cutlass");
+        assert_eq!(k0.template, "conv2d_library");
         assert_eq!(k0.context["n"], "(batch)");
         assert_eq!(k0.context["epilogue"], "o2a_relu(v)");
         assert_eq!(k0.context["has_residual"], false);
@@ -576,7 +644,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn rgb_stem_is_padded_to_eight_channels() {
+    fn rgb_stem_is_padded_to_four_channels() {
         let mut b = G::new();
         let x = b.input("x", nhwc(224, 224, 3));
         let w = b.konst("w", &[64, 7, 7, 3], |i| i as f32);
@@ -584,29 +652,29 @@ pub(crate) mod tests {
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         assert_eq!(
             p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
-            ["pad_channels", "conv2d_cutlass"]
+            ["pad_channels", "conv2d_library"]
         );
         let pad = &p.kernels[0];
         assert_eq!(pad.context["c_in"], 3);
-        assert_eq!(pad.context["c_out"], 8);
+        assert_eq!(pad.context["c_out"], 4);
         assert_eq!(pad.context["pixels"], "((int64_t)50176*batch)");
         let conv = &p.kernels[1];
-        assert_eq!(conv.context["c"], 8);
-        assert_eq!(conv.context["iterator"], "kFixedChannels");
+        assert_eq!(conv.context["c"], 4);
+        assert_eq!(conv.context["dispatch"][0]["config"].as_str().map(|c| c.ends_with("kFixedChannels a4")), Some(true));
         assert_eq!(conv.context["has_bias"], false);
         // The conv reads the padded temporary and the padded weight.
         assert_eq!(conv.args[0], pad.args[1]);
         let wt = &p.tensors[conv.args[1]];
-        assert_eq!(wt.shape, vec![Dim::known(64), Dim::known(7), Dim::known(7), Dim::known(8)]);
+        assert_eq!(wt.shape, vec![Dim::known(64), Dim::known(7), Dim::known(7), Dim::known(4)]);
         let Storage::Weight { offset, bytes } = wt.storage else { panic!("padded weight is a weight") };
-        assert_eq!(bytes, 64 * 7 * 7 * 8 * 2);
-        // Channels 0..3 carry the original values (fp16), 3..8 are zero.
+        assert_eq!(bytes, 64 * 7 * 7 * 4 * 2);
+        // Channels 0..3 carry the original values (fp16), channel 3 is zero.
         let half_at = |i: usize| {
             let o = offset as usize + 2 * i;
             half::f16::from_le_bytes([p.weights[o], p.weights[o + 1]]).to_f32()
         };
-        assert_eq!((half_at(0), half_at(1), half_at(2), half_at(3), half_at(7)), (0.0, 1.0, 2.0, 0.0, 0.0));
-        assert_eq!(half_at(8), 3.0);
+        assert_eq!((half_at(0), half_at(1), half_at(2), half_at(3)), (0.0, 1.0, 2.0, 0.0));
+        assert_eq!(half_at(4), 3.0);
     }
 
     #[test]
@@ -619,10 +687,10 @@ pub(crate) mod tests {
         let w2 = b.konst("w2", &[32, 3, 3, 32], |_| 1.0);
         b.node("grouped", conv_op(2, 1, 2, None), vec![Some(y), Some(w2), None, None]);
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
-        assert!(p.kernels.iter().all(|k| k.template == "conv2d_direct"));
+        // Depthwise (C = K = group, C % 8 == 0) gets the depthwise kernel, grouped the direct one.
+        assert_eq!(p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(), [DEPTHWISE_TEMPLATE, DIRECT_TEMPLATE]);
         let dw = &p.kernels[0];
         assert_eq!((dw.context["cg"].as_i64(), dw.context["kg"].as_i64()), (Some(1), Some(1)));
-        assert_eq!(dw.context["k_per_thread"], 1);
         assert_eq!(dw.context["act"], "o2a_clip(v, 0.0f, 6.0f)");
         // Constant weights are transposed to RSCK: w[k, r, s, c] at ((r*S + s)*Cg + c)*K + k.
         assert_eq!(
@@ -649,7 +717,7 @@ pub(crate) mod tests {
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         assert_eq!(
             p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
-            ["transpose", "conv2d_cutlass", "transpose"]
+            ["transpose", "conv2d_library", "transpose"]
         );
         let (tin, conv, tout) = (&p.kernels[0], &p.kernels[1], &p.kernels[2]);
         assert_eq!(
@@ -678,7 +746,7 @@ pub(crate) mod tests {
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         assert_eq!(
             p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
-            ["transpose", "transpose", "conv2d_cutlass", "transpose"]
+            ["transpose", "transpose", "conv2d_library", "transpose"]
         );
         let mut b = G::new();
         let x = b.input("x", vec![Dim::sym("N"), Dim::known(1), Dim::known(6), Dim::known(6)]);
@@ -702,7 +770,7 @@ pub(crate) mod tests {
         });
         b.node("c", op, vec![Some(x), Some(w), None, Some(x)]);
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
-        let k = only_kernel(&p, "conv2d_cutlass");
+        let k = only_kernel(&p, "conv2d_library");
         assert_eq!(k.context["pre_act"], "o2a_relu(v)");
         assert_eq!(k.context["act"], "o2a_sigmoid(v)");
         assert_eq!(k.context["epilogue"], "o2a_sigmoid(o2a_relu(v))");
@@ -758,15 +826,15 @@ pub(crate) mod tests {
             templates,
             [
                 "pad_channels",
-                "conv2d_cutlass",
-                "conv2d_cutlass",
-                "conv2d_cutlass",
-                "conv2d_cutlass",
-                "conv2d_cutlass",
+                "conv2d_library",
+                "conv2d_library",
+                "conv2d_library",
+                "conv2d_library",
+                "conv2d_library",
+                "conv2d_depthwise",
                 "conv2d_direct",
-                "conv2d_direct",
-                "conv2d_cutlass",
-                "conv2d_cutlass"
+                "conv2d_library",
+                "conv2d_library"
             ]
         );
         for (name, text) in &files {
@@ -787,11 +855,99 @@ pub(crate) mod tests {
         let p = lower_named(&b.g, lower_conv2d, "nchw").expect("lowers");
         assert_eq!(
             p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
-            ["transpose", "transpose", "conv2d_cutlass", "transpose"]
+            ["transpose", "transpose", "conv2d_library", "transpose"]
         );
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/cuda/kernels/transpose.cu.hbs");
         if root.exists() {
             render_all(&p);
         }
+    }
+
+    fn f32_at(p: &Program, t: TensorId, i: usize) -> f32 {
+        let Storage::Weight { offset, .. } = p.tensors[t].storage else { panic!("not a weight") };
+        let o = offset as usize + 4 * i;
+        f32::from_le_bytes([p.weights[o], p.weights[o + 1], p.weights[o + 2], p.weights[o + 3]])
+    }
+
+    /// fp32 precision: no library instance (the target is never asked), no stem padding; every
+    /// convolution runs the direct kernel on fp32 tensors with fp32 weights (RSCK when constant).
+    #[test]
+    fn fp32_convolutions_run_the_direct_kernel() {
+        let mut b = G::new();
+        let x = b.input("x", nhwc(224, 224, 3));
+        let w = b.konst("w", &[64, 7, 7, 3], |i| i as f32 * 0.5);
+        let bias = b.konst("b", &[64], |i| i as f32);
+        let stem = b.node("stem", conv_op(2, 3, 1, Some(Act::Relu)), vec![Some(x), Some(w), Some(bias), None]);
+        let w3 = b.konst("w3", &[64, 3, 3, 64], |_| 0.25);
+        b.node("res", conv_op(1, 1, 1, Some(Act::Relu)), vec![Some(stem), Some(w3), Some(bias), Some(stem)]);
+        let p = lower_at(&b.g, lower_conv2d, "conv32", Precision::Fp32).expect("lowers");
+        assert_eq!(p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(), ["conv2d_direct"; 2]);
+        assert!(p.library.is_empty());
+        assert!(p.tensors.iter().all(|t| t.dtype == DType::F32), "every tensor is fp32");
+        let stem_k = &p.kernels[0];
+        assert_eq!(stem_k.context["c"], 3, "the stem is not padded");
+        assert_eq!(
+            (stem_k.context["ctype"].as_str(), stem_k.context["to_float"].as_str()),
+            (Some("float"), Some("o2a_to_float"))
+        );
+        assert_eq!(
+            (stem_k.context["from_float"].as_str(), stem_k.context["half"].as_bool()),
+            (Some("o2a_from_float<float>"), Some(false))
+        );
+        assert_eq!(stem_k.context["k_per_thread"], 8);
+        // Constant weights RSCK [7,7,3,64] in fp32: w[k, r, s, c] at ((r*7 + s)*3 + c)*64 + k.
+        let wt = stem_k.args[1];
+        assert_eq!(p.tensors[wt].shape, vec![Dim::known(7), Dim::known(7), Dim::known(3), Dim::known(64)]);
+        let Storage::Weight { bytes, .. } = p.tensors[wt].storage else { panic!("weight") };
+        assert_eq!(bytes, 64 * 7 * 7 * 3 * 4);
+        let (k, r, s, c) = (5, 2, 4, 1);
+        let src = ((k * 7 + r) * 7 + s) * 3 + c;
+        assert_eq!(f32_at(&p, wt, ((r * 7 + s) * 3 + c) * 64 + k), src as f32 * 0.5);
+        let res_k = &p.kernels[1];
+        assert_eq!(
+            (res_k.context["has_residual"].as_bool(), res_k.context["res_index"].as_i64()),
+            (Some(true), Some(3))
+        );
+        for (name, text) in render_all(&p) {
+            assert!(text.contains("const float* __restrict__ x"), "{name}");
+            assert!(text.contains("__ldg(w4)"), "{name}: 8 channels per thread load fp32 weights as float4");
+            assert!(!text.contains("half"), "{name} mentions half");
+        }
+    }
+
+    /// fp32 precision with NCHW, grouped, depthwise and run-time weights: the layout transforms
+    /// move floats, run-time KRSC weights keep their strides.
+    #[test]
+    fn fp32_nchw_grouped_and_runtime_weights() {
+        let mut b = G::new();
+        let x = b.input("x", vec![Dim::sym("N"), Dim::known(16), Dim::known(10), Dim::known(12)]);
+        let w = b.konst("w", &[32, 16, 3, 3], |i| i as f32);
+        let op = Box::new(Conv2d { layout: Layout::Nchw, geom: geom(1, 1, 1), act: None, pre_act: None });
+        b.node("c", op, vec![Some(x), Some(w), None, None]);
+        let p = lower_at(&b.g, lower_conv2d, "nchw32", Precision::Fp32).expect("lowers");
+        assert_eq!(
+            p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
+            ["transpose", "conv2d_direct", "transpose"]
+        );
+        assert_eq!(p.kernels[0].context["ctype"], "float");
+        assert_eq!(p.kernels[2].context["ctype"], "float");
+        render_all(&p);
+
+        let mut b = G::new();
+        let x = b.input("x", nhwc(28, 28, 64));
+        let wd = b.konst("wd", &[64, 3, 3, 1], |_| 1.0);
+        let y = b.node("dw", conv_op(1, 1, 64, None), vec![Some(x), Some(wd), None, None]);
+        let wr = b.input("wr", vec![Dim::known(12), Dim::known(1), Dim::known(1), Dim::known(64)]);
+        b.node("runtime_w", conv_op(1, 0, 1, None), vec![Some(y), Some(wr), None, None]);
+        let p = lower_at(&b.g, lower_conv2d, "dw32", Precision::Fp32).expect("lowers");
+        assert!(p.kernels.iter().all(|k| k.template == "conv2d_direct"));
+        let rt = &p.kernels[1];
+        assert_eq!(rt.context["k_per_thread"], 4);
+        assert_eq!(
+            ["w_stride_k", "w_stride_r", "w_stride_s", "w_stride_c"].map(|f| rt.context[f].as_i64().unwrap()),
+            [64, 64, 64, 1]
+        );
+        assert_eq!(p.tensors[rt.args[1]].dtype, DType::F32);
+        render_all(&p);
     }
 }

@@ -14,11 +14,12 @@
 //! with one access when each operand's innermost run is a multiple of `VEC` long (or the operand
 //! is a single run): contiguous (`contig`) for read runs, one element (`splat`) for broadcast runs.
 //!
-//! Compute types: fp16 tensors load as `float` (fp32 math), integers and bools in their own
-//! type; integer arithmetic wraps like the reference (`src/reference/arithmetic.rs`).
+//! Compute types: float tensors (fp16, or fp32 at fp32 precision) load as `float` (fp32 math),
+//! integers and bools in their own type; integer arithmetic wraps like the reference
+//! (`src/reference/arithmetic.rs`).
 
 use super::act::{act_call, float_lit};
-use super::LowerSpec;
+use super::{is_device_float, LowerSpec};
 use crate::ir::dim::product;
 use crate::ir::ops::activation::{ActivationOp, ClipOp, PReluOp};
 use crate::ir::ops::arithmetic::{BinaryOp, LegacyBroadcast, PowOp, UnaryOp, VariadicKind, VariadicOp};
@@ -203,7 +204,7 @@ pub(crate) fn index_type(cx: &LowerCtx, n: &Dim) -> LowerResult<&'static str> {
     Ok(if cx.at_max_batch(n)? < (1i64 << 30) { "int32_t" } else { "int64_t" })
 }
 
-/// The compute type of a device dtype in elementwise expressions.
+/// The compute type of a device dtype in elementwise expressions (fp16 computes in fp32).
 pub(crate) fn compute_type(dt: DType) -> &'static str {
     if dt == DType::F16 {
         "float"
@@ -291,11 +292,6 @@ fn require_same(a: DType, b: DType) -> LowerResult<()> {
     Ok(())
 }
 
-/// Kinds of element type an expression family handles.
-fn is_half(dt: DType) -> bool {
-    dt == DType::F16
-}
-
 fn is_int(dt: DType) -> bool {
     dt.is_int()
 }
@@ -328,7 +324,7 @@ pub fn render_expr(e: &EwExpr) -> String {
     }
 }
 
-/// Kernel-level `Elementwise`: a fused chain over fp16 operands, computed in fp32.
+/// Kernel-level `Elementwise`: a fused chain over float operands (fp16 or fp32), computed in fp32.
 fn lower_fused(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let Some(op) = node.op.downcast_ref::<Elementwise>() else {
         return Err(LowerError::Invalid("not an Elementwise node".into()));
@@ -336,8 +332,8 @@ fn lower_fused(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let mut operands = Vec::new();
     for i in 0..op.num_inputs {
         let (t, dt) = operand_dtype(cx, node, i)?;
-        if !is_half(dt) {
-            lower_unsupported!("fused elementwise chains compute on fp16 tensors, operand {i} is {dt}");
+        if !is_device_float(dt) {
+            lower_unsupported!("fused elementwise chains compute on float tensors, operand {i} is {dt}");
         }
         operands.push(Operand::of(cx, t));
     }
@@ -370,7 +366,7 @@ fn legacy_b_shape(a_rank: usize, b: &[Dim], legacy: Option<LegacyBroadcast>) -> 
 
 /// The expression of a binary arithmetic kind over `a` and `b` of device dtype `dt`.
 fn binary_expr(kind: BinaryKind, dt: DType, a: &str, b: &str) -> LowerResult<String> {
-    if is_half(dt) {
+    if is_device_float(dt) {
         return Ok(match kind {
             BinaryKind::Add => format!("({a} + {b})"),
             BinaryKind::Sub => format!("({a} - {b})"),
@@ -396,7 +392,7 @@ fn binary_expr(kind: BinaryKind, dt: DType, a: &str, b: &str) -> LowerResult<Str
     lower_unsupported!("{kind:?} of {dt} tensors")
 }
 
-/// Add, Sub, Mul, Div, Mod (and a binary Max/Min): fp16 in fp32, integers exactly with
+/// Add, Sub, Mul, Div, Mod (and a binary Max/Min): floats in fp32, integers exactly with
 /// wrap-around (division truncates, `Mod` follows `fmod`).
 fn lower_binary(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let Some(op) = node.op.downcast_ref::<BinaryOp>() else {
@@ -413,7 +409,7 @@ fn lower_binary(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
 }
 
 /// Pow: the output has the base's type; the exponent may be any numeric type (opset 12+).
-/// fp16 bases use `powf`; integer bases are exact with an integer exponent and computed in double
+/// float bases use `powf`; integer bases are exact with an integer exponent and computed in double
 /// (saturated) with a floating exponent.
 fn lower_pow(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let Some(op) = node.op.downcast_ref::<PowOp>() else {
@@ -421,7 +417,7 @@ fn lower_pow(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     };
     let (a, da) = operand_dtype(cx, node, 0)?;
     let (b, db) = operand_dtype(cx, node, 1)?;
-    let expr = match (is_half(da), is_half(db)) {
+    let expr = match (is_device_float(da), is_device_float(db)) {
         (true, _) if db == DType::Bool => lower_unsupported!("bool exponents"),
         (true, _) => "powf(v0, static_cast<float>(v1))".to_string(),
         (false, true) if is_int(da) => "o2a_ipow_f(v0, static_cast<double>(v1))".to_string(),
@@ -456,7 +452,7 @@ fn lower_variadic(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         VariadicKind::Max => BinaryKind::Max,
         VariadicKind::Min => BinaryKind::Min,
     };
-    if matches!(op.kind, VariadicKind::Sum | VariadicKind::Mean) && !is_half(dt) {
+    if matches!(op.kind, VariadicKind::Sum | VariadicKind::Mean) && !is_device_float(dt) {
         lower_unsupported!("{} of {dt} tensors", node.op.op_type());
     }
     let mut expr = "v0".to_string();
@@ -480,7 +476,7 @@ fn unary_expr(kind: UnaryKind, dt: DType, x: &str) -> LowerResult<String> {
             _ => lower_unsupported!("{kind:?} of {dt} tensors"),
         });
     }
-    if !is_half(dt) {
+    if !is_device_float(dt) {
         lower_unsupported!("{kind:?} of {dt} tensors");
     }
     let f = match kind {
@@ -558,7 +554,7 @@ fn lower_activation(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         return Err(LowerError::Invalid("not an activation node".into()));
     };
     let (x, dt) = operand_dtype(cx, node, 0)?;
-    let expr = if is_half(dt) {
+    let expr = if is_device_float(dt) {
         activation_expr(op.act, "v0")
     } else if op.act == Activation::Relu && dt.is_int() && dt.is_signed() {
         format!("(v0 < 0 ? static_cast<{}>(0) : v0)", ctype(dt))
@@ -587,7 +583,7 @@ fn clip_bound(
     };
     let present = node.inputs.get(i).copied().flatten().is_some();
     if !present {
-        return Ok(if is_half(dt) {
+        return Ok(if is_device_float(dt) {
             let m = if model_dt == DType::F16 { 65504.0f32 } else { f32::MAX };
             float_lit(if high { m } else { -m })
         } else {
@@ -598,7 +594,7 @@ fn clip_bound(
         if k.len() != 1 {
             return Err(LowerError::Invalid(format!("Clip bound {i} must have one element, found {:?}", k.shape())));
         }
-        return Ok(if is_half(dt) {
+        return Ok(if is_device_float(dt) {
             float_lit(k.to_f64_vec()[0] as f32)
         } else {
             let v = k.to_i64_vec()[0];
@@ -618,7 +614,7 @@ fn clip_bound(
 /// Clip (opset 11+) with `min`/`max` as optional inputs, constant or not; any ordered type.
 fn lower_clip(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let (x, dt) = operand_dtype(cx, node, 0)?;
-    if !(is_half(dt) || is_int(dt)) {
+    if !(is_device_float(dt) || is_int(dt)) {
         lower_unsupported!("Clip of {dt} tensors");
     }
     let mut operands = vec![Operand::of(cx, x)];
@@ -639,7 +635,7 @@ fn lower_prelu(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let (x, dt) = operand_dtype(cx, node, 0)?;
     let (s, ds) = operand_dtype(cx, node, 1)?;
     require_same(dt, ds)?;
-    let expr = if is_half(dt) {
+    let expr = if is_device_float(dt) {
         "o2a_prelu(v0, v1)".to_string()
     } else if dt.is_int() && dt.is_signed() {
         "(v0 < 0 ? o2a_imul(v0, v1) : v0)".to_string()
@@ -668,7 +664,7 @@ fn lower_compare(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let (a, da) = operand_dtype(cx, node, 0)?;
     let (b, db) = operand_dtype(cx, node, 1)?;
     require_same(da, db)?;
-    if !(is_half(da) || is_int(da) || (da == DType::Bool && op.kind == CompareKind::Equal)) {
+    if !(is_device_float(da) || is_int(da) || (da == DType::Bool && op.kind == CompareKind::Equal)) {
         lower_unsupported!("comparison of {da} tensors");
     }
     let sym = match op.kind {
@@ -711,8 +707,10 @@ fn lower_predicate(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let (x, dt) = operand_dtype(cx, node, 0)?;
     let expr = match op.kind {
         PredicateKind::Not if dt == DType::Bool => "(!v0)".to_string(),
-        PredicateKind::IsNaN if is_half(dt) => "o2a_isnan(v0)".to_string(),
-        PredicateKind::IsInf { negative, positive } if is_half(dt) => format!("o2a_isinf(v0, {negative}, {positive})"),
+        PredicateKind::IsNaN if is_device_float(dt) => "o2a_isnan(v0)".to_string(),
+        PredicateKind::IsInf { negative, positive } if is_device_float(dt) => {
+            format!("o2a_isinf(v0, {negative}, {positive})")
+        }
         _ => lower_unsupported!("{} of {dt} tensors", node.op.op_type()),
     };
     let out = cx.output(node, 0)?;
@@ -780,7 +778,7 @@ fn lower_batch_norm(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         lower_unsupported!("BatchNormalization with training outputs");
     }
     let (x, dt) = operand_dtype(cx, node, 0)?;
-    if !is_half(dt) {
+    if !is_device_float(dt) {
         lower_unsupported!("BatchNormalization of {dt} tensors");
     }
     let x_shape = cx.shape(x).to_vec();
@@ -839,8 +837,8 @@ fn lower_batch_norm(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
 pub(crate) mod testkit {
     use super::super::LowerSpec;
     use crate::ir::{DType, Dim, Fact, Graph, Node, Op, Tensor, ValueId, ValueType};
-    use crate::lower::program::{Batch, MemoryPlan, Program, Storage};
-    use crate::lower::{device_dtype, ConvProblem, GemmProblem, Instance, LowerCtx, LowerResult, Target};
+    use crate::lower::program::{Batch, Program, Storage};
+    use crate::lower::{ConvProblem, GemmProblem, Instance, LowerCtx, LowerResult, Precision, Target};
     use serde_json::{json, Map, Value as Json};
     use std::sync::Arc;
 
@@ -904,10 +902,10 @@ pub(crate) mod testkit {
             "cuda"
         }
         fn conv2d(&self, _: &ConvProblem) -> Instance {
-            Instance { template: "none".into(), context: Map::new(), workspace_bytes: 0 }
+            Instance::own("none", Map::new())
         }
         fn gemm(&self, _: &GemmProblem) -> Instance {
-            Instance { template: "none".into(), context: Map::new(), workspace_bytes: 0 }
+            Instance::own("none", Map::new())
         }
         fn conv_channel_multiple(&self) -> usize {
             8
@@ -916,32 +914,33 @@ pub(crate) mod testkit {
 
     /// Lowers every node of `g` with `table`; a symbolic dim `N` is the batch (max 64).
     pub fn lower(g: &Graph, table: &[LowerSpec]) -> LowerResult<Program> {
+        lower_at(g, table, Precision::Fp16)
+    }
+
+    /// [`lower`] at a given storage precision.
+    pub fn lower_at(g: &Graph, table: &[LowerSpec], precision: Precision) -> LowerResult<Program> {
         let has_n = g
             .values
             .iter()
             .any(|v| v.ty.as_ref().is_some_and(|t| t.shape.iter().any(|d| d.symbols().any(|s| s == "N"))));
-        let program = Program {
-            model_name: "test".into(),
-            source: "test.onnx".into(),
-            batch: has_n.then(|| Batch { symbol: "N".into(), max: 64 }),
-            tensors: Vec::new(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            kernels: Vec::new(),
-            weights: Vec::new(),
-            memory: MemoryPlan::default(),
-        };
+        let program =
+            Program::empty("test".into(), "test.onnx".into(), has_n.then(|| Batch { symbol: "N".into(), max: 64 }));
         let mut cx = LowerCtx {
             graph: g,
             target: &NoLibraries,
             program,
             value_tensor: vec![None; g.values.len()],
             batch_symbol: has_n.then(|| "N".to_string()),
+            precision,
         };
         for (index, &v) in g.inputs.iter().enumerate() {
             let ty = g.value(v).ty.clone().expect("typed");
-            let t =
-                cx.push_tensor(&g.value(v).name.clone(), device_dtype(ty.dtype)?, ty.shape, Storage::Input { index });
+            let t = cx.push_tensor(
+                &g.value(v).name.clone(),
+                precision.device_dtype(ty.dtype)?,
+                ty.shape,
+                Storage::Input { index },
+            );
             cx.value_tensor[v] = Some(t);
         }
         for node in &g.nodes {
@@ -997,7 +996,7 @@ mod tests {
     use super::*;
     use crate::ir::ops::kernel::Act;
 
-    use super::testkit::{lower, render, Builder};
+    use super::testkit::{lower, lower_at, render, Builder};
 
     fn n() -> Dim {
         Dim::sym("N")
@@ -1163,5 +1162,61 @@ mod tests {
         assert_eq!(unary_expr(UnaryKind::Round, DType::F16, "v0").unwrap(), "o2a_round(v0)");
         assert!(unary_expr(UnaryKind::Neg, DType::U8, "v0").is_err());
         assert_eq!(activation_expr(Activation::Selu { alpha: 2.0, gamma: 0.5 }, "v0"), "o2a_selu(v0, 2.0f, 0.5f)");
+    }
+
+    /// fp32 precision: float operands stay fp32 (loaded as float, 4 per 16-byte access), the
+    /// float-only families (fused chains, Sum/Mean, unary math, Clip, comparisons, IsNaN,
+    /// BatchNormalization) accept them, and folded constants are fp32 weights.
+    #[test]
+    fn fp32_operands() {
+        use crate::ir::ops::testutil::parse_node as parse;
+        use crate::lower::Precision;
+        let mut b = Builder::new();
+        let x = b.input("x", DType::F32, vec![n(), Dim::known(56), Dim::known(56), Dim::known(64)]);
+        let bias = b.konst("bias", Tensor::from_f32s(&[64], vec![0.5; 64]));
+        let e = EwExpr::Unary(
+            Act::Relu,
+            Box::new(EwExpr::Binary(BinOp::Add, Box::new(EwExpr::Input(0)), Box::new(EwExpr::Input(1)))),
+        );
+        b.node(Box::new(Elementwise::new(e, 2).unwrap()), &[Some(x), Some(bias)]);
+        let f = b.input("f", DType::F32, vec![n(), Dim::known(6)]);
+        let g = b.input("g", DType::F32, vec![Dim::known(6)]);
+        b.node(parse("Sum", 13, &[], &[true, true, true], 1).unwrap(), &[Some(f), Some(g), Some(f)]);
+        b.node(parse("Exp", 13, &[], &[true], 1).unwrap(), &[Some(f)]);
+        b.node(parse("Clip", 13, &[], &[true], 1).unwrap(), &[Some(f)]);
+        b.node(parse("Less", 13, &[], &[true, true], 1).unwrap(), &[Some(f), Some(g)]);
+        b.node(parse("IsNaN", 13, &[], &[true], 1).unwrap(), &[Some(f)]);
+        let c = b.input("c", DType::F32, vec![n(), Dim::known(2), Dim::known(5)]);
+        let scale = b.konst("s", Tensor::from_f32s(&[2], vec![2.0, 1.0]));
+        let shift = b.konst("b", Tensor::from_f32s(&[2], vec![1.0, 0.0]));
+        let mean = b.konst("m", Tensor::from_f32s(&[2], vec![1.0, 0.0]));
+        let var = b.konst("v", Tensor::from_f32s(&[2], vec![4.0, 1.0]));
+        b.node(Box::new(BatchNorm { epsilon: 0.0 }), &[Some(c), Some(scale), Some(shift), Some(mean), Some(var)]);
+        let p = lower_at(&b.g, OPS, Precision::Fp32).unwrap();
+        assert_eq!(p.kernels.len(), 7);
+        let fused = ctx_of(&p, 0);
+        assert_eq!(fused["vec"], json!(4));
+        assert_eq!(fused["out_ctype"], json!("float"));
+        for k in &p.kernels {
+            let c = &k.context;
+            for i in c["inputs"].as_array().unwrap() {
+                assert_eq!((i["ctype"].as_str(), i["vtype"].as_str()), (Some("float"), Some("float")), "{}", k.name);
+            }
+        }
+        assert_eq!(ctx_of(&p, 4)["out_ctype"], json!("bool"));
+        // Clip without bounds: ±f32::MAX for an fp32 model.
+        assert!(ctx_of(&p, 3)["expr"].as_str().unwrap().starts_with("o2a_onnx_clip<float>(v0, (-3.4028235e38f)"));
+        // The folded BatchNorm scale a = [1, 1] is an fp32 weight.
+        let a_t = p.kernels[6].args[1];
+        assert_eq!(p.tensors[a_t].dtype, DType::F32);
+        let crate::lower::Storage::Weight { offset, bytes } = p.tensors[a_t].storage else { panic!("weight") };
+        let o = offset as usize;
+        assert_eq!(
+            (bytes, f32::from_le_bytes([p.weights[o], p.weights[o + 1], p.weights[o + 2], p.weights[o + 3]])),
+            (8, 1.0)
+        );
+        for (name, text) in render(&p, "fp32_elementwise") {
+            assert!(!text.contains("half") || name == "common.cuh", "{name} mentions half");
+        }
     }
 }

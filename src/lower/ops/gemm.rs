@@ -13,20 +13,22 @@
 //! provides. Two cases never reach the target because its problem description cannot express
 //! them, and go to the generic kernel directly: an operand broadcast over some batch dims but not
 //! others (`[2,1,M,K] × [1,3,K,N]`), and a residual that broadcasts (is not the output's shape).
+//! At fp32 precision (`--precision fp32`) no product reaches the target: the library instances
+//! store fp16, so the generic kernel computes every product on fp32 tensors.
 //!
 //! Batch folding: a batched A times one shared B (`[N,S,K] × [K,N']`, the usual projection with
 //! a weight matrix) is one `[N·S, K] × [K, N']` product, so the library problem gets M = N·S and a
 //! batch of one instead of N small products.
 //!
-//! Integer `MatMul` has no GPU kernel (the device kernels compute in fp16).
+//! Integer `MatMul` has no GPU kernel (the device kernels compute on float tensors).
 
 use super::act::{act_call, float_lit};
-use super::LowerSpec;
+use super::{float_storage_fields, LowerSpec};
 use crate::ir::dim::product;
 use crate::ir::ops::kernel::{Act, Gemm};
 use crate::ir::ops::linalg;
-use crate::ir::{DType, Dim, Node};
-use crate::lower::{BiasKind, GemmProblem, Instance, LowerCtx, LowerError, LowerResult, TensorId};
+use crate::ir::{Dim, Node};
+use crate::lower::{BiasKind, GemmProblem, Instance, LowerCtx, LowerError, LowerResult, Precision, TensorId};
 use crate::lower_unsupported;
 use serde_json::{json, Map, Value as Json};
 
@@ -239,10 +241,11 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
         act: op.act,
     };
     let expressible = a_batching != Batching::Partial && b_batching != Batching::Partial && res_exact;
-    let inst = if expressible {
+    // The library instances store fp16: at fp32 precision the generic kernel computes everything.
+    let inst = if expressible && cx.precision() == Precision::Fp16 {
         cx.target.gemm(&problem)
     } else {
-        Instance { template: GENERIC_TEMPLATE.into(), context: Map::new(), workspace_bytes: 0 }
+        Instance::own(GENERIC_TEMPLATE, Map::new())
     };
 
     // Tensors: A, B, bias?, residual?, output.
@@ -251,11 +254,12 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
     let bias = cx.opt_input(node, 2)?;
     let res = cx.opt_input(node, 3)?;
     let out = cx.output(node, 0)?;
+    let want = cx.float_dtype();
     for (t, name) in [(Some(a), "A"), (Some(b), "B"), (bias, "bias"), (res, "residual"), (Some(out), "output")] {
         if let Some(t) = t {
             let dt = cx.dtype(t);
-            if dt != DType::F16 {
-                lower_unsupported!("{what} {name} is {dt} on the device; the kernels compute on fp16 tensors");
+            if dt != want {
+                lower_unsupported!("{what} {name} is {dt} on the device; the kernels compute on {want} tensors");
             }
         }
     }
@@ -288,6 +292,7 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
     c.insert("n".into(), json!(e(&n)?));
     c.insert("k".into(), json!(e(&k)?));
     if inst.template == GENERIC_TEMPLATE {
+        float_storage_fields(&mut c, want)?;
         c.insert("m".into(), json!(e(&m)?));
         c.insert("batch_count".into(), json!(e(&batch_count)?));
         let mut dims = Vec::new();
@@ -336,17 +341,15 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
         c.insert("res_ld".into(), json!(e(&n)?));
         c.insert("res_batch_stride".into(), json!(e(&matrix(&lib_m, &n))?));
     }
-    for (key, v) in inst.context {
-        c.insert(key, v);
-    }
-    cx.emit(&node.name, &inst.template, args, vec![out_index as usize], c, inst.workspace_bytes)
+    cx.emit_instance(&node.name, inst, args, vec![out_index as usize], c)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::conv::tests::{lower_named, lower_with, render_all, G};
+    use super::super::conv::tests::{lower_at, lower_named, lower_with, render_all, G};
     use super::*;
-    use crate::lower::KernelInstance;
+    use crate::ir::DType;
+    use crate::lower::{KernelInstance, Storage};
 
     fn d(v: i64) -> Dim {
         Dim::known(v)
@@ -375,7 +378,7 @@ mod tests {
         let op = Box::new(Gemm { trans_a: false, trans_b: true, alpha: 1.0, beta: 1.0, act: None });
         b.node("fc", op, vec![Some(x), Some(w), Some(bias), None]);
         let k = one(&b);
-        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!(k.template, "gemm_library");
         assert_eq!(
             (s(&k, "m"), s(&k, "n"), s(&k, "k"), s(&k, "batch_count")),
             ("(batch)".into(), "1000".into(), "2048".into(), "1".into())
@@ -394,7 +397,7 @@ mod tests {
         let op = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 0.125, beta: 1.0, act: None });
         b.node("scores", op, vec![Some(q), Some(kt), None, None]);
         let k = one(&b);
-        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!(k.template, "gemm_library");
         assert_eq!(s(&k, "batch_count"), "((int64_t)12*batch)");
         assert_eq!(
             (s(&k, "batch_stride_a"), s(&k, "batch_stride_b"), s(&k, "batch_stride_d")),
@@ -412,7 +415,7 @@ mod tests {
         let op = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: Some(Act::GeluErf) });
         b.node("fc1", op, vec![Some(x), Some(w), Some(bias), None]);
         let k = one(&b);
-        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!(k.template, "gemm_library");
         assert_eq!((s(&k, "m"), s(&k, "batch_count")), ("((int64_t)128*batch)".into(), "1".into()));
         assert_eq!((s(&k, "batch_stride_a"), s(&k, "batch_stride_b")), ("0".into(), "0".into()));
         assert_eq!(s(&k, "act"), "o2a_gelu_erf(v)");
@@ -428,7 +431,7 @@ mod tests {
         let op = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: None });
         b.node("fc2", op, vec![Some(x), Some(w), Some(bias), Some(r)]);
         let k = one(&b);
-        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!(k.template, "gemm_library");
         assert_eq!((k.context["bias_index"].as_i64(), k.context["res_index"].as_i64()), (Some(2), Some(3)));
         assert_eq!(s(&k, "res_ld"), "768");
         assert_eq!(k.writes, vec![4]);
@@ -507,7 +510,7 @@ mod tests {
         let w = b.konst("w", &[64, 32], |_| 1.0);
         b.node("mm", Box::new(linalg::MatMul), vec![Some(x), Some(w)]);
         let p = lower_with(&b.g, lower_onnx_matmul).expect("lowers");
-        assert_eq!(p.kernels[0].template, "gemm_cutlass");
+        assert_eq!(p.kernels[0].template, "gemm_library");
 
         let mut b = G::new();
         let x = b.input("x", vec![d(16), d(64)]);
@@ -517,7 +520,7 @@ mod tests {
         b.node("gemm", op, vec![Some(x), Some(w), Some(c)]);
         let p = lower_with(&b.g, lower_onnx_gemm).expect("lowers");
         let k = &p.kernels[0];
-        assert_eq!(k.template, "gemm_cutlass");
+        assert_eq!(k.template, "gemm_library");
         assert_eq!((s(k, "beta"), k.context["has_bias"].as_bool()), ("0.5f".into(), Some(true)));
 
         // Integer MatMul: no GPU kernel.
@@ -574,19 +577,68 @@ mod tests {
         assert_eq!(
             templates,
             [
-                "gemm_cutlass",
-                "gemm_cutlass",
-                "gemm_cutlass",
-                "gemm_cutlass",
-                "gemm_cutlass",
+                "gemm_library",
+                "gemm_library",
+                "gemm_library",
+                "gemm_library",
+                "gemm_library",
                 "gemm_generic",
                 "gemm_generic",
                 "gemm_generic",
-                "gemm_cutlass"
+                "gemm_library"
             ]
         );
         for (name, text) in render_all(&p) {
             assert!(text.contains(&format!("int {}(void* const* t, int64_t batch", &name[..name.len() - 3])), "{name}");
+        }
+    }
+
+    /// fp32 precision: every product (even ones a library instance would take at fp16) runs the
+    /// generic kernel on fp32 tensors, and the target is never asked.
+    #[test]
+    fn fp32_products_run_the_generic_kernel() {
+        let mut b = G::new();
+        let x = b.input("pooled", vec![nsym(), d(2048)]);
+        let w = b.konst("fc.w", &[1000, 2048], |i| i as f32 * 0.25);
+        let bias = b.konst("fc.b", &[1000], |_| 0.5);
+        let fc = Box::new(Gemm { trans_a: false, trans_b: true, alpha: 1.0, beta: 1.0, act: None });
+        b.node("fc", fc, vec![Some(x), Some(w), Some(bias), None]);
+        let q = b.input("q", vec![nsym(), d(12), d(128), d(64)]);
+        let kt = b.input("kt", vec![nsym(), d(12), d(64), d(128)]);
+        let att = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 0.125, beta: 1.0, act: None });
+        b.node("scores", att, vec![Some(q), Some(kt), None, None]);
+        let h = b.input("h", vec![nsym(), d(128), d(768)]);
+        let w1 = b.konst("w1", &[768, 768], |_| 0.01);
+        let up = Box::new(Gemm { trans_a: false, trans_b: false, alpha: 1.0, beta: 1.0, act: Some(Act::GeluErf) });
+        b.node("residual", up, vec![Some(h), Some(w1), None, Some(h)]);
+        let v = b.konst("v", &[2048], |_| 0.01);
+        b.node("matvec", matmul(), vec![Some(x), Some(v), None, None]);
+        let p = lower_at(&b.g, lower_kernel_gemm, "gemm32", Precision::Fp32).expect("lowers");
+        assert_eq!(p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(), ["gemm_generic"; 4]);
+        assert!(p.library.is_empty());
+        assert!(p.tensors.iter().all(|t| t.dtype == DType::F32));
+        let fc = &p.kernels[0];
+        assert_eq!(
+            (s(fc, "ctype"), s(fc, "to_float"), s(fc, "from_float")),
+            ("float".into(), "o2a_to_float".into(), "o2a_from_float<float>".into())
+        );
+        assert_eq!((s(fc, "m"), s(fc, "n"), s(fc, "k")), ("(batch)".into(), "1000".into(), "2048".into()));
+        // op(B) = W^T: element (kk, j) at j * 2048 + kk.
+        assert_eq!((s(fc, "b_stride_k"), s(fc, "b_stride_n")), ("1".into(), "2048".into()));
+        let Storage::Weight { offset, bytes } = p.tensors[fc.args[1]].storage else { panic!("weight") };
+        assert_eq!(bytes, 1000 * 2048 * 4);
+        let at = offset as usize + 4 * 4097;
+        assert_eq!(
+            f32::from_le_bytes([p.weights[at], p.weights[at + 1], p.weights[at + 2], p.weights[at + 3]]),
+            1024.25
+        );
+        let scores = &p.kernels[1];
+        assert_eq!((s(scores, "batch_count"), s(scores, "alpha")), ("((int64_t)12*batch)".into(), "0.125f".into()));
+        assert_eq!(p.kernels[2].context["has_residual"], true);
+        assert_eq!(p.kernels[3].context["gemv"], true);
+        for (name, text) in render_all(&p) {
+            assert!(text.contains("const float* a;"), "{name}");
+            assert!(!text.contains("half"), "{name} mentions half");
         }
     }
 }

@@ -3,14 +3,15 @@
 //! EyeLike. (Hardmax is lowered with Softmax, in `norm.rs`.)
 //!
 //! Each kernel computes what the op's reference (`crate::reference`) computes, in f32 on fp16
-//! storage: the per-element formulas, the rounding choices of nearest-neighbour resizing and the
-//! order of the sums that the reference fixes (cumulative sums) are reproduced; the resize
-//! weights themselves are taken from the reference implementation (see [`resize_taps`]).
+//! storage (fp32 storage with `--precision fp32`): the per-element formulas, the rounding choices
+//! of nearest-neighbour resizing and the order of the sums that the reference fixes (cumulative
+//! sums) are reproduced; the resize weights themselves are taken from the reference
+//! implementation (see [`resize_taps`]).
 
 use super::shape::{
     exprs, f32_literal, f32_table, fields, input_dims, input_ints, op_of, output_shape, row_major_strides,
 };
-use super::LowerSpec;
+use super::{float_storage_fields, is_device_float, LowerSpec};
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
 use crate::ir::dim::{fmt_shape, product};
 use crate::ir::ops::conv::{AutoPad, ConvTranspose};
@@ -55,7 +56,7 @@ fn known(d: &Dim, what: &str) -> LowerResult<i64> {
 
 fn float_input(cx: &LowerCtx, node: &Node, t: usize) -> LowerResult<()> {
     let dt = cx.dtype(t);
-    if dt != DType::F16 {
+    if !is_device_float(dt) {
         return Err(invalid(format!("{} computes on floating-point tensors, found {dt}", node.op_type)));
     }
     Ok(())
@@ -78,7 +79,7 @@ fn lower_lrn(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     }
     let before = (op.size - 1) / 2;
     let after = op.size - 1 - before;
-    let c = fields(json!({
+    let mut c = fields(json!({
         "n": cx.numel_expr(&s)?,
         "channels": cx.expr(&s[1])?,
         "inner": cx.expr(&product(&s[2..]))?,
@@ -89,6 +90,7 @@ fn lower_lrn(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         "beta": f32_literal(op.beta),
         "bias": f32_literal(op.bias),
     }));
+    float_storage_fields(&mut c, cx.dtype(x))?;
     cx.emit(&node.name, "lrn", vec![x, out], vec![1], c, 0)
 }
 
@@ -248,7 +250,7 @@ fn lower_resize(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     }
     let dtype = cx.dtype(x);
     let nearest = matches!(op.mode, InterpMode::Nearest(_));
-    if !nearest && dtype != DType::F16 {
+    if !nearest && !is_device_float(dtype) {
         return Err(invalid(format!("{}: only mode 'nearest' is defined for {dtype} input", op.op_name)));
     }
     let plan = resize_plan(cx, node, op, &in_shape)?;
@@ -416,7 +418,7 @@ fn lower_conv_transpose(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     }
     let out_arg = args.len();
     args.push(out);
-    let c = fields(json!({
+    let mut c = fields(json!({
         "n": cx.numel_expr(&out_shape)?,
         "channels": c_in,
         "out_channels": kg * group,
@@ -431,6 +433,7 @@ fn lower_conv_transpose(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         "has_bias": bias.is_some(),
         "out_arg": out_arg,
     }));
+    float_storage_fields(&mut c, cx.dtype(x))?;
     cx.emit(&node.name, "conv_transpose", args, vec![out_arg], c, 0)
 }
 
@@ -491,7 +494,7 @@ fn lower_cumsum(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     };
     let dtype = cx.dtype(x);
     let (acc, add) = match dtype {
-        DType::F16 => ("float", "acc + (float)v"),
+        DType::F16 | DType::F32 => ("float", "acc + (float)v"),
         DType::I32 | DType::I64 | DType::U32 | DType::U64 => ("uint64_t", "acc + (uint64_t)v"),
         other => lower_unsupported!("CumSum of {other}"),
     };
@@ -539,7 +542,7 @@ fn lower_mvn(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         }
     }
     let out = cx.output(node, 0)?;
-    let c = fields(json!({
+    let mut c = fields(json!({
         "groups": cx.expr(&product(&kept_dims))?,
         "count": cx.expr(&product(&red_dims))?,
         "kept_rank": kept_dims.len(),
@@ -549,6 +552,7 @@ fn lower_mvn(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         "red_dims": exprs(cx, &red_dims)?,
         "red_strides": exprs(cx, &red_strides)?,
     }));
+    float_storage_fields(&mut c, cx.dtype(x))?;
     cx.emit(&node.name, "mvn", vec![x, out], vec![1], c, 0)
 }
 
@@ -577,13 +581,14 @@ fn lower_instance_norm(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         _ => (cx.input(node, 1)?, cx.input(node, 2)?, false),
     };
     let out = cx.output(node, 0)?;
-    let c = fields(json!({
+    let mut c = fields(json!({
         "planes": cx.expr(&s[0].mul(&s[1]))?,
         "channels": cx.expr(&s[1])?,
         "inner": cx.expr(&product(&s[2..]))?,
         "epsilon": format!("{:?}", f64::from(op.epsilon)),
         "f32_params": f32_params,
     }));
+    float_storage_fields(&mut c, cx.dtype(x))?;
     cx.emit(&node.name, "instance_norm", vec![x, scale, bias, out], vec![3], c, 0)
 }
 
@@ -741,7 +746,7 @@ fn lower_einsum(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let out = cx.output(node, 0)?;
     let dtype = cx.dtype(out);
     let (acc, to_acc) = match dtype {
-        DType::F16 => ("float", "(float)"),
+        DType::F16 | DType::F32 => ("float", "(float)"),
         DType::I32 | DType::I64 | DType::U32 | DType::U64 => ("uint64_t", "(uint64_t)"),
         other => lower_unsupported!("Einsum of {other}"),
     };
@@ -1115,5 +1120,56 @@ mod tests {
         assert_eq!(m["groups"], "6");
         assert_eq!(m["red_dims"], json!(["(batch)", "3", "3"]));
         render_all("misc", &p);
+    }
+
+    /// fp32 precision: every float kernel of this file reads and writes fp32 (the templates that
+    /// spelled out half get `ctype` and the fp32 conversions), weights are fp32.
+    #[test]
+    fn fp32_kernels() {
+        let mut b = GraphBuilder::new(17);
+        let x = b.input("x", DType::F32, "N,6,3,3");
+        let lrn = b.node("LRN", vec![("size", Attr::Int(3))], &[x], 1)[0];
+        let axis = b.konst("axis", Tensor::from_i64s(&[], vec![-1]));
+        let cs = b.node("CumSum", vec![], &[x, axis], 1)[0];
+        let mvn = b.node("MeanVarianceNormalization", vec![], &[x], 1)[0];
+        let sc = b.konst("sc", Tensor::from_f32s(&[6], vec![1.5; 6]));
+        let inorm = b.node("InstanceNormalization", vec![], &[x, sc, sc], 1)[0];
+        let rs = b.input("rs", DType::F32, "6");
+        let inorm_rt = b.node("InstanceNormalization", vec![], &[x, rs, rs], 1)[0];
+        let w = b.konst("w", Tensor::from_f32s(&[6, 2, 3, 3], vec![0.5; 108]));
+        let ct = b.node("ConvTranspose", vec![("strides", Attr::Ints(vec![2, 2]))], &[x, w], 1)[0];
+        let y = b.input("y", DType::F32, "N,3,4");
+        let z = b.input("z", DType::F32, "N,4,5");
+        let es = b.node("Einsum", vec![("equation", Attr::String("bij,bjk->bik".into()))], &[y, z], 1)[0];
+        let roi = b.konst("roi", Tensor::from_f32s(&[0], vec![]));
+        let scales = b.konst("scales", Tensor::from_f32s(&[4], vec![1.0, 1.0, 2.0, 2.0]));
+        let lin = b.node("Resize", vec![("mode", Attr::String("linear".into()))], &[x, roi, scales], 1)[0];
+        b.g.outputs.extend([lrn, cs, mvn, inorm, inorm_rt, ct, es, lin]);
+        infer_graph(&mut b.g).unwrap();
+        let p = lower_at(&b.g, crate::lower::Precision::Fp32).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            templates_of(&p),
+            ["lrn", "cumsum", "mvn", "instance_norm", "instance_norm", "conv_transpose", "einsum", "resize"]
+        );
+        for k in &p.kernels {
+            assert_eq!(k.context.get("ctype"), Some(&json!("float")), "{}", k.name);
+        }
+        for k in [0, 2, 3, 4, 5] {
+            let c = &p.kernels[k].context;
+            assert_eq!(
+                (c["to_float"].as_str(), c["from_float"].as_str()),
+                (Some("o2a_to_float"), Some("o2a_from_float<float>"))
+            );
+        }
+        assert_eq!(
+            (p.kernels[3].context["f32_params"].as_bool(), p.kernels[4].context["f32_params"].as_bool()),
+            (Some(true), Some(false))
+        );
+        assert_eq!(p.kernels[1].context["acc"], "float");
+        assert_eq!(p.kernels[6].context["acc"], "float");
+        assert_eq!(p.tensors[p.kernels[5].args[1]].dtype, DType::F32);
+        for text in render_all("misc_fp32", &p) {
+            assert!(!text.contains("half"), "{text}");
+        }
     }
 }

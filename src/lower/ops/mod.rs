@@ -15,8 +15,9 @@ pub mod reduce;
 pub mod shape;
 pub mod transpose;
 
-use super::{LowerCtx, LowerResult};
-use crate::ir::Node;
+use super::{ctype, LowerCtx, LowerError, LowerResult};
+use crate::ir::{DType, Node};
+use serde_json::{json, Map, Value as Json};
 use std::any::Any;
 
 /// How one op type is lowered: the function emits the node's kernel(s) or views.
@@ -69,4 +70,36 @@ pub fn supported_op_types() -> Vec<&'static str> {
     v.sort();
     v.dedup();
     v
+}
+
+/// Template fields of a kernel that stores floats as `dt` and computes in fp32 (`conv2d_direct`,
+/// `gemm_generic`): `ctype`, the conversions `to_float` / `from_float` of one element, and `half`.
+/// The fp16 spellings are the intrinsics those templates always used, so fp16 kernels render as
+/// they did before fp32 storage existed.
+pub(crate) fn float_storage_fields(c: &mut Map<String, Json>, dt: DType) -> LowerResult<()> {
+    let (to_float, from_float) = match dt {
+        DType::F16 => ("__half2float", "__float2half_rn"),
+        DType::F32 => ("o2a_to_float", "o2a_from_float<float>"),
+        other => return Err(LowerError::Invalid(format!("float kernels store fp16 or fp32 tensors, found {other}"))),
+    };
+    c.insert("ctype".into(), json!(ctype(dt)));
+    c.insert("to_float".into(), json!(to_float));
+    c.insert("from_float".into(), json!(from_float));
+    c.insert("half".into(), json!(dt == DType::F16));
+    Ok(())
+}
+
+/// Whether a device tensor holds floats: fp16, or fp32 at fp32 precision (`--precision fp32`).
+/// Kernels load either as `float` and compute in fp32.
+pub(crate) fn is_device_float(dt: DType) -> bool {
+    dt == DType::F16 || dt == DType::F32
+}
+
+/// Fails with "`what` of `dt` tensors" (unsupported) unless `t` holds floats on the device.
+pub(crate) fn require_float(cx: &LowerCtx, t: super::TensorId, what: &str) -> LowerResult<()> {
+    let dt = cx.dtype(t);
+    if !is_device_float(dt) {
+        return Err(LowerError::Unsupported(format!("{what} of {dt} tensors")));
+    }
+    Ok(())
 }

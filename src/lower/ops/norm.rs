@@ -17,7 +17,7 @@
 
 use super::act::float_lit;
 use super::elementwise::{broadcast_runs, offset_expr};
-use super::LowerSpec;
+use super::{require_float, LowerSpec};
 use crate::ir::broadcast::normalize_axis;
 use crate::ir::dim::product;
 use crate::ir::ops::hardmax::Hardmax;
@@ -26,7 +26,6 @@ use crate::ir::ops::normalization::LayerNorm as OnnxLayerNorm;
 use crate::ir::ops::softmax::Softmax;
 use crate::ir::{DType, Dim, Node};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
-use crate::lower_unsupported;
 use serde_json::{json, Map, Value as Json};
 
 pub const OPS: &[LowerSpec] = &[
@@ -47,11 +46,13 @@ struct RowPlan {
 }
 
 impl RowPlan {
-    fn for_cols(cols: &Dim) -> RowPlan {
+    /// The plan for rows of `cols` elements of `dt`: accesses of up to 16 bytes (8 halfs, 4 floats).
+    fn for_cols(cols: &Dim, dt: DType) -> RowPlan {
         let Some(k) = cols.as_known().filter(|&k| k > 0) else {
             return RowPlan { threads: 1024, vec: 1, items: 0 };
         };
-        let vec = [8, 4, 2].into_iter().find(|v| k % v == 0).unwrap_or(1);
+        let widest = (16 / dt.size_bytes().max(1)) as i64;
+        let vec = [8, 4, 2].into_iter().find(|&v| v <= widest && k % v == 0).unwrap_or(1);
         let vectors = k / vec;
         let div_ceil = |a: i64, b: i64| (a + b - 1) / b;
         if k <= 1024 {
@@ -74,14 +75,6 @@ impl RowPlan {
     }
 }
 
-fn require_half(cx: &LowerCtx, t: TensorId, what: &str) -> LowerResult<()> {
-    let dt = cx.dtype(t);
-    if dt != DType::F16 {
-        lower_unsupported!("{what} of {dt} tensors");
-    }
-    Ok(())
-}
-
 /// A per-column parameter (scale or bias) broadcast to the normalised shape `inner`: its
 /// element offset for column `j`, and whether it is `j` itself (contiguous, vector loads).
 fn param_fields(cx: &LowerCtx, inner: &[Dim], p: TensorId) -> LowerResult<(String, bool)> {
@@ -101,7 +94,7 @@ fn emit_layer_norm(
     stats: Option<(TensorId, TensorId)>,
 ) -> LowerResult<()> {
     let x = cx.input(node, 0)?;
-    require_half(cx, x, "layer normalisation")?;
+    require_float(cx, x, "layer normalisation")?;
     let scale = cx.input(node, 1)?;
     let bias = cx.opt_input(node, 2)?;
     let xs = cx.shape(x).to_vec();
@@ -113,7 +106,7 @@ fn emit_layer_norm(
     c.insert("rows".into(), json!(cx.expr(&rows)?));
     c.insert("cols".into(), json!(cx.expr(&cols)?));
     c.insert("eps".into(), json!(float_lit(eps)));
-    RowPlan::for_cols(&cols).fields(&mut c);
+    RowPlan::for_cols(&cols, cx.dtype(x)).fields(&mut c);
     let mut args = vec![x, scale];
     let (off, contig) = param_fields(cx, &inner, scale)?;
     c.insert("scale_ctype".into(), json!(ctype(cx.dtype(scale))));
@@ -189,7 +182,7 @@ enum SoftmaxMode {
 
 fn emit_softmax(cx: &mut LowerCtx, node: &Node, axis: i64, coerce_2d: bool, mode: SoftmaxMode) -> LowerResult<()> {
     let x = cx.input(node, 0)?;
-    require_half(cx, x, node.op.op_type())?;
+    require_float(cx, x, node.op.op_type())?;
     let xs = cx.shape(x).to_vec();
     let axis = normalize_axis(axis, xs.len()).map_err(|e| LowerError::Invalid(e.0))?;
     let (rows, cols, inner) = if coerce_2d {
@@ -207,7 +200,7 @@ fn emit_softmax(cx: &mut LowerCtx, node: &Node, axis: i64, coerce_2d: bool, mode
     c.insert("mode_softmax".into(), json!(mode == SoftmaxMode::Softmax));
     c.insert("mode_log".into(), json!(mode == SoftmaxMode::LogSoftmax));
     c.insert("mode_hardmax".into(), json!(mode == SoftmaxMode::Hardmax));
-    RowPlan::for_cols(&cols).fields(&mut c);
+    RowPlan::for_cols(&cols, cx.dtype(x)).fields(&mut c);
     cx.emit(&node.name, "softmax", vec![x, y], vec![1], c, 0)
 }
 
@@ -238,14 +231,18 @@ mod tests {
 
     #[test]
     fn row_plans() {
-        assert_eq!(RowPlan::for_cols(&Dim::known(768)), RowPlan { threads: 32, vec: 8, items: 3 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(1000)), RowPlan { threads: 32, vec: 8, items: 4 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(7)), RowPlan { threads: 32, vec: 1, items: 1 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(4096)), RowPlan { threads: 512, vec: 8, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F16), RowPlan { threads: 32, vec: 8, items: 3 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F16), RowPlan { threads: 32, vec: 8, items: 4 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(7), DType::F16), RowPlan { threads: 32, vec: 1, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F16), RowPlan { threads: 512, vec: 8, items: 1 });
         // 50257 odd elements would need 50 per thread: streamed
-        assert_eq!(RowPlan::for_cols(&Dim::known(50257)), RowPlan { threads: 1024, vec: 1, items: 0 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(50000)), RowPlan { threads: 1024, vec: 8, items: 7 });
-        assert_eq!(RowPlan::for_cols(&Dim::sym("N")), RowPlan { threads: 1024, vec: 1, items: 0 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(50257), DType::F16), RowPlan { threads: 1024, vec: 1, items: 0 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(50000), DType::F16), RowPlan { threads: 1024, vec: 8, items: 7 });
+        assert_eq!(RowPlan::for_cols(&Dim::sym("N"), DType::F16), RowPlan { threads: 1024, vec: 1, items: 0 });
+        // fp32 rows: 16-byte accesses are 4 floats.
+        assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F32), RowPlan { threads: 32, vec: 4, items: 6 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F32), RowPlan { threads: 32, vec: 4, items: 8 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F32), RowPlan { threads: 1024, vec: 4, items: 1 });
     }
 
     #[test]
@@ -282,5 +279,30 @@ mod tests {
         assert_eq!(p.kernels[6].context["cached"], json!(true));
         assert_eq!(p.kernels[7].context["cached"], json!(false));
         render(&p, "norm");
+    }
+
+    /// fp32 precision: layer norms and softmaxes keep fp32 rows, read 4 floats per access.
+    #[test]
+    fn fp32_rows() {
+        use super::super::elementwise::testkit::lower_at;
+        use crate::lower::Precision;
+        let n = Dim::sym("N");
+        let mut b = Builder::new();
+        let x = b.input("x", DType::F32, vec![n.clone(), Dim::known(128), Dim::known(768)]);
+        let s = b.konst("s", Tensor::from_f32s(&[768], vec![1.0; 768]));
+        let bias = b.konst("b", Tensor::from_f32s(&[768], vec![0.0; 768]));
+        b.node(Box::new(KernelLayerNorm { axis: -1, eps: 1e-5 }), &[Some(x), Some(s), Some(bias)]);
+        b.node(parse("Softmax", 13, &[], &[true], 1).unwrap(), &[Some(x)]);
+        b.node(parse("LogSoftmax", 11, &[("axis", Attr::Int(1))], &[true], 1).unwrap(), &[Some(x)]);
+        let logits = b.input("logits", DType::F32, vec![Dim::known(1), Dim::known(1000)]);
+        b.node(parse("Softmax", 13, &[], &[true], 1).unwrap(), &[Some(logits)]);
+        let p = lower_at(&b.g, OPS, Precision::Fp32).unwrap();
+        assert!(p.kernels.iter().all(|k| k.context["ctype"] == json!("float")));
+        let c = &p.kernels[0].context;
+        assert_eq!((c["threads"].as_i64(), c["vec"].as_i64(), c["items"].as_i64()), (Some(32), Some(4), Some(6)));
+        assert_eq!((c["scale_ctype"].as_str(), c["bias_ctype"].as_str()), (Some("float"), Some("float")));
+        let c = &p.kernels[3].context;
+        assert_eq!((c["threads"].as_i64(), c["vec"].as_i64(), c["items"].as_i64()), (Some(32), Some(4), Some(8)));
+        render(&p, "norm_fp32");
     }
 }

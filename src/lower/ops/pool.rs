@@ -4,8 +4,9 @@
 //!
 //! Two templates:
 //! - `pool2d.cu.hbs`: sliding windows. NHWC: one thread per output pixel and vector of up to 8
-//!   channels (16-byte loads, channels contiguous across threads). NCHW (and the ONNX layout with
-//!   1–3 spatial dims, lifted to 3-D with unit leading dims): one thread per output element.
+//!   fp16 or 4 fp32 channels (16-byte loads, channels contiguous across threads). NCHW (and the
+//!   ONNX layout with 1–3 spatial dims, lifted to 3-D with unit leading dims): one thread per
+//!   output element.
 //! - `global_pool.cu.hbs`: a whole spatial extent. NHWC: each thread sums a channel vector over
 //!   a share of the pixels, a block reduces the shares in shared memory. NCHW: one warp per
 //!   (batch, channel) plane with shuffle reductions.
@@ -19,14 +20,13 @@
 
 use super::act::float_lit;
 use super::elementwise::index_type;
-use super::LowerSpec;
+use super::{require_float, LowerSpec};
 use crate::ir::dim::product;
 use crate::ir::ops::kernel::{GlobalAvgPool, Layout, Pool as KernelPool, PoolKind as KernelPoolKind};
 use crate::ir::ops::lp_pool::{GlobalLpPool, LpPool};
 use crate::ir::ops::pool::{GlobalPool, Pool as OnnxPool, PoolKind as OnnxPoolKind};
 use crate::ir::{DType, Dim, Node};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
-use crate::lower_unsupported;
 use crate::reference::conv::Geom3;
 use serde_json::{json, Map, Value as Json};
 
@@ -122,21 +122,13 @@ fn known(dims: &[Dim]) -> LowerResult<Vec<i64>> {
         .collect()
 }
 
-fn require_half(cx: &LowerCtx, t: TensorId, what: &str) -> LowerResult<()> {
-    let dt = cx.dtype(t);
-    if dt != DType::F16 {
-        lower_unsupported!("{what} of {dt} tensors");
-    }
-    Ok(())
-}
-
-/// Channel vector width of an NHWC kernel: 8 halfs (16 bytes) when the channels allow it.
-fn channel_vec(c: &Dim) -> i64 {
+/// Channel vector width of an NHWC kernel over elements of `dt`: up to 16 bytes (8 halfs or 4
+/// floats) when the channels allow it.
+fn channel_vec(c: &Dim, dt: DType) -> i64 {
+    let widest = (16 / dt.size_bytes().max(1)) as i64;
     match c.as_known() {
-        Some(c) if c % 8 == 0 => 8,
-        Some(c) if c % 4 == 0 => 4,
-        Some(c) if c % 2 == 0 => 2,
-        _ => 1,
+        Some(c) => [8, 4, 2].into_iter().find(|&v| v <= widest && c % v == 0).unwrap_or(1),
+        None => 1,
     }
 }
 
@@ -159,7 +151,7 @@ fn emit_window(
     c.insert("ctype".into(), json!(ctype(cx.dtype(x))));
     c.insert("nhwc".into(), json!(nhwc));
     let (batch_dim, channels) = (xs[0].clone(), xs[if nhwc { xs.len() - 1 } else { 1 }].clone());
-    let vec = if nhwc { channel_vec(&channels) } else { 1 };
+    let vec = if nhwc { channel_vec(&channels, cx.dtype(x)) } else { 1 };
     c.insert("vec".into(), json!(vec));
     c.insert("n".into(), json!(cx.expr(&batch_dim)?));
     c.insert("c".into(), json!(cx.expr(&channels)?));
@@ -188,7 +180,7 @@ fn lower_kernel_pool(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         return Err(LowerError::Invalid("not a Pool node".into()));
     };
     let x = cx.input(node, 0)?;
-    require_half(cx, x, "pooling")?;
+    require_float(cx, x, "pooling")?;
     let out = cx.output(node, 0)?;
     let (xs, os) = (cx.shape(x).to_vec(), cx.shape(out).to_vec());
     if xs.len() != 4 || os.len() != 4 {
@@ -238,7 +230,7 @@ fn lower_onnx_pool(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         return Err(LowerError::Invalid("not a MaxPool/AveragePool node".into()));
     };
     let x = cx.input(node, 0)?;
-    require_half(cx, x, node.op.op_type())?;
+    require_float(cx, x, node.op.op_type())?;
     let (w, g) = onnx_window(cx, x, &op.window, &op.kernel)?;
     let out = cx.output(node, 0)?;
     let (red, indices) = match op.kind {
@@ -271,7 +263,7 @@ fn lower_lp_pool(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         return Err(LowerError::Invalid("not an LpPool node".into()));
     };
     let x = cx.input(node, 0)?;
-    require_half(cx, x, "LpPool")?;
+    require_float(cx, x, "LpPool")?;
     let (w, _) = onnx_window(cx, x, &op.window, &op.kernel)?;
     let out = cx.output(node, 0)?;
     emit_window(cx, node, x, out, None, false, &w, Reduction::Lp { p: op.p })
@@ -298,7 +290,7 @@ fn emit_global(
     ctx.insert("n".into(), json!(cx.expr(&n)?));
     ctx.insert("c".into(), json!(cx.expr(&c)?));
     ctx.insert("l".into(), json!(cx.expr(&l)?));
-    ctx.insert("vec".into(), json!(if nhwc { channel_vec(&c) } else { 1 }));
+    ctx.insert("vec".into(), json!(if nhwc { channel_vec(&c, cx.dtype(x)) } else { 1 }));
     // 1/L as a literal when known (the mean multiplies); a division otherwise.
     ctx.insert(
         "inv_l".into(),
@@ -317,7 +309,7 @@ fn lower_kernel_global(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         return Err(LowerError::Invalid("not a GlobalAvgPool node".into()));
     };
     let x = cx.input(node, 0)?;
-    require_half(cx, x, "global pooling")?;
+    require_float(cx, x, "global pooling")?;
     let out = cx.output(node, 0)?;
     emit_global(cx, node, x, out, op.layout == Layout::Nhwc, Reduction::Avg { count_include_pad: false })
 }
@@ -328,7 +320,7 @@ fn lower_onnx_global(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         return Err(LowerError::Invalid("not a global pool node".into()));
     };
     let x = cx.input(node, 0)?;
-    require_half(cx, x, node.op.op_type())?;
+    require_float(cx, x, node.op.op_type())?;
     let out = cx.output(node, 0)?;
     let red = if op.max { Reduction::Max { init: f32::MIN } } else { Reduction::Avg { count_include_pad: false } };
     emit_global(cx, node, x, out, false, red)
@@ -340,7 +332,7 @@ fn lower_onnx_global_lp(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         return Err(LowerError::Invalid("not a GlobalLpPool node".into()));
     };
     let x = cx.input(node, 0)?;
-    require_half(cx, x, "GlobalLpPool")?;
+    require_float(cx, x, "GlobalLpPool")?;
     let out = cx.output(node, 0)?;
     emit_global(cx, node, x, out, false, Reduction::Lp { p: op.p })
 }
@@ -440,5 +432,36 @@ mod tests {
         assert_eq!(p.kernels[2].context["in"], json!([1, 1, 11]));
         assert_eq!(p.kernels[5].context["p"], json!("2.0f"));
         render(&p, "pool_onnx");
+    }
+
+    /// fp32 precision: the pools keep fp32 tensors, NHWC channel vectors are 4 floats (16 bytes).
+    #[test]
+    fn fp32_pools() {
+        use super::super::elementwise::testkit::lower_at;
+        use crate::lower::Precision;
+        let n = Dim::sym("N");
+        let mut b = Builder::new();
+        let x = b.input("x", DType::F32, vec![n.clone(), Dim::known(112), Dim::known(112), Dim::known(64)]);
+        let mp = KernelPool {
+            kind: KernelPoolKind::Max,
+            layout: Layout::Nhwc,
+            kernel: [3, 3],
+            geom: geom(2, 1),
+            ceil_mode: false,
+        };
+        b.node(Box::new(mp), &[Some(x)]);
+        let f = b.input("f", DType::F32, vec![n.clone(), Dim::known(7), Dim::known(7), Dim::known(2048)]);
+        b.node(Box::new(GlobalAvgPool { layout: Layout::Nhwc, flatten: true }), &[Some(f)]);
+        let y = b.input("y", DType::F32, vec![n.clone(), Dim::known(16), Dim::known(9), Dim::known(9)]);
+        b.node(parse("AveragePool", 19, &[("kernel_shape", Attr::Ints(vec![3, 3]))], &[true], 1).unwrap(), &[Some(y)]);
+        b.node(parse("GlobalMaxPool", 13, &[], &[true], 1).unwrap(), &[Some(y)]);
+        let p = lower_at(&b.g, OPS, Precision::Fp32).unwrap();
+        assert_eq!(p.kernels.len(), 4);
+        assert!(p.kernels.iter().all(|k| k.context["ctype"] == json!("float")));
+        assert!(p.tensors.iter().all(|t| t.dtype == DType::F32));
+        assert_eq!(p.kernels[0].context["vec"], json!(4));
+        assert_eq!(p.kernels[0].context["work"], json!("((int64_t)50176*batch)"));
+        assert_eq!(p.kernels[1].context["vec"], json!(4));
+        render(&p, "pool_fp32");
     }
 }

@@ -10,16 +10,16 @@
 //! integer and bool reductions, arg-reductions) one thread computes one output sequentially,
 //! consecutive threads reading consecutive elements.
 //!
-//! Semantics follow `src/reference/reduce.rs`: fp16 data is reduced in fp32; Max/Min skip NaN
-//! unless it is the first element (the result is then NaN); an empty reduction gives the
-//! identity (0 for sums and means, 1 for products, ∓inf for max/min, -inf for the log
+//! Semantics follow `src/reference/reduce.rs`: float data (fp16 or fp32) is reduced in fp32;
+//! Max/Min skip NaN unless it is the first element (the result is then NaN); an empty reduction
+//! gives the identity (0 for sums and means, 1 for products, ∓inf for max/min, -inf for the log
 //! reductions); integer Sum/Mean accumulate exactly (128-bit) and saturate, the mean truncating
 //! toward zero; bool Max/Min are any/all; ArgMax/ArgMin scan from the first element (a NaN first
 //! element wins, later NaNs never do), ties to the first or, with `select_last_index`, the last.
 
 use super::act::float_lit;
 use super::elementwise::index_type;
-use super::LowerSpec;
+use super::{is_device_float, LowerSpec};
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
 use crate::ir::dim::product;
 use crate::ir::ops::kernel::ReduceMean as KernelReduceMean;
@@ -143,7 +143,7 @@ fn arith(kind: ReduceKind, dt: DType) -> LowerResult<Arith> {
         lse: false,
         parallel,
     };
-    if dt == DType::F16 {
+    if is_device_float(dt) {
         let inf = float_lit(f32::INFINITY);
         let ninf = float_lit(f32::NEG_INFINITY);
         let first_nan = "(count > 0 && first != first ? first : acc)";
@@ -228,7 +228,7 @@ fn emit_reduce(
     let mut c = Map::new();
     let threads = if arg.is_some() { 0 } else { threads_per_output(cx, g, ar.parallel)? };
     c.insert("ctype".into(), json!(ctype(cx.dtype(x))));
-    c.insert("vtype".into(), json!(if cx.dtype(x) == DType::F16 { "float" } else { ctype(cx.dtype(x)) }));
+    c.insert("vtype".into(), json!(if is_device_float(cx.dtype(x)) { "float" } else { ctype(cx.dtype(x)) }));
     c.insert("out_ctype".into(), json!(ctype(cx.dtype(out))));
     c.insert("outputs".into(), json!(cx.expr(&g.outputs)?));
     c.insert("count".into(), json!(cx.expr(&g.count)?));
@@ -251,7 +251,7 @@ fn emit_reduce(
     cx.emit(&node.name, "reduce", vec![x, out], vec![1], c, 0)
 }
 
-/// Kernel-level ReduceMean (fp16, fp32 accumulation).
+/// Kernel-level ReduceMean (fp16 or fp32 storage, fp32 accumulation).
 fn lower_kernel_reduce_mean(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let Some(op) = node.op.downcast_ref::<KernelReduceMean>() else {
         return Err(LowerError::Invalid("not a ReduceMean node".into()));
@@ -260,7 +260,7 @@ fn lower_kernel_reduce_mean(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let shape = cx.shape(x).to_vec();
     let axes = normalize_axes(&op.axes, shape.len()).map_err(|e| LowerError::Invalid(e.0))?;
     let dt = cx.dtype(x);
-    if dt != DType::F16 {
+    if !is_device_float(dt) {
         lower_unsupported!("ReduceMean of {dt} tensors");
     }
     let out = cx.output(node, 0)?;
@@ -313,12 +313,12 @@ fn lower_arg_reduce(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let shape = cx.shape(x).to_vec();
     let axis = normalize_axis(op.axis, shape.len()).map_err(|e| LowerError::Invalid(e.0))?;
     let dt = cx.dtype(x);
-    if !(dt == DType::F16 || dt.is_int()) {
+    if !(is_device_float(dt) || dt.is_int()) {
         lower_unsupported!("{} of {dt} tensors", node.op.op_type());
     }
     let out = cx.output(node, 0)?;
     let g = geometry(cx, &shape, &[axis])?;
-    let vt = if dt == DType::F16 { "float" } else { ctype(dt) };
+    let vt = if is_device_float(dt) { "float" } else { ctype(dt) };
     let ar = Arith {
         acc_t: vt.into(),
         init: "0".into(),
@@ -387,5 +387,28 @@ mod tests {
         assert_eq!(p.kernels[4].context["acc_t"], json!("__int128"));
         assert_eq!(p.kernels[7].context["arg"], json!(true));
         render(&p, "reduce");
+    }
+
+    /// fp32 precision: float reductions read fp32 and accumulate in fp32.
+    #[test]
+    fn fp32_reductions() {
+        use super::super::elementwise::testkit::lower_at;
+        use crate::lower::Precision;
+        let n = Dim::sym("N");
+        let mut b = Builder::new();
+        let x = b.input("x", DType::F32, vec![n.clone(), Dim::known(128), Dim::known(768)]);
+        b.node(Box::new(KernelReduceMean { axes: vec![-1], keepdims: true }), &[Some(x)]);
+        b.node(parse("ReduceMax", 13, &[("axes", Attr::Ints(vec![1]))], &[true], 1).unwrap(), &[Some(x)]);
+        b.node(parse("ReduceLogSumExp", 13, &[("keepdims", Attr::Int(0))], &[true], 1).unwrap(), &[Some(x)]);
+        b.node(parse("ArgMin", 13, &[("axis", Attr::Int(2))], &[true], 1).unwrap(), &[Some(x)]);
+        let p = lower_at(&b.g, OPS, Precision::Fp32).unwrap();
+        for k in &p.kernels {
+            let c = &k.context;
+            assert_eq!((c["ctype"].as_str(), c["vtype"].as_str()), (Some("float"), Some("float")), "{}", k.name);
+            assert_eq!(c["acc_t"], json!("float"), "{}", k.name);
+        }
+        assert_eq!(p.kernels[0].context["out_ctype"], json!("float"));
+        assert_eq!(p.kernels[3].context["out_ctype"], json!("int64_t"));
+        render(&p, "reduce_fp32");
     }
 }

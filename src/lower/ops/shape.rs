@@ -324,7 +324,7 @@ pub(crate) mod testing {
     use crate::lower::ops::LowerSpec;
     use crate::lower::{
         problem::{ConvProblem, GemmProblem},
-        Batch, Instance, KernelInstance, LowerCtx, LowerError, MemoryPlan, Program, Storage, Target,
+        Batch, Instance, KernelInstance, LowerCtx, LowerError, Program, Storage, Target,
     };
     use handlebars::Handlebars;
     use std::collections::BTreeSet;
@@ -359,8 +359,21 @@ pub(crate) mod testing {
         lower_with_outputs(g).map(|(p, _)| p)
     }
 
+    /// [`lower`] at a given storage precision.
+    pub fn lower_at(g: &Graph, precision: crate::lower::Precision) -> Result<Program, String> {
+        lower_with_outputs_at(g, precision).map(|(p, _)| p)
+    }
+
     /// [`lower`] plus the device tensor of every graph output.
     pub fn lower_with_outputs(g: &Graph) -> Result<(Program, Vec<usize>), String> {
+        lower_with_outputs_at(g, crate::lower::Precision::Fp16)
+    }
+
+    /// [`lower_with_outputs`] at a given storage precision.
+    pub fn lower_with_outputs_at(
+        g: &Graph,
+        precision: crate::lower::Precision,
+    ) -> Result<(Program, Vec<usize>), String> {
         let batch_symbol = g
             .inputs
             .iter()
@@ -378,10 +391,11 @@ pub(crate) mod testing {
             program,
             value_tensor: vec![None; g.values.len()],
             batch_symbol,
+            precision,
         };
         for (index, &v) in g.inputs.iter().enumerate() {
             let (dtype, shape) = cx.value_shape(v).map_err(err)?;
-            let dtype = crate::lower::device_dtype(dtype).map_err(err)?;
+            let dtype = precision.device_dtype(dtype).map_err(err)?;
             let t = cx.push_tensor(&g.value(v).name.clone(), dtype, shape, Storage::Input { index });
             cx.value_tensor[v] = Some(t);
         }
@@ -404,17 +418,7 @@ pub(crate) mod testing {
     /// placeholder tensor (as the lowering does after a failed node); returns one line per
     /// lowered node that failed, and the templates of the kernels emitted.
     pub fn lower_ours(g: &Graph) -> (Vec<String>, Vec<String>) {
-        let program = Program {
-            model_name: "test".into(),
-            source: "test.onnx".into(),
-            batch: None,
-            tensors: Vec::new(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            kernels: Vec::new(),
-            weights: Vec::new(),
-            memory: MemoryPlan::default(),
-        };
+        let program = Program::empty("test".into(), "test.onnx".into(), None);
         let mut g = g.clone();
         let batch_symbol = crate::lower::bind_dims(&mut g, &crate::lower::LowerOptions::default()).ok().flatten();
         let mut cx = LowerCtx {
@@ -423,6 +427,7 @@ pub(crate) mod testing {
             program,
             value_tensor: vec![None; g.values.len()],
             batch_symbol: batch_symbol.map(|b| b.symbol),
+            precision: crate::lower::Precision::Fp16,
         };
         let placeholder = |cx: &mut LowerCtx, v: usize| {
             if let Ok((dt, shape)) = cx.value_shape(v) {
@@ -515,8 +520,7 @@ pub(crate) mod testing {
     /// Writes a self-contained GPU check of `g` into `dir`: every kernel, `common.cuh`, the
     /// weights, the inputs in their device dtypes (fp32 rounded to fp16, as the boundary casts
     /// do), the expected outputs and `driver.cu`, which runs the kernels in order with the batch
-    /// of `env` and prints one PASS/FAIL line per graph output (fp16 outputs within
-    /// `atol + rtol·|expected|`, every other dtype bit-exact).
+    /// of `env` and prints one PASS/FAIL line per graph output (see [`write_program_case`]).
     pub fn write_gpu_case(
         dir: &std::path::Path,
         g: &Graph,
@@ -524,9 +528,30 @@ pub(crate) mod testing {
         feeds: &[(String, Tensor)],
         expected: &[(String, Tensor)],
     ) -> Result<(), String> {
+        let (p, outs) = lower_with_outputs(g)?;
+        let mut inputs = Vec::with_capacity(feeds.len());
+        for (_, t) in feeds {
+            inputs.push(t.cast(crate::lower::device_dtype(t.dtype()).map_err(err)?));
+        }
+        write_program_case(dir, &p, &outs, env, &inputs, expected)
+    }
+
+    /// Writes a self-contained GPU check of the lowered program `p` into `dir`: every kernel,
+    /// `common.cuh`, the weights, `inputs[i]` (the bytes of the `Storage::Input { index: i }`
+    /// tensor, already in its dtype), the expected values of the tensors `outs` and
+    /// `driver.cu`, which runs the kernels in order with the batch of `env` and prints one
+    /// PASS/FAIL line per output: fp16 outputs within `2e-2 + 2e-2·|expected|`, fp32 outputs
+    /// within `1e-4 + 1e-3·|expected|`, every other dtype bit-exact.
+    pub fn write_program_case(
+        dir: &std::path::Path,
+        p: &Program,
+        outs: &[usize],
+        env: &std::collections::BTreeMap<String, i64>,
+        inputs: &[Tensor],
+        expected: &[(String, Tensor)],
+    ) -> Result<(), String> {
         use crate::ir::DType;
         use std::fmt::Write as _;
-        let (p, outs) = lower_with_outputs(g)?;
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let hb = templates();
         let common =
@@ -541,9 +566,8 @@ pub(crate) mod testing {
             let n: i64 = d.shape.iter().map(|x| x.eval(env).as_known().unwrap_or(0)).product();
             n.max(0) as u64 * d.dtype.size_bytes() as u64
         };
-        for (i, (_, t)) in feeds.iter().enumerate() {
-            let dev = crate::lower::device_dtype(t.dtype()).map_err(err)?;
-            std::fs::write(dir.join(format!("in{i}.bin")), crate::lower::weights::to_le_bytes(&t.cast(dev)))
+        for (i, t) in inputs.iter().enumerate() {
+            std::fs::write(dir.join(format!("in{i}.bin")), crate::lower::weights::to_le_bytes(t))
                 .map_err(|e| e.to_string())?;
         }
         for (j, (_, t)) in expected.iter().enumerate() {
@@ -573,10 +597,26 @@ static void* upload(const std::vector<char>& v, size_t bytes) {{
   void* p = nullptr; cudaMalloc(&p, bytes > 0 ? bytes : 1); if (!v.empty()) cudaMemcpy(p, v.data(), v.size(), cudaMemcpyHostToDevice); return p;
 }}
 static void* arena(size_t bytes) {{ void* p = nullptr; cudaMalloc(&p, bytes > 0 ? bytes : 1); cudaMemset(p, 0xff, bytes > 0 ? bytes : 1); return p; }}
-static int check(const char* name, const void* dev, size_t bytes, bool half_out, const std::string& exp_path) {{
+// mode 1: fp16 output, 2: fp32 output (both against fp32 expectations), 0: bit-exact.
+static int check(const char* name, const void* dev, size_t bytes, int mode, const std::string& exp_path) {{
   std::vector<char> got(bytes); if (bytes) cudaMemcpy(got.data(), dev, bytes, cudaMemcpyDeviceToHost);
   std::vector<char> exp = slurp(exp_path);
-  if (half_out) {{
+  if (mode == 2) {{
+    size_t n = bytes / 4; if (exp.size() != n * 4) {{ printf("FAIL %s: size %zu vs expected %zu\n", name, n, exp.size() / 4); return 1; }}
+    double worst = 0; size_t bad = 0, at = 0;
+    for (size_t i = 0; i < n; ++i) {{
+      float e, a; memcpy(&e, exp.data() + 4 * i, 4); memcpy(&a, got.data() + 4 * i, 4);
+      if (std::isnan(e) && std::isnan(a)) continue;
+      if (std::isinf(e) && a == e) continue;
+      double err = fabs((double)a - (double)e), lim = 1e-4 + 1e-3 * fabs((double)e);
+      if (!(err <= lim)) {{ if (bad == 0) at = i; ++bad; }}
+      if (err > worst || std::isnan(err)) worst = err;
+    }}
+    if (bad) {{ float e, a; memcpy(&e, exp.data() + 4 * at, 4); memcpy(&a, got.data() + 4 * at, 4);
+      printf("FAIL %s: %zu of %zu differ, first at %zu: %g vs %g\n", name, bad, n, at, a, e); return 1; }}
+    printf("PASS %s: %zu values, max abs err %g\n", name, n, worst); return 0;
+  }}
+  if (mode == 1) {{
     size_t n = bytes / 2; if (exp.size() != n * 4) {{ printf("FAIL %s: size %zu vs expected %zu\n", name, n, exp.size() / 4); return 1; }}
     double worst = 0; size_t bad = 0, at = 0;
     for (size_t i = 0; i < n; ++i) {{
@@ -629,11 +669,15 @@ int main(int argc, char** argv) {{
             "  cudaError_t e = cudaDeviceSynchronize(); if (e != cudaSuccess) {{ printf(\"FAIL cuda: %s\\n\", cudaGetErrorString(e)); return 1; }}\n  int failed = 0;"
         );
         for (j, &o) in outs.iter().enumerate() {
-            let half_out = p.tensors[o].dtype == DType::F16;
+            let mode = match p.tensors[o].dtype {
+                DType::F16 => 1,
+                DType::F32 => 2,
+                _ => 0,
+            };
             let name = &expected[j].0;
             let _ = writeln!(
                 w,
-                "  failed += check(\"{name}\", t[{o}], {}, {half_out}, dir + \"/exp{j}.bin\");",
+                "  failed += check(\"{name}\", t[{o}], {}, {mode}, dir + \"/exp{j}.bin\");",
                 bytes_of(o)
             );
         }
@@ -657,6 +701,9 @@ int main(int argc, char** argv) {{
 #include <cuda_fp16.h>
 #define __global__
 #define __device__
+#ifndef __host__
+#define __host__
+#endif
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__
@@ -664,27 +711,34 @@ int main(int argc, char** argv) {{
 #include <barrier>
 #include <vector>
 #include <memory>
+#include <type_traits>
 #define __shared__ static
 struct o2a_dim3 { unsigned x = 1, y = 1, z = 1; };
 // Every CUDA thread of a block is one host thread (blocks run one after the other), so block
-// barriers and warp shuffles behave as on the GPU.
+// barriers and warp shuffles behave as on the GPU. Warps are consecutive linear thread ids.
 inline thread_local o2a_dim3 blockIdx, threadIdx;
 inline o2a_dim3 blockDim, gridDim;
 inline std::barrier<>* o2a_block_barrier = nullptr;
 inline std::vector<std::unique_ptr<std::barrier<>>> o2a_warp_barriers;
 alignas(16) inline unsigned char o2a_exchange[1024 * 16];
+inline unsigned o2a_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+inline unsigned o2a_block_threads() { return blockDim.x * blockDim.y * blockDim.z; }
 inline void __syncthreads() { o2a_block_barrier->arrive_and_wait(); }
-template <class T> T __shfl_down_sync(unsigned, T v, int offset) {
+// Lane `lane` of the calling thread's warp reads `v` of lane `src` (its own when out of range).
+template <class T> T o2a_shuffle(T v, unsigned src_lane) {
   T* slots = reinterpret_cast<T*>(o2a_exchange);
-  std::barrier<>& warp = *o2a_warp_barriers[threadIdx.x / 32];
-  slots[threadIdx.x] = v;
+  const unsigned t = o2a_tid(), base = t - t % 32, src = base + src_lane;
+  std::barrier<>& warp = *o2a_warp_barriers[t / 32];
+  slots[t] = v;
   warp.arrive_and_wait();
-  const unsigned lane = threadIdx.x % 32;
-  const T r = (lane + offset < 32 && threadIdx.x + offset < blockDim.x) ? slots[threadIdx.x + offset] : v;
+  const T r = (src_lane < 32 && src < o2a_block_threads()) ? slots[src] : v;
   warp.arrive_and_wait();
   return r;
 }
-// cuda_fp16.h brings the runtime's types (cudaStream_t, cudaError_t, cudaMemcpyKind); the
+template <class T> T __shfl_down_sync(unsigned, T v, int offset) { return o2a_shuffle(v, o2a_tid() % 32 + offset); }
+template <class T> T __shfl_xor_sync(unsigned, T v, int mask) { return o2a_shuffle(v, (o2a_tid() % 32) ^ mask); }
+template <class T> T __ldg(const T* p) { return *p; }
+// cuda_fp16.h brings the runtime's types (cudaStream_t, cudaError_t, cudaMemcpyKind, dim3); the
 // runtime calls the driver makes become host memory operations.
 #define cudaGetLastError() cudaSuccess
 #define cudaGetErrorString(e) "ok"
@@ -692,25 +746,41 @@ template <class T> T __shfl_down_sync(unsigned, T v, int offset) {
 #define cudaMemcpy(d, s, n, k) (memcpy(d, s, n), cudaSuccess)
 #define cudaMemset(d, v, n) (memset(d, v, n), cudaSuccess)
 #define cudaDeviceSynchronize() cudaSuccess
+#define cudaMemcpyAsync(d, s, n, k, stream) (memcpy(d, s, n), cudaSuccess)
+// Device code calls the C99 classification functions unqualified.
+using std::isinf;
+using std::isnan;
 inline float __int_as_float(int v) { float f; memcpy(&f, &v, 4); return f; }
 inline float __uint_as_float(unsigned v) { float f; memcpy(&f, &v, 4); return f; }
-template <class F> void o2a_cpu_launch(unsigned grid, unsigned block, F f) {
-  gridDim.x = grid; blockDim.x = block;
-  for (unsigned b = 0; b < grid; ++b) {
-    std::barrier<> bar(block);
-    o2a_block_barrier = &bar;
-    o2a_warp_barriers.clear();
-    for (unsigned w = 0; w < (block + 31) / 32; ++w)
-      o2a_warp_barriers.push_back(std::make_unique<std::barrier<>>(block - 32 * w < 32 ? block - 32 * w : 32));
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t)
-      threads.emplace_back([&, b, t] { blockIdx.x = b; threadIdx.x = t; f(); });
-    for (auto& th : threads) th.join();
-  }
+inline o2a_dim3 o2a_as3(const dim3& d) { return {d.x, d.y, d.z}; }
+template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
+o2a_dim3 o2a_as3(I v) { return {static_cast<unsigned>(v), 1, 1}; }
+template <class G, class B, class F> void o2a_cpu_launch(G grid_arg, B block_arg, F f) {
+  const o2a_dim3 grid = o2a_as3(grid_arg), block = o2a_as3(block_arg);
+  gridDim = grid; blockDim = block;
+  const unsigned nt = block.x * block.y * block.z;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        std::barrier<> bar(nt);
+        o2a_block_barrier = &bar;
+        o2a_warp_barriers.clear();
+        for (unsigned w = 0; w < (nt + 31) / 32; ++w)
+          o2a_warp_barriers.push_back(std::make_unique<std::barrier<>>(nt - 32 * w < 32 ? nt - 32 * w : 32));
+        std::vector<std::thread> threads;
+        for (unsigned t = 0; t < nt; ++t)
+          threads.emplace_back([&, bx, by, bz, t] {
+            blockIdx = {bx, by, bz};
+            threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            f();
+          });
+        for (auto& th : threads) th.join();
+      }
 }
 #define O2A_OK 0
 #define O2A_ERR_INVALID_ARGUMENT 1
 #define O2A_ERR_CUDA 2
+#define O2A_ERR_UNSUPPORTED 3
 void o2a_set_error(const char* fmt, ...);
 #define O2A_CHECK_LAUNCH(kernel_name) do { } while (0)
 "#;
@@ -779,7 +849,9 @@ void o2a_set_error(const char* fmt, ...);
     pub fn emulate_on_cpu(case: &std::path::Path, cuda_include: &std::path::Path) -> Result<String, String> {
         let dir = case.join("cpu");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("common.cuh"), CPU_SHIM).map_err(|e| e.to_string())?;
+        // The pointwise functions (conversions, vectors, activations) as the real common.cuh has them.
+        let pointwise = templates().render("pointwise", &serde_json::json!({})).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("common.cuh"), format!("{CPU_SHIM}{pointwise}")).map_err(|e| e.to_string())?;
         let mut sources = Vec::new();
         for e in std::fs::read_dir(case).map_err(|e| e.to_string())?.flatten() {
             let name = e.file_name().to_string_lossy().to_string();

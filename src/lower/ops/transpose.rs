@@ -230,4 +230,22 @@ mod tests {
         assert_eq!(p.tensors.iter().filter(|t| matches!(t.storage, Storage::Alias { .. })).count(), 1);
         render(&p, "transpose");
     }
+
+    /// fp32 precision: layout transforms and permutations move fp32 elements (4 per 16 bytes).
+    #[test]
+    fn fp32_permutations() {
+        use super::super::elementwise::testkit::lower_at;
+        use crate::lower::Precision;
+        let n = Dim::sym("N");
+        let mut b = Builder::new();
+        let x = b.input("x", DType::F32, vec![n.clone(), Dim::known(64), Dim::known(56), Dim::known(56)]);
+        b.node(Box::new(KernelTranspose { perm: vec![0, 2, 3, 1] }), &[Some(x)]);
+        let q = b.input("q", DType::F32, vec![n.clone(), Dim::known(128), Dim::known(12), Dim::known(64)]);
+        b.node(Box::new(OnnxTranspose { perm: Some(vec![0, 2, 1, 3]) }), &[Some(q)]);
+        let p = lower_at(&b.g, OPS, Precision::Fp32).unwrap();
+        assert!(p.kernels.iter().all(|k| k.context["ctype"] == json!("float")));
+        assert_eq!(p.kernels[0].context["tiled"], json!(true));
+        assert_eq!(p.kernels[1].context["vec"], json!(4));
+        render(&p, "transpose_fp32");
+    }
 }

@@ -1,0 +1,431 @@
+//! The kernel profiler: times every candidate library instance on every convolution and matrix
+//! product of a model, on the GPU, and stores the times in the profile cache ([`cache`]).
+//!
+//! 1. Lower the optimised model with a recording target: every library problem at every batch
+//!    range (`CudaTarget::batch_buckets`) with its candidate instances.
+//! 2. Render the candidates (each once, the same files a model build compiles, so the object
+//!    cache serves both) and `profile/profiler.cu`, build `libprofile.so` (parallel nvcc, cached).
+//! 3. Load it, and for every (problem, candidate) not yet in the cache for this device: CHECK,
+//!    one run compared with a naive reference kernel, warm-up, timed runs (median of CUDA-event
+//!    times). The cache is saved after every problem, so an interrupted profile resumes.
+//!
+//! Compiling with the cache (`onnx2ait compile --profile-cache`) then picks, per node and batch
+//! range, the fastest instance that matched the reference.
+
+pub mod cache;
+pub mod cost;
+
+use crate::build::nvcc::{Arch, Nvcc};
+use crate::build::BuildOptions;
+use crate::codegen::Templates;
+use crate::error::{Error, Result};
+use crate::ir::Graph;
+use crate::lower::cuda::{CudaTarget, ProfileProblem};
+use crate::lower::{LibraryInstance, LowerOptions};
+use crate::runtime::profiler::{CaseError, ProfilerLib};
+use cache::{device_key, Outcome, ProfileCache};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use serde_json::{json, Value as Json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// A candidate disagrees with the reference when max |out − ref| exceeds this fraction of
+/// max |ref| (plus the same absolute slack): fp16 output rounding and a different summation order
+/// stay far below it, a wrong kernel does not.
+pub const MISMATCH_TOLERANCE: f64 = 1e-2;
+
+pub struct ProfileOptions {
+    pub arch: Arch,
+    pub lower: LowerOptions,
+    /// The profile cache file.
+    pub cache: PathBuf,
+    /// Where the profiler's sources and library are written.
+    pub work_dir: PathBuf,
+    pub build: BuildOptions,
+    pub warmup: u32,
+    pub iters: u32,
+    pub progress: bool,
+    /// Build the profiler and stop (CPU only: e.g. while the GPU is busy with something else).
+    pub build_only: bool,
+}
+
+/// An instance and its median time.
+#[derive(Clone, Debug, Serialize)]
+pub struct Timed {
+    pub name: String,
+    pub median_ms: f64,
+}
+
+/// One problem's result, for the report and the per-kernel sweep in BENCHMARKS.md.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProblemReport {
+    pub signature: String,
+    pub kind: &'static str,
+    pub gflop: f64,
+    /// The fastest instance that matched the reference, and its time.
+    pub best: Option<Timed>,
+    pub best_ms: Option<f64>,
+    /// Achieved TFLOP/s of the best instance.
+    pub tflops: Option<f64>,
+    /// The time of what the heuristic alone would pick (when it was measured).
+    pub heuristic: Option<Timed>,
+    /// Candidates measured / refused / mismatched / failed.
+    pub counts: [usize; 4],
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileReport {
+    pub device: String,
+    pub cache: PathBuf,
+    pub problems: Vec<ProblemReport>,
+    /// (problem, candidate) cases run now, and found in the cache.
+    pub cases_run: usize,
+    pub cases_cached: usize,
+    pub build_seconds: f64,
+    pub profile_seconds: f64,
+}
+
+impl ProfileReport {
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        use std::fmt::Write as _;
+        let _ = writeln!(s, "device:   {}", self.device);
+        let _ = writeln!(
+            s,
+            "profiled: {} problems, {} cases run, {} from the cache {} (build {:.1} s, timing {:.1} s)",
+            self.problems.len(),
+            self.cases_run,
+            self.cases_cached,
+            self.cache.display(),
+            self.build_seconds,
+            self.profile_seconds
+        );
+        let _ = writeln!(s, "{:>9} {:>8} {:>9} {:>9}  {:<44} problem", "ms", "TFLOP/s", "heur. ms", "gain", "best instance");
+        for p in &self.problems {
+            let (best, ms) = p.best.as_ref().map_or(("(none ran)".to_string(), f64::NAN), |b| (b.name.clone(), b.median_ms));
+            let heur = p.heuristic.as_ref().map_or(f64::NAN, |h| h.median_ms);
+            let _ = writeln!(
+                s,
+                "{ms:>9.4} {:>8.1} {heur:>9.4} {:>8.2}x  {best:<44} {}",
+                p.tflops.unwrap_or(f64::NAN),
+                heur / ms,
+                p.signature
+            );
+        }
+        s
+    }
+}
+
+/// Profiles the library problems of a model (the imported graph, before optimisation).
+///
+/// The problems are every convolution and matrix product the e-graph offers — all of them are
+/// priced during a measured extraction, which records them — plus those of the extracted graph's
+/// lowering (e.g. a padded stem). Profiling the alternatives too matters: extraction with
+/// measured times must compare measured with measured, since the analytical estimate of an
+/// unprofiled alternative (say, a convolution without its fused activation) is optimistic and
+/// would win against the real time of the fused kernel.
+pub fn profile(graph: &Graph, opts: &ProfileOptions) -> Result<ProfileReport> {
+    let target = CudaTarget::new(opts.arch).with_max_batch(opts.lower.max_batch).recording();
+    let (optimised, _) = cost::optimize_measured(
+        graph,
+        &crate::egraph::OptimizeOptions::standard()?,
+        &target,
+        opts.lower.max_batch,
+        &opts.lower.dims,
+    )?;
+    crate::lower::lower(&optimised, &target, &opts.lower)?;
+    profile_problems(&target.recorded(), opts)
+}
+
+fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<ProfileReport> {
+    if all.is_empty() {
+        return Err(Error::Other(
+            "profile: the model has no convolution or matrix product that runs on a library instance".into(),
+        ));
+    }
+    let nvcc = Nvcc::discover(opts.arch)?;
+    let templates = Templates::for_target("cuda")?;
+    let dir = &opts.work_dir;
+    std::fs::create_dir_all(dir).map_err(|e| Error::Other(format!("profile: cannot create {}: {e}", dir.display())))?;
+
+    // The GPU is known only once the profiler runs. A cache holding times of exactly one GPU for
+    // this toolchain is taken to be of this one (checked after loading), so what it has already
+    // measured is neither built nor timed again: a resumed or extended profile builds only the
+    // candidates it still needs.
+    let mut cache = ProfileCache::open(&opts.cache)?;
+    let known = cache.devices_for(opts.arch.as_str(), nvcc.version(), nvcc.cutlass_version());
+    let assumed = if known.len() == 1 { known.first().cloned() } else { None };
+    let pending: Vec<ProfileProblem> = all
+        .iter()
+        .filter_map(|p| {
+            let candidates: Vec<LibraryInstance> = p
+                .candidates
+                .iter()
+                .filter(|c| assumed.as_ref().is_none_or(|d| cache.get(d, &p.signature, &c.config).is_none()))
+                .cloned()
+                .collect();
+            (!candidates.is_empty()).then(|| ProfileProblem { candidates, ..p.clone() })
+        })
+        .collect();
+    let total_cases: usize = all.iter().map(|p| p.candidates.len()).sum();
+    if pending.is_empty() {
+        let device = assumed.unwrap_or_default();
+        return Ok(report(all, &device, &cache, 0, total_cases, 0.0, 0.0));
+    }
+    let problems = &pending[..];
+
+    // Sources: library.cuh, every distinct candidate, profiler.cu.
+    let mut instances: BTreeMap<String, &LibraryInstance> = BTreeMap::new();
+    for p in problems {
+        for c in &p.candidates {
+            instances.entry(c.name.clone()).or_insert(c);
+        }
+    }
+    let mut sources = Vec::new();
+    let write = |file: &str, text: String| -> Result<()> {
+        let path = dir.join(file);
+        if std::fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
+            std::fs::write(&path, text).map_err(|e| Error::Other(format!("profile: writing {}: {e}", path.display())))?;
+        }
+        Ok(())
+    };
+    write("library.cuh", templates.render("library.cuh", &json!({}))?)?;
+    for (name, inst) in &instances {
+        let text = templates.render(&format!("library/{}.cu", inst.template), &Json::Object(inst.context.clone()))?;
+        write(&format!("{name}.cu"), text)?;
+        sources.push(PathBuf::from(format!("{name}.cu")));
+    }
+    let kind_of = |t: &str| if t.starts_with("conv") { "conv" } else { "gemm" };
+    let ctx_instances: Vec<Json> =
+        instances.values().map(|i| json!({ "name": i.name, "kind": kind_of(&i.template) })).collect();
+    // The profiler enumerates conv problems first, then gemms; keep that order here.
+    let ordered: Vec<&ProfileProblem> =
+        problems.iter().filter(|p| p.kind == "conv").chain(problems.iter().filter(|p| p.kind == "gemm")).collect();
+    let section = |kind: &str| -> Vec<Json> {
+        ordered
+            .iter()
+            .filter(|p| p.kind == kind)
+            .enumerate()
+            .map(|(i, p)| {
+                let mut f = p.fields.clone();
+                f.insert("index".into(), json!(i));
+                f.insert("signature".into(), json!(p.signature));
+                f.insert("candidates".into(), json!(p.candidates.iter().map(|c| c.name.clone()).collect::<Vec<_>>()));
+                Json::Object(f)
+            })
+            .collect()
+    };
+    let ctx = json!({ "instances": ctx_instances, "convs": section("conv"), "gemms": section("gemm") });
+    write("profiler.cu", templates.render("profile/profiler.cu", &ctx)?)?;
+    sources.push(PathBuf::from("profiler.cu"));
+
+    let t0 = Instant::now();
+    let built = crate::build::build(dir, &sources, &[PathBuf::from("library.cuh")], &nvcc, &opts.build, "libprofile.so")?;
+    if opts.progress {
+        eprintln!("{}", built.summary());
+    }
+    let build_seconds = t0.elapsed().as_secs_f64();
+    if opts.build_only {
+        return Ok(ProfileReport {
+            device: String::new(),
+            cache: opts.cache.clone(),
+            problems: Vec::new(),
+            cases_run: 0,
+            cases_cached: 0,
+            build_seconds,
+            profile_seconds: 0.0,
+        });
+    }
+
+    let lib = ProfilerLib::load(&dir.join("libprofile.so"))?;
+    let device = device_key(&lib.device_name()?, opts.arch.as_str(), nvcc.version(), nvcc.cutlass_version());
+    if let Some(a) = assumed.as_ref().filter(|a| **a != device) {
+        return Err(Error::Other(format!(
+            "profile: the cache {} holds times of '{a}', but this GPU is '{device}': the candidates it \
+             has were skipped; profile into another cache file (--cache)",
+            cache.path().display()
+        )));
+    }
+    let cases = lib.num_cases();
+    let expected: usize = ordered.iter().map(|p| p.candidates.len()).sum();
+    if cases != expected {
+        return Err(Error::Other(format!(
+            "profile: libprofile.so has {cases} cases, the model has {expected}: stale build in {}",
+            dir.display()
+        )));
+    }
+    let bar = if opts.progress { ProgressBar::new(cases as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("profiling [{bar:30}] {pos}/{len} cases, {elapsed} elapsed, eta {eta} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t1 = Instant::now();
+    let (mut run, mut cached) = (0usize, 0usize);
+    let mut last_problem = None;
+    let mut fatal: Option<String> = None;
+    for i in 0..cases {
+        let info = lib.case_info(i)?;
+        let p = ordered
+            .iter()
+            .filter(|p| (p.kind == "gemm") == info.is_gemm)
+            .nth(info.problem)
+            .ok_or_else(|| Error::Other(format!("profile: case {i} names a problem the model does not have")))?;
+        let cand = p
+            .candidates
+            .get(info.candidate)
+            .ok_or_else(|| Error::Other(format!("profile: case {i} names a candidate the model does not have")))?;
+        if last_problem != Some(&p.signature) {
+            if last_problem.is_some() {
+                cache.save()?;
+            }
+            last_problem = Some(&p.signature);
+            bar.set_message(p.signature.clone());
+        }
+        bar.inc(1);
+        if cache.get(&device, &p.signature, &cand.config).is_some() {
+            cached += 1;
+            continue;
+        }
+        run += 1;
+        let outcome = match lib.run(i, opts.warmup, opts.iters) {
+            Ok(t) => {
+                let (err, r) = (t.max_abs_err as f64, t.max_abs_ref as f64);
+                if err.is_finite() && err <= MISMATCH_TOLERANCE * (r + 1.0) {
+                    Outcome::Ok { ms: t.median_ms as f64 }
+                } else {
+                    Outcome::Mismatch { max_abs_err: err, max_abs_ref: r }
+                }
+            }
+            Err(CaseError::Unsupported(why)) => Outcome::Unsupported { why },
+            Err(CaseError::Failed(why)) => {
+                // A sticky CUDA error (illegal address, …) leaves the context unusable: stop here;
+                // the cache keeps everything measured so far and the next run resumes after it.
+                if lib.context_lost() {
+                    fatal = Some(format!("{} on {}: {why}", cand.config, p.signature));
+                }
+                Outcome::Failed { why }
+            }
+        };
+        cache.put(&device, &p.signature, &cand.config, outcome);
+        if fatal.is_some() {
+            break;
+        }
+    }
+    cache.save()?;
+    bar.finish_and_clear();
+    if let Some(f) = fatal {
+        return Err(Error::Other(format!(
+            "profile: a candidate failed at run time and profiling stopped ({f}); the times measured so far are in {}",
+            cache.path().display()
+        )));
+    }
+
+    Ok(report(
+        all,
+        &device,
+        &cache,
+        run,
+        cached + (total_cases - cases),
+        build_seconds,
+        t1.elapsed().as_secs_f64(),
+    ))
+}
+
+/// The per-problem report of every problem of the model, from the cache.
+fn report(
+    problems: &[ProfileProblem],
+    device: &str,
+    cache: &ProfileCache,
+    cases_run: usize,
+    cases_cached: usize,
+    build_seconds: f64,
+    profile_seconds: f64,
+) -> ProfileReport {
+    let problems_report = problems
+        .iter()
+        .map(|p| {
+            let mut counts = [0usize; 4];
+            let mut best: Option<(String, f64)> = None;
+            for c in &p.candidates {
+                match cache.get(device, &p.signature, &c.config) {
+                    Some(Outcome::Ok { ms }) => {
+                        counts[0] += 1;
+                        if best.as_ref().is_none_or(|b| *ms < b.1) {
+                            best = Some((c.config.clone(), *ms));
+                        }
+                    }
+                    Some(Outcome::Unsupported { .. }) => counts[1] += 1,
+                    Some(Outcome::Mismatch { .. }) => counts[2] += 1,
+                    Some(Outcome::Failed { .. }) | None => counts[3] += 1,
+                }
+            }
+            let heur = match cache.get(device, &p.signature, &p.heuristic) {
+                Some(Outcome::Ok { ms }) => Some(Timed { name: p.heuristic.clone(), median_ms: *ms }),
+                _ => None,
+            };
+            ProblemReport {
+                signature: p.signature.clone(),
+                kind: p.kind,
+                gflop: p.flops / 1e9,
+                tflops: best.as_ref().map(|b| p.flops / (b.1 * 1e-3) / 1e12),
+                best_ms: best.as_ref().map(|b| b.1),
+                best: best.map(|(name, median_ms)| Timed { name, median_ms }),
+                heuristic: heur,
+                counts,
+            }
+        })
+        .collect();
+    ProfileReport {
+        device: device.to_string(),
+        cache: cache.path().to_path_buf(),
+        problems: problems_report,
+        cases_run,
+        cases_cached,
+        build_seconds,
+        profile_seconds,
+    }
+}
+
+/// The measurements of the one device in `cache` matching `arch` and the toolchain, or of `gpu`
+/// when given. None when the cache has no entry for this toolchain (the heuristic decides).
+pub fn measurements_for(
+    cache: &ProfileCache,
+    arch: Arch,
+    nvcc: &Nvcc,
+    gpu: Option<&str>,
+) -> Result<Option<(String, crate::lower::cuda::Measurements)>> {
+    let devices = cache.devices_for(arch.as_str(), nvcc.version(), nvcc.cutlass_version());
+    let chosen = match gpu {
+        Some(g) => {
+            let key = device_key(g, arch.as_str(), nvcc.version(), nvcc.cutlass_version());
+            if !devices.contains(&key) {
+                return Err(Error::Other(format!(
+                    "profile cache {} has no times for '{key}' (it has: {})",
+                    cache.path().display(),
+                    if devices.is_empty() { "none for this toolchain".to_string() } else { devices.join("; ") }
+                )));
+            }
+            key
+        }
+        None => match devices.len() {
+            0 => return Ok(None),
+            1 => devices[0].clone(),
+            _ => {
+                return Err(Error::Other(format!(
+                    "profile cache {} has times for several GPUs ({}); pick one with --profile-gpu",
+                    cache.path().display(),
+                    devices.join("; ")
+                )))
+            }
+        },
+    };
+    let m = cache.measurements(&chosen);
+    Ok(Some((chosen, m)))
+}
+
+/// Where `profile` writes its sources by default: beside the cache file.
+pub fn default_work_dir(cache: &Path) -> PathBuf {
+    cache.parent().map(|d| d.join("profiler")).unwrap_or_else(|| PathBuf::from("onnx2ait-profiler"))
+}

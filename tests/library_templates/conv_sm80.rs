@@ -1,0 +1,192 @@
+//! Compile tests of templates/cuda/library/conv2d_sm80.cu.hbs (owner: the template's author):
+//! the CUTLASS 2.x implicit-GEMM conv instance (Sm80 mainloop), one variant per epilogue shape
+//! and iterator, compiled for sm_80.
+
+use crate::common;
+use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::Compiler;
+use serde_json::{json, Value as Json};
+use std::path::{Path, PathBuf};
+
+/// A full context (every field the strict template may name); `tile` is
+/// [tile_m, tile_n, tile_k, warp_m, warp_n, warp_k, stages].
+fn ctx(name: &str, has_bias: bool, has_residual: bool, act: &str, iterator: &str, tile: [u32; 7]) -> Json {
+    // Without a residual the whole activation chain is `epilogue`; with one, `pre_act` runs on
+    // acc + bias and `act` on the sum with the residual.
+    json!({
+        "name": name,
+        "has_bias": has_bias,
+        "has_residual": has_residual,
+        "pre_act": "v",
+        "act": act,
+        "epilogue": act,
+        "tile_m": tile[0], "tile_n": tile[1], "tile_k": tile[2],
+        "warp_m": tile[3], "warp_n": tile[4], "warp_k": tile[5],
+        "stages": tile[6],
+        "swizzle": 1,
+        "iterator": iterator,
+        "input_alignment": 8,
+    })
+}
+
+/// The object defines `name` with the o2a_conv_instance signature and C++ linkage (the node
+/// launchers and the profiler declare it that way). Checked when binutils' nm is present.
+fn assert_defines(obj: &Path, name: &str) {
+    let Ok(out) = std::process::Command::new("nm").arg("-C").arg("--defined-only").arg(obj).output() else {
+        return;
+    };
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    let want = format!("{name}(O2aConvArgs const*, void*, unsigned long, CUstream_st*, int)");
+    assert!(symbols.contains(&want), "{} does not define {want}:\n{symbols}", obj.display());
+}
+
+/// Renders and compiles one variant; returns nvcc and the object (None: no nvcc, skipped).
+fn build(case: &str, ctx: &Json) -> Option<(Nvcc, PathBuf)> {
+    let nvcc = common::nvcc(Arch::Sm80)?;
+    let src = common::render("conv2d_sm80", ctx, case);
+    let started = std::time::Instant::now();
+    common::compile(&nvcc, &src);
+    eprintln!("conv2d_sm80 {case}: compiled in {:.1} s", started.elapsed().as_secs_f64());
+    let obj = src.with_extension("o");
+    assert_defines(&obj, ctx["name"].as_str().unwrap());
+    Some((nvcc, obj))
+}
+
+/// Compiles `driver` (a C++ `main` that defines `o2a_set_error`, calls the instance in `obj` and
+/// exits non-zero on a wrong answer) next to `obj`, links both with the static CUDA runtime and
+/// runs it on the host. Only CHECK mode (and RUN's argument rejections) may be exercised: they
+/// must answer without a GPU, which is part of the library ABI.
+pub(crate) fn run_host_driver(nvcc: &Nvcc, obj: &Path, driver: &str) {
+    let dir = obj.parent().unwrap();
+    let src = dir.join("check_driver.cu");
+    std::fs::write(&src, driver).unwrap();
+    let driver_obj = dir.join("check_driver.o");
+    let out = nvcc.compile_command(&src, &driver_obj, dir).output().expect("nvcc runs");
+    assert!(
+        out.status.success(),
+        "driver: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exe = dir.join("check_driver");
+    let mut link = std::process::Command::new(nvcc.nvcc_path());
+    link.arg(nvcc.arch().gencode()).arg("-o").arg(&exe).arg(&driver_obj).arg(obj).args(["-cudart", "static"]);
+    // The wheel layout keeps libcudart_static.a in <nvcc>/../../lib, where nvcc does not look.
+    if let Some(lib) = nvcc.nvcc_path().parent().and_then(Path::parent).map(|top| top.join("lib")) {
+        if lib.join("libcudart_static.a").is_file() {
+            link.arg(format!("-L{}", lib.display()));
+        }
+    }
+    let out = link.output().expect("nvcc links");
+    assert!(
+        out.status.success(),
+        "link: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new(&exe).output().expect("the driver runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "CHECK-mode answers differ from the expected ones:\n{text}");
+}
+
+#[test]
+fn conv_sm80_bias_relu_optimized() {
+    let c = ctx("o2a_conv_sm80_a", true, false, "o2a_relu(v)", "kOptimized", [128, 128, 32, 64, 64, 32, 4]);
+    build("bias_relu_optimized", &c);
+}
+
+#[test]
+fn conv_sm80_bias_residual_relu() {
+    let c = ctx("o2a_conv_sm80_b", true, true, "o2a_relu(v)", "kOptimized", [64, 64, 32, 32, 32, 32, 5]);
+    build("bias_residual_relu", &c);
+}
+
+#[test]
+fn conv_sm80_fixed_channels_sigmoid() {
+    let c = ctx("o2a_conv_sm80_c", false, false, "o2a_sigmoid(v)", "kFixedChannels", [64, 64, 32, 32, 32, 32, 3]);
+    let Some((nvcc, obj)) = build("fixed_channels_sigmoid", &c) else { return };
+    run_host_driver(&nvcc, &obj, CONV_CHECK_DRIVER);
+}
+
+/// The RGB stem padded to 4 channels: fixed-channels iterator with 8-byte input accesses.
+#[test]
+fn conv_sm80_fixed_four_channels() {
+    let mut c = ctx("o2a_conv_sm80_d", true, false, "o2a_relu(v)", "kFixedChannels", [64, 64, 32, 32, 32, 32, 5]);
+    c["input_alignment"] = json!(4);
+    build("fixed_four_channels", &c);
+}
+
+/// CHECK-mode answers of the kFixedChannels instance (no bias, no residual), on fake pointers:
+/// CHECK reads nothing through them.
+const CONV_CHECK_DRIVER: &str = r#"
+#include "library.cuh"
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+static char g_err[512];
+void o2a_set_error(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_err, sizeof g_err, fmt, ap);
+  va_end(ap);
+}
+int o2a_conv_sm80_c(const O2aConvArgs*, void*, size_t, cudaStream_t, int);
+static int failures = 0;
+static void expect(const char* what, const O2aConvArgs* a, int mode, int want) {
+  g_err[0] = 0;
+  int rc = o2a_conv_sm80_c(a, nullptr, O2A_LIBRARY_WORKSPACE_BYTES, nullptr, mode);
+  printf("%-28s rc=%d want=%d %s\n", what, rc, want, g_err);
+  if (rc != want || (rc != O2A_OK && strstr(g_err, "o2a_conv_sm80_c: ") != g_err)) failures++;
+}
+static O2aConvArgs conv(int n, int h, int w, int c, int k, int r, int stride, int pad) {
+  O2aConvArgs a;
+  memset(&a, 0, sizeof a);
+  a.n = n; a.h = h; a.w = w; a.c = c; a.k = k; a.r = r; a.s = r;
+  a.pad_h = a.pad_w = pad; a.stride_h = a.stride_w = stride; a.dil_h = a.dil_w = 1;
+  a.p = (h + 2 * pad - r) / stride + 1; a.q = (w + 2 * pad - r) / stride + 1;
+  a.x = (const half*)0x10000; a.weight = (const half*)0x20000; a.out = (half*)0x30000;
+  return a;
+}
+int main() {
+  const int CHECK = O2A_LIBRARY_CHECK, RUN = O2A_LIBRARY_RUN;
+  O2aConvArgs stem = conv(8, 224, 224, 8, 64, 7, 2, 3);
+  expect("stem", &stem, CHECK, O2A_OK);
+  O2aConvArgs c64 = conv(8, 56, 56, 64, 64, 3, 1, 1);
+  expect("C != 8", &c64, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aConvArgs k60 = conv(8, 56, 56, 8, 60, 3, 1, 1);
+  expect("K % 8", &k60, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aConvArgs odd = stem; odd.out = (half*)0x30008;
+  expect("misaligned out", &odd, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aConvArgs big = conv(20000, 224, 224, 8, 64, 7, 2, 3);  // 16 GB input: chunks of images
+  expect("chunked batch", &big, CHECK, O2A_OK);
+  O2aConvArgs huge = conv(1, 16384, 16384, 8, 8, 3, 1, 1);  // one image of 4 GiB
+  expect("image over 2^31 bytes", &huge, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aConvArgs bad = stem; bad.dil_w = 0;
+  expect("dilation 0", &bad, CHECK, O2A_ERR_INVALID_ARGUMENT);
+  expect("unknown mode", &stem, 7, O2A_ERR_INVALID_ARGUMENT);
+  expect("null args", nullptr, CHECK, O2A_ERR_INVALID_ARGUMENT);
+  O2aConvArgs empty = stem; empty.n = 0;
+  expect("empty batch, RUN", &empty, RUN, O2A_OK);
+  O2aConvArgs nul = stem; nul.x = nullptr;
+  expect("null x, CHECK", &nul, CHECK, O2A_OK);
+  expect("null x, RUN", &nul, RUN, O2A_ERR_INVALID_ARGUMENT);
+  printf("%d failures\n", failures);
+  return failures != 0;
+}
+"#;
+
+/// Rendering needs no nvcc: the function has the library ABI and the problem is not baked in.
+#[test]
+fn conv_sm80_renders_library_abi() {
+    let t = onnx2ait::codegen::Templates::for_target("cuda").unwrap();
+    let c = ctx("o2a_conv_sm80_r", true, true, "o2a_relu(v)", "kAnalytic", [64, 64, 32, 32, 32, 32, 3]);
+    let src = t.render("library/conv2d_sm80.cu", &c).unwrap();
+    assert!(src.contains("int o2a_conv_sm80_r(const O2aConvArgs* args, void* workspace, size_t workspace_bytes, cudaStream_t stream, int mode)"));
+    assert!(src.contains("#include \"library.cuh\""));
+    assert!(!src.contains("common.cuh"));
+    assert!(src.contains("IteratorAlgorithm::kAnalytic"));
+    // Strict rendering: a missing field is an error, never an empty string in C++.
+    let mut missing = c.clone();
+    missing.as_object_mut().unwrap().remove("iterator");
+    assert!(t.render("library/conv2d_sm80.cu", &missing).is_err());
+}

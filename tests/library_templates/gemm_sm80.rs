@@ -1,0 +1,157 @@
+//! Compile tests of templates/cuda/library/gemm_sm80.cu.hbs (owner: the template's author): the
+//! CUTLASS 2.x GemmUniversal instance (Sm80 mainloop), one variant per epilogue kernel and a mix
+//! of operand layouts, compiled for sm_80.
+
+use crate::common;
+use crate::conv_sm80::run_host_driver;
+use onnx2ait::build::nvcc::{Arch, Nvcc};
+use serde_json::{json, Value as Json};
+use std::path::{Path, PathBuf};
+
+/// A full context (every field the strict template may name); `tile` is
+/// [tile_m, tile_n, tile_k, warp_m, warp_n, warp_k, stages].
+fn ctx(name: &str, has_bias: bool, has_residual: bool, act: &str, layouts: [&str; 2], tile: [u32; 7]) -> Json {
+    json!({
+        "name": name,
+        "has_bias": has_bias,
+        "has_residual": has_residual,
+        "act": act,
+        "layout_a": layouts[0],
+        "layout_b": layouts[1],
+        "tile_m": tile[0], "tile_n": tile[1], "tile_k": tile[2],
+        "warp_m": tile[3], "warp_n": tile[4], "warp_k": tile[5],
+        "stages": tile[6],
+        "swizzle": 1,
+    })
+}
+
+/// The object defines `name` with the o2a_gemm_instance signature and C++ linkage (the node
+/// launchers and the profiler declare it that way). Checked when binutils' nm is present.
+fn assert_defines(obj: &Path, name: &str) {
+    let Ok(out) = std::process::Command::new("nm").arg("-C").arg("--defined-only").arg(obj).output() else {
+        return;
+    };
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    let want = format!("{name}(O2aGemmArgs const*, void*, unsigned long, CUstream_st*, int)");
+    assert!(symbols.contains(&want), "{} does not define {want}:\n{symbols}", obj.display());
+}
+
+/// Renders and compiles one variant; returns nvcc and the object (None: no nvcc, skipped).
+fn build(case: &str, ctx: &Json) -> Option<(Nvcc, PathBuf)> {
+    let nvcc = common::nvcc(Arch::Sm80)?;
+    let src = common::render("gemm_sm80", ctx, case);
+    let started = std::time::Instant::now();
+    common::compile(&nvcc, &src);
+    eprintln!("gemm_sm80 {case}: compiled in {:.1} s", started.elapsed().as_secs_f64());
+    let obj = src.with_extension("o");
+    assert_defines(&obj, ctx["name"].as_str().unwrap());
+    Some((nvcc, obj))
+}
+
+#[test]
+fn gemm_sm80_row_col_bias_relu() {
+    let c =
+        ctx("o2a_gemm_sm80_a", true, false, "o2a_relu(v)", ["RowMajor", "ColumnMajor"], [128, 128, 32, 64, 64, 32, 4]);
+    build("row_col_bias_relu", &c);
+}
+
+#[test]
+fn gemm_sm80_row_row_residual() {
+    let c = ctx("o2a_gemm_sm80_b", false, true, "v", ["RowMajor", "RowMajor"], [128, 64, 32, 64, 32, 32, 5]);
+    build("row_row_residual", &c);
+}
+
+#[test]
+fn gemm_sm80_bias_residual_broadcast() {
+    let c =
+        ctx("o2a_gemm_sm80_c", true, true, "o2a_gelu_erf(v)", ["ColumnMajor", "RowMajor"], [64, 64, 32, 32, 32, 32, 3]);
+    let Some((nvcc, obj)) = build("bias_residual_broadcast", &c) else { return };
+    run_host_driver(&nvcc, &obj, GEMM_CHECK_DRIVER);
+}
+
+/// CHECK-mode answers of the bias + residual instance (A ColumnMajor, B RowMajor), on fake
+/// pointers: CHECK reads nothing through them.
+const GEMM_CHECK_DRIVER: &str = r#"
+#include "library.cuh"
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+static char g_err[512];
+void o2a_set_error(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_err, sizeof g_err, fmt, ap);
+  va_end(ap);
+}
+int o2a_gemm_sm80_c(const O2aGemmArgs*, void*, size_t, cudaStream_t, int);
+static int failures = 0;
+static void expect(const char* what, const O2aGemmArgs* a, int mode, int want) {
+  g_err[0] = 0;
+  int rc = o2a_gemm_sm80_c(a, nullptr, O2A_LIBRARY_WORKSPACE_BYTES, nullptr, mode);
+  printf("%-28s rc=%d want=%d %s\n", what, rc, want, g_err);
+  if (rc != want || (rc != O2A_OK && strstr(g_err, "o2a_gemm_sm80_c: ") != g_err)) failures++;
+}
+// A is read column-major (lda = m), B row-major (ldb = n), d and res row-major, one bias row.
+static O2aGemmArgs gemm(int64_t m, int64_t n, int64_t k, int64_t batch) {
+  O2aGemmArgs g;
+  memset(&g, 0, sizeof g);
+  g.m = m; g.n = n; g.k = k; g.batch_count = batch;
+  g.lda = m; g.ldb = n; g.ldd = n; g.ld_bias = 0; g.ld_res = n;
+  g.batch_stride_a = m * k; g.batch_stride_b = k * n; g.batch_stride_d = m * n;
+  g.batch_stride_bias = 0; g.batch_stride_res = m * n;
+  g.alpha = 0.5f; g.beta = 1.0f;
+  g.a = (const half*)0x10000; g.b = (const half*)0x20000; g.bias = (const half*)0x30000;
+  g.res = (const half*)0x40000; g.d = (half*)0x50000;
+  return g;
+}
+int main() {
+  const int CHECK = O2A_LIBRARY_CHECK, RUN = O2A_LIBRARY_RUN;
+  O2aGemmArgs ok = gemm(512, 768, 200, 4);
+  expect("plain", &ok, CHECK, O2A_OK);
+  O2aGemmArgs m_odd = gemm(500, 768, 200, 4);
+  expect("M % 8 (A column-major)", &m_odd, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aGemmArgs k_odd = gemm(512, 768, 201, 4);
+  expect("odd K is fine here", &k_odd, CHECK, O2A_OK);
+  O2aGemmArgs n_odd = gemm(512, 764, 200, 4);
+  expect("N % 8", &n_odd, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aGemmArgs beta = ok; beta.beta = 0.5f;
+  expect("beta != 1", &beta, CHECK, O2A_ERR_UNSUPPORTED);
+  expect("beta != 1, RUN", &beta, RUN, O2A_ERR_UNSUPPORTED);
+  O2aGemmArgs full_bias = ok; full_bias.ld_bias = 768;
+  expect("bias matrix", &full_bias, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aGemmArgs stride = ok; stride.batch_stride_res = 512 * 768 + 4;
+  expect("res batch stride % 8", &stride, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aGemmArgs ptr = ok; ptr.bias = (const half*)0x30002;
+  expect("misaligned bias", &ptr, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aGemmArgs batches = gemm(64, 64, 64, 200000);
+  expect("batch beyond 65535", &batches, CHECK, O2A_OK);
+  O2aGemmArgs wide = gemm(64, (int64_t)64 * 65536 * 16, 64, 1);
+  expect("grid y beyond 65535", &wide, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aGemmArgs big = gemm((int64_t)1 << 31, 64, 64, 1);
+  expect("M beyond 32 bits", &big, CHECK, O2A_ERR_UNSUPPORTED);
+  O2aGemmArgs neg = ok; neg.ldb = -8;
+  expect("negative ldb", &neg, CHECK, O2A_ERR_INVALID_ARGUMENT);
+  O2aGemmArgs empty = ok; empty.batch_count = 0;
+  expect("empty, RUN", &empty, RUN, O2A_OK);
+  O2aGemmArgs nul = ok; nul.res = nullptr;
+  expect("null res, CHECK", &nul, CHECK, O2A_OK);
+  expect("null res, RUN", &nul, RUN, O2A_ERR_INVALID_ARGUMENT);
+  printf("%d failures\n", failures);
+  return failures != 0;
+}
+"#;
+
+/// Rendering needs no nvcc: the function has the library ABI and the problem is not baked in.
+#[test]
+fn gemm_sm80_renders_library_abi() {
+    let t = onnx2ait::codegen::Templates::for_target("cuda").unwrap();
+    let c = ctx("o2a_gemm_sm80_r", true, true, "v", ["RowMajor", "ColumnMajor"], [64, 64, 32, 32, 32, 32, 3]);
+    let src = t.render("library/gemm_sm80.cu", &c).unwrap();
+    assert!(src.contains("int o2a_gemm_sm80_r(const O2aGemmArgs* args, void* workspace, size_t workspace_bytes, cudaStream_t stream, int mode)"));
+    assert!(src.contains("#include \"library.cuh\""));
+    assert!(!src.contains("common.cuh"));
+    assert!(src.contains("GemmUniversalWithBroadcast<"));
+    let mut missing = c.clone();
+    missing.as_object_mut().unwrap().remove("layout_b");
+    assert!(t.render("library/gemm_sm80.cu", &missing).is_err());
+}
