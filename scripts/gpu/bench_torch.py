@@ -431,7 +431,7 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from export_torchvision import build_model  # the same weights as the ONNX export
 
-        model = build_model(a.model).to(device="cuda", dtype=torch.float16, memory_format=torch.channels_last)
+        model = build_model(a.model)[0].to(device="cuda", dtype=torch.float16, memory_format=torch.channels_last)
         with torch.inference_mode():
             if a.gemm_ceiling:
                 doc["gemm_ceiling"] = gemm_ceiling(torch)

@@ -376,18 +376,17 @@ def bench_env(res):
         e = res.get(f"export_{m}") or {}
         if e.get("ok"):
             oc = e.get("ort_check") or {}
-            exports.append(f"`{m}` ({e.get('exporter')} exporter, opset {(e.get('opsets') or {}).get('ai.onnx', '?')}, "
+            # Older exports did not record how their weights were made: torchvision's initialisation.
+            exports.append(f"`{m}` (weights {e.get('weights') or 'random (torch.manual_seed(0))'}, "
+                           f"{e.get('exporter')} exporter, opset {(e.get('opsets') or {}).get('ai.onnx', '?')}, "
                            f"IR {e.get('ir_version')}, ORT vs PyTorch rel err {sci(oc.get('rel_to_max'))})")
         else:
             exports.append(f"`{m}`: not exported ({cell(e.get('error') or why_missing(res, 'export'), 200)})")
     torch_v = next((res[k].get("torch") for k in res if k.startswith("bench_torch_") and isinstance(res[k], dict)
                     and res[k].get("torch")), None) or next(
         (e.get("torch") for m in plan.get("models") or [] for e in [res.get(f"export_{m}") or {}] if e.get("torch")), "?")
-    # Older exports did not record how their weights were made: the random initialisation alone.
-    weights = next((e.get("weights") for m in plan.get("models") or [] for e in [res.get(f"export_{m}") or {}]
-                    if e.get("weights")), "random (torch.manual_seed(0))")
     lines.append(
-        f"- Models: torchvision classifiers, weights {weights} (see export_torchvision.py), exported to fp32 ONNX with a "
+        "- Models: torchvision classifiers with random weights (see export_torchvision.py), exported to fp32 ONNX with a "
         f"dynamic batch by torch {torch_v}: " + "; ".join(exports)
     )
     prof = plan.get("profile") or {}
