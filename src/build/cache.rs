@@ -166,9 +166,8 @@ mod tests {
             hdr("common.cuh", "#pragma once\n  #  include \"library.cuh\"\n"),
             hdr("kernels.h", "#include \"common.cuh\"\n"),
         ];
-        let names = |src: &str| -> Vec<String> {
-            included(src.as_bytes(), &headers).iter().map(|h| h.name.clone()).collect()
-        };
+        let names =
+            |src: &str| -> Vec<String> { included(src.as_bytes(), &headers).iter().map(|h| h.name.clone()).collect() };
         assert_eq!(names("#include \"library.cuh\"\n#include \"cutlass/cutlass.h\"\n"), ["library.cuh"]);
         assert_eq!(names("#include \"common.cuh\"\n"), ["library.cuh", "common.cuh"]);
         assert_eq!(names("#include \"kernels.h\"\n"), ["library.cuh", "common.cuh", "kernels.h"]);

@@ -337,12 +337,16 @@ fn kernel_choice(
         Err(e) => return Err(e.into()),
     };
     match onnx2ait::profile::measurements_for(&cache, arch, &nvcc, a.profile_gpu.as_deref())? {
-        Some((device, m)) => {
-            Ok((target.with_measurements(m), format!("kernel choice: profiled times of {device} ({})", cache_file.display())))
-        }
+        Some((device, m)) => Ok((
+            target.with_measurements(m),
+            format!("kernel choice: profiled times of {device} ({})", cache_file.display()),
+        )),
         None => Ok((
             target,
-            format!("kernel choice: heuristic ({} has no times for this GPU architecture and toolchain)", cache_file.display()),
+            format!(
+                "kernel choice: heuristic ({} has no times for this GPU architecture and toolchain)",
+                cache_file.display()
+            ),
         )),
     }
 }

@@ -55,9 +55,10 @@ pub struct ProfileArgs {
 
 /// The cache file from an option, the environment or the default location.
 pub fn cache_path(given: Option<&PathBuf>) -> Result<PathBuf, Failure> {
-    given.cloned().or_else(profile::cache::default_path).ok_or_else(|| {
-        Failure::new(1, "no profile cache location: pass --cache FILE or set ONNX2AIT_PROFILE_CACHE")
-    })
+    given
+        .cloned()
+        .or_else(profile::cache::default_path)
+        .ok_or_else(|| Failure::new(1, "no profile cache location: pass --cache FILE or set ONNX2AIT_PROFILE_CACHE"))
 }
 
 pub fn run(a: &ProfileArgs) -> Result<u8, Failure> {

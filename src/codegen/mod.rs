@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 include!(concat!(env!("OUT_DIR"), "/template_files.rs"));
 
 /// Model-level files every target renders, with the file they become.
-const MODEL_FILES: &[(&str, &str)] =
-    &[
+const MODEL_FILES: &[(&str, &str)] = &[
     ("library.cuh", "library.cuh"),
     ("common.cuh", "common.cuh"),
     ("kernels.h", "kernels.h"),

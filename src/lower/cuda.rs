@@ -93,10 +93,7 @@ impl Tile {
     }
 
     fn config(&self) -> String {
-        format!(
-            "{}x{}x{} w{}x{}x{} s{}",
-            self.m, self.n, self.k, self.warp_m, self.warp_n, self.warp_k, self.stages
-        )
+        format!("{}x{}x{} w{}x{}x{} s{}", self.m, self.n, self.k, self.warp_m, self.warp_n, self.warp_k, self.stages)
     }
 
     fn context(&self, swizzle: i64) -> Map<String, Json> {
@@ -377,11 +374,7 @@ impl CudaTarget {
     }
 
     /// One dispatch entry per choice point, adjacent equal choices merged.
-    fn dispatch(
-        &self,
-        points: &[i64],
-        mut choose: impl FnMut(i64) -> (LibraryInstance, bool),
-    ) -> Vec<Dispatch> {
+    fn dispatch(&self, points: &[i64], mut choose: impl FnMut(i64) -> (LibraryInstance, bool)) -> Vec<Dispatch> {
         let mut out: Vec<Dispatch> = Vec::new();
         for &b in points {
             let (instance, measured) = choose(b);
@@ -427,7 +420,6 @@ impl CudaTarget {
         super::ops::conv::direct_instance(p)
     }
 
-
     fn conv_epilogue(p: &ConvProblem) -> Epilogue {
         let mut f = Map::new();
         f.insert("has_bias".into(), json!(p.bias));
@@ -435,13 +427,8 @@ impl CudaTarget {
         f.insert("pre_act".into(), json!(act_expr(p.pre_act, "v")));
         f.insert("act".into(), json!(act_expr(p.act, "v")));
         f.insert("epilogue".into(), json!(act_expr(p.act, &act_expr(p.pre_act, "v"))));
-        let tag = format!(
-            "bias{} res{} pre:{} act:{}",
-            p.bias as u8,
-            p.residual as u8,
-            act_name(p.pre_act),
-            act_name(p.act)
-        );
+        let tag =
+            format!("bias{} res{} pre:{} act:{}", p.bias as u8, p.residual as u8, act_name(p.pre_act), act_name(p.act));
         Epilogue { fields: f, tag }
     }
 
@@ -484,8 +471,21 @@ impl CudaTarget {
     fn conv_signature(p: &ConvProblem, n: i64, epi: &Epilogue) -> String {
         format!(
             "conv2d n{n} h{} w{} c{} k{} r{} s{} p{} q{} pad{},{} str{},{} dil{},{} {}",
-            p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pads[0], p.pads[1], p.strides[0], p.strides[1],
-            p.dilations[0], p.dilations[1], epi.tag
+            p.h,
+            p.w,
+            p.c,
+            p.k,
+            p.r,
+            p.s,
+            p.p,
+            p.q,
+            p.pads[0],
+            p.pads[1],
+            p.strides[0],
+            p.strides[1],
+            p.dilations[0],
+            p.dilations[1],
+            epi.tag
         )
     }
 
@@ -917,7 +917,10 @@ mod tests {
         assert_eq!(again.dispatch, i.dispatch);
         let mut relu = p.clone();
         relu.act = Some(Act::Relu);
-        assert_ne!(hopper.conv2d(&relu).dispatch.last().unwrap().instance.name, i.dispatch.last().unwrap().instance.name);
+        assert_ne!(
+            hopper.conv2d(&relu).dispatch.last().unwrap().instance.name,
+            i.dispatch.last().unwrap().instance.name
+        );
         // Padding beyond the sm90 limit: sm80 only.
         let mut wide = p.clone();
         wide.pads = [130; 4];

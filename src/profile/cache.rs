@@ -66,7 +66,10 @@ impl ProfileCache {
         let data = match std::fs::read(path) {
             Ok(bytes) => {
                 let data: CacheFile = serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::Other(format!("profile cache {}: not a profile cache ({e}); delete it or pick another file", path.display()))
+                    Error::Other(format!(
+                        "profile cache {}: not a profile cache ({e}); delete it or pick another file",
+                        path.display()
+                    ))
                 })?;
                 if data.format_version == FORMAT_VERSION {
                     data

@@ -102,9 +102,14 @@ impl ProfileReport {
             self.build_seconds,
             self.profile_seconds
         );
-        let _ = writeln!(s, "{:>9} {:>8} {:>9} {:>9}  {:<44} problem", "ms", "TFLOP/s", "heur. ms", "gain", "best instance");
+        let _ = writeln!(
+            s,
+            "{:>9} {:>8} {:>9} {:>9}  {:<44} problem",
+            "ms", "TFLOP/s", "heur. ms", "gain", "best instance"
+        );
         for p in &self.problems {
-            let (best, ms) = p.best.as_ref().map_or(("(none ran)".to_string(), f64::NAN), |b| (b.name.clone(), b.median_ms));
+            let (best, ms) =
+                p.best.as_ref().map_or(("(none ran)".to_string(), f64::NAN), |b| (b.name.clone(), b.median_ms));
             let heur = p.heuristic.as_ref().map_or(f64::NAN, |h| h.median_ms);
             let _ = writeln!(
                 s,
@@ -157,18 +162,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     let mut cache = ProfileCache::open(&opts.cache)?;
     let known = cache.devices_for(opts.arch.as_str(), nvcc.version(), nvcc.cutlass_version());
     let assumed = if known.len() == 1 { known.first().cloned() } else { None };
-    let pending: Vec<ProfileProblem> = all
-        .iter()
-        .filter_map(|p| {
-            let candidates: Vec<LibraryInstance> = p
-                .candidates
-                .iter()
-                .filter(|c| assumed.as_ref().is_none_or(|d| cache.get(d, &p.signature, &c.config).is_none()))
-                .cloned()
-                .collect();
-            (!candidates.is_empty()).then(|| ProfileProblem { candidates, ..p.clone() })
-        })
-        .collect();
+    let pending = pending_problems(all, &cache, assumed.as_deref());
     let total_cases: usize = all.iter().map(|p| p.candidates.len()).sum();
     if pending.is_empty() {
         let device = assumed.unwrap_or_default();
@@ -187,7 +181,8 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     let write = |file: &str, text: String| -> Result<()> {
         let path = dir.join(file);
         if std::fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
-            std::fs::write(&path, text).map_err(|e| Error::Other(format!("profile: writing {}: {e}", path.display())))?;
+            std::fs::write(&path, text)
+                .map_err(|e| Error::Other(format!("profile: writing {}: {e}", path.display())))?;
         }
         Ok(())
     };
@@ -222,7 +217,8 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     sources.push(PathBuf::from("profiler.cu"));
 
     let t0 = Instant::now();
-    let built = crate::build::build(dir, &sources, &[PathBuf::from("library.cuh")], &nvcc, &opts.build, "libprofile.so")?;
+    let built =
+        crate::build::build(dir, &sources, &[PathBuf::from("library.cuh")], &nvcc, &opts.build, "libprofile.so")?;
     if opts.progress {
         eprintln!("{}", built.summary());
     }
@@ -322,15 +318,23 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
         )));
     }
 
-    Ok(report(
-        all,
-        &device,
-        &cache,
-        run,
-        cached + (total_cases - cases),
-        build_seconds,
-        t1.elapsed().as_secs_f64(),
-    ))
+    Ok(report(all, &device, &cache, run, cached + (total_cases - cases), build_seconds, t1.elapsed().as_secs_f64()))
+}
+
+/// The problems with only their candidates that `device` has no outcome for in the cache (all of
+/// them without a device), and without the problems left with none.
+fn pending_problems(all: &[ProfileProblem], cache: &ProfileCache, device: Option<&str>) -> Vec<ProfileProblem> {
+    all.iter()
+        .filter_map(|p| {
+            let candidates: Vec<LibraryInstance> = p
+                .candidates
+                .iter()
+                .filter(|c| device.is_none_or(|d| cache.get(d, &p.signature, &c.config).is_none()))
+                .cloned()
+                .collect();
+            (!candidates.is_empty()).then(|| ProfileProblem { candidates, ..p.clone() })
+        })
+        .collect()
 }
 
 /// The per-problem report of every problem of the model, from the cache.
@@ -428,4 +432,98 @@ pub fn measurements_for(
 /// Where `profile` writes its sources by default: beside the cache file.
 pub fn default_work_dir(cache: &Path) -> PathBuf {
     cache.parent().map(|d| d.join("profiler")).unwrap_or_else(|| PathBuf::from("onnx2ait-profiler"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Dim;
+    use crate::lower::problem::ConvProblem;
+
+    /// The recorded problems of one 3x3 convolution at batch ranges 1 and 8 (sm_90a candidates).
+    fn problems() -> Vec<ProfileProblem> {
+        let p = ConvProblem {
+            n: Dim::sym("N"),
+            h: 28,
+            w: 28,
+            c: 64,
+            k: 64,
+            r: 3,
+            s: 3,
+            p: 28,
+            q: 28,
+            pads: [1; 4],
+            strides: [1, 1],
+            dilations: [1, 1],
+            group: 1,
+            bias: true,
+            residual: false,
+            pre_act: None,
+            act: None,
+        };
+        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(8).recording();
+        crate::lower::Target::conv2d(&t, &p);
+        t.recorded()
+    }
+
+    fn cache(name: &str) -> ProfileCache {
+        let path = std::env::temp_dir().join(format!("o2a-profile-{}-{name}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        ProfileCache::open(&path).unwrap()
+    }
+
+    #[test]
+    fn cached_candidates_are_neither_built_nor_timed_again() {
+        let all = problems();
+        assert_eq!(all.len(), 2);
+        let n = all[0].candidates.len();
+        let dev = device_key("NVIDIA H200", "sm_90a", "13.0.88", "4.2.0");
+        let mut c = cache("pending");
+        // Without a known device everything is pending.
+        assert_eq!(pending_problems(&all, &c, None).iter().map(|p| p.candidates.len()).sum::<usize>(), 2 * n);
+        // Every outcome counts as done, not only times: a refused or wrong candidate is not retried.
+        c.put(&dev, &all[0].signature, &all[0].candidates[0].config, Outcome::Ok { ms: 0.05 });
+        c.put(&dev, &all[0].signature, &all[0].candidates[1].config, Outcome::Unsupported { why: "x".into() });
+        c.put(
+            &dev,
+            &all[0].signature,
+            &all[0].candidates[2].config,
+            Outcome::Mismatch { max_abs_err: 1.0, max_abs_ref: 1.0 },
+        );
+        let pending = pending_problems(&all, &c, Some(&dev));
+        assert_eq!(pending.len(), 2);
+        assert_eq!(pending[0].candidates.len(), n - 3);
+        assert_eq!(pending[1].candidates.len(), n);
+        // A problem with every candidate done drops out; another GPU's times do not count.
+        for cand in &all[1].candidates {
+            c.put(&dev, &all[1].signature, &cand.config, Outcome::Ok { ms: 0.1 });
+        }
+        assert_eq!(pending_problems(&all, &c, Some(&dev)).len(), 1);
+        assert_eq!(pending_problems(&all, &c, Some("another GPU")).len(), 2);
+    }
+
+    #[test]
+    fn report_takes_the_fastest_matching_candidate() {
+        let all = problems();
+        let dev = device_key("NVIDIA H200", "sm_90a", "13.0.88", "4.2.0");
+        let mut c = cache("report");
+        let p = &all[1];
+        c.put(&dev, &p.signature, &p.candidates[0].config, Outcome::Ok { ms: 0.30 });
+        c.put(&dev, &p.signature, &p.candidates[1].config, Outcome::Ok { ms: 0.20 });
+        // Faster but wrong: never the best.
+        c.put(&dev, &p.signature, &p.candidates[2].config, Outcome::Mismatch { max_abs_err: 9.0, max_abs_ref: 1.0 });
+        c.put(&dev, &p.signature, &p.heuristic, Outcome::Ok { ms: 0.25 });
+        let r = report(&all, &dev, &c, 4, 0, 1.0, 2.0);
+        let pr = &r.problems[1];
+        assert_eq!(pr.best.as_ref().map(|b| b.name.as_str()), Some(p.candidates[1].config.as_str()));
+        assert_eq!(pr.best_ms, Some(0.20));
+        assert_eq!(pr.heuristic.as_ref().map(|h| h.median_ms), Some(0.25));
+        let flops = 2.0 * 8.0 * 28.0 * 28.0 * 64.0 * 9.0 * 64.0;
+        assert!((pr.tflops.unwrap() - flops / 0.20e-3 / 1e12).abs() < 1e-9);
+        assert_eq!(pr.counts[2], 1, "one mismatch");
+        // The other problem has no outcome: no best, every candidate counted as not run.
+        assert!(r.problems[0].best.is_none());
+        assert_eq!(r.problems[0].counts[3], all[0].candidates.len());
+        assert!(r.summary().contains(&p.signature));
+    }
 }

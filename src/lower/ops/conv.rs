@@ -260,12 +260,7 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let (p_final, inst, x_k, w_k, w_layout) = match &w_const {
         // A thin stem: pad the channels up to the library's multiple when the weights can be padded
         // (fp16 only: at fp32 no library instance runs, and the direct kernel takes any C).
-        Some(wk)
-            if fp16
-                && group == 1
-                && padded_c != c
-                && !is_direct(&cx.target.conv2d(&padded).template) =>
-        {
+        Some(wk) if fp16 && group == 1 && padded_c != c && !is_direct(&cx.target.conv2d(&padded).template) => {
             let inst = cx.target.conv2d(&padded);
             let cp = padded.c;
             let wt =
@@ -660,7 +655,10 @@ pub(crate) mod tests {
         assert_eq!(pad.context["pixels"], "((int64_t)50176*batch)");
         let conv = &p.kernels[1];
         assert_eq!(conv.context["c"], 4);
-        assert_eq!(conv.context["dispatch"][0]["config"].as_str().map(|c| c.ends_with("kFixedChannels a4")), Some(true));
+        assert_eq!(
+            conv.context["dispatch"][0]["config"].as_str().map(|c| c.ends_with("kFixedChannels a4")),
+            Some(true)
+        );
         assert_eq!(conv.context["has_bias"], false);
         // The conv reads the padded temporary and the padded weight.
         assert_eq!(conv.args[0], pad.args[1]);
@@ -688,7 +686,10 @@ pub(crate) mod tests {
         b.node("grouped", conv_op(2, 1, 2, None), vec![Some(y), Some(w2), None, None]);
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         // Depthwise (C = K = group, C % 8 == 0) gets the depthwise kernel, grouped the direct one.
-        assert_eq!(p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(), [DEPTHWISE_TEMPLATE, DIRECT_TEMPLATE]);
+        assert_eq!(
+            p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
+            [DEPTHWISE_TEMPLATE, DIRECT_TEMPLATE]
+        );
         let dw = &p.kernels[0];
         assert_eq!((dw.context["cg"].as_i64(), dw.context["kg"].as_i64()), (Some(1), Some(1)));
         assert_eq!(dw.context["act"], "o2a_clip(v, 0.0f, 6.0f)");

@@ -675,11 +675,8 @@ int main(int argc, char** argv) {{
                 _ => 0,
             };
             let name = &expected[j].0;
-            let _ = writeln!(
-                w,
-                "  failed += check(\"{name}\", t[{o}], {}, {mode}, dir + \"/exp{j}.bin\");",
-                bytes_of(o)
-            );
+            let _ =
+                writeln!(w, "  failed += check(\"{name}\", t[{o}], {}, {mode}, dir + \"/exp{j}.bin\");", bytes_of(o));
         }
         let _ = writeln!(w, "  return failed ? 1 : 0;\n}}");
         std::fs::write(dir.join("driver.cu"), d).map_err(|e| e.to_string())?;
