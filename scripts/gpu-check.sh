@@ -96,33 +96,10 @@ export ONNX2AIT_CACHE_DIR=${ONNX2AIT_CACHE_DIR:-$WORK_ABS/cache}
 # The bundled models compile without a profile (heuristic choices); ResNet-50 uses its profile.
 MODEL_COMPILE_ARGS=(--arch "$ARCH" --max-batch 256 --no-profile)
 
-if [[ -z ${ORT_DYLIB_PATH:-} ]]; then
-  ORT_DYLIB_PATH=$("$PY" -c 'import glob, os, onnxruntime as o
-libs = sorted(glob.glob(os.path.join(os.path.dirname(o.__file__), "capi", "libonnxruntime.so*")))
-print(libs[0] if libs else "")' 2>/dev/null || true)
-  export ORT_DYLIB_PATH
-fi
-
-# CUTLASS: $CUTLASS_DIR, else .gpu/cutlass (a folder), else .gpu/cutlass.tar.xz unpacked into $WORK.
-if [[ -z ${CUTLASS_DIR:-} ]]; then
-  if [[ -d .gpu/cutlass/include/cutlass ]]; then
-    CUTLASS_DIR=$ROOT/.gpu/cutlass
-  elif [[ -f .gpu/cutlass.tar.xz ]]; then
-    CUTLASS_DIR=$WORK_ABS/cutlass
-    stamp=$(cksum <.gpu/cutlass.tar.xz)
-    if [[ ! -f $CUTLASS_DIR/.stamp || $(cat "$CUTLASS_DIR/.stamp") != "$stamp" ]]; then
-      rm -rf "$CUTLASS_DIR"
-      mkdir -p "$CUTLASS_DIR"
-      # Python's tarfile, not tar -J: the machine may lack the xz program.
-      "$PY" -c 'import sys, tarfile
-with tarfile.open(sys.argv[1]) as t:
-    t.extractall(sys.argv[2], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))' \
-        .gpu/cutlass.tar.xz "$CUTLASS_DIR"
-      echo "$stamp" >"$CUTLASS_DIR/.stamp"
-    fi
-  fi
-  export CUTLASS_DIR=${CUTLASS_DIR:-}
-fi
+# ONNX Runtime and CUTLASS (scripts/gpu/toolchain.sh).
+# shellcheck source=scripts/gpu/toolchain.sh
+source scripts/gpu/toolchain.sh
+gpu_toolchain_env "$PY" "$ROOT" "$WORK_ABS"
 
 now() { date +%s.%N; }
 # Seconds left before the deadline minus $1 (never below 1).

@@ -491,23 +491,8 @@ impl CudaTarget {
 
     fn conv_fields(p: &ConvProblem, n: i64, epi: &Epilogue) -> Map<String, Json> {
         let mut f = epi.fields.clone();
-        for (key, v) in [
-            ("n", n),
-            ("h", p.h),
-            ("w", p.w),
-            ("c", p.c),
-            ("k", p.k),
-            ("r", p.r),
-            ("s", p.s),
-            ("p", p.p),
-            ("q", p.q),
-            ("pad_h", p.pads[0]),
-            ("pad_w", p.pads[1]),
-            ("stride_h", p.strides[0]),
-            ("stride_w", p.strides[1]),
-            ("dil_h", p.dilations[0]),
-            ("dil_w", p.dilations[1]),
-        ] {
+        f.insert("n".into(), json!(n));
+        for (key, v) in p.geometry_fields() {
             f.insert(key.into(), json!(v));
         }
         f

@@ -29,6 +29,29 @@ pub struct ConvProblem {
     pub act: Option<Act>,
 }
 
+impl ConvProblem {
+    /// The sizes and window of the problem as template fields (everything but the batch and the
+    /// group), named as the convolution templates and the library ABI (`O2aConvArgs`) name them.
+    pub fn geometry_fields(&self) -> [(&'static str, i64); 14] {
+        [
+            ("h", self.h),
+            ("w", self.w),
+            ("c", self.c),
+            ("k", self.k),
+            ("r", self.r),
+            ("s", self.s),
+            ("p", self.p),
+            ("q", self.q),
+            ("pad_h", self.pads[0]),
+            ("pad_w", self.pads[1]),
+            ("stride_h", self.strides[0]),
+            ("stride_w", self.strides[1]),
+            ("dil_h", self.dilations[0]),
+            ("dil_w", self.dilations[1]),
+        ]
+    }
+}
+
 /// How the bias of a matrix product broadcasts over the `[.., M, N]` output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BiasKind {

@@ -4,7 +4,7 @@ use onnx2ait::build::nvcc::{Arch, Nvcc};
 use onnx2ait::build::Compiler;
 use onnx2ait::codegen::Templates;
 use serde_json::Value as Json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// nvcc for `arch`, or `None` (test skipped) when it is missing and not required.
 pub fn nvcc(arch: Arch) -> Option<Nvcc> {
@@ -48,4 +48,66 @@ pub fn compile(nvcc: &Nvcc, src: &PathBuf) {
     );
     // The instance must define its function (plain C++ linkage, name from the context).
     assert!(obj.exists());
+}
+
+/// The object defines `name` with the library instance signature for `args` (`O2aConvArgs` or
+/// `O2aGemmArgs`) and C++ linkage, as the node launchers and the profiler declare it. Checked
+/// when binutils' nm is present.
+pub fn assert_defines(obj: &Path, name: &str, args: &str) {
+    let Ok(out) = std::process::Command::new("nm").arg("-C").arg("--defined-only").arg(obj).output() else {
+        return;
+    };
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    let want = format!("{name}({args} const*, void*, unsigned long, CUstream_st*, int)");
+    assert!(symbols.contains(&want), "{} does not define {want}:\n{symbols}", obj.display());
+}
+
+/// Renders `library/<template>.cu` with `ctx`, compiles it for `arch` and checks the symbol;
+/// returns nvcc and the object (None: no nvcc, skipped).
+pub fn build(template: &str, arch: Arch, args: &str, case: &str, ctx: &Json) -> Option<(Nvcc, PathBuf)> {
+    let nvcc = nvcc(arch)?;
+    let src = render(template, ctx, case);
+    let started = std::time::Instant::now();
+    compile(&nvcc, &src);
+    eprintln!("{template} {case}: compiled in {:.1} s", started.elapsed().as_secs_f64());
+    let obj = src.with_extension("o");
+    assert_defines(&obj, ctx["name"].as_str().unwrap(), args);
+    Some((nvcc, obj))
+}
+
+/// Compiles `driver` (a C++ `main` that defines `o2a_set_error`, calls the instance in `obj` and
+/// exits non-zero on a wrong answer) next to `obj`, links both with the static CUDA runtime and
+/// runs it on the host. Only CHECK mode (and RUN's argument rejections) may be exercised: they
+/// must answer without a GPU, which is part of the library ABI.
+pub fn run_host_driver(nvcc: &Nvcc, obj: &Path, driver: &str) {
+    let dir = obj.parent().unwrap();
+    let src = dir.join("check_driver.cu");
+    std::fs::write(&src, driver).unwrap();
+    let driver_obj = dir.join("check_driver.o");
+    let out = nvcc.compile_command(&src, &driver_obj, dir).output().expect("nvcc runs");
+    assert!(
+        out.status.success(),
+        "driver: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exe = dir.join("check_driver");
+    let mut link = std::process::Command::new(nvcc.nvcc_path());
+    link.arg(nvcc.arch().gencode()).arg("-o").arg(&exe).arg(&driver_obj).arg(obj).args(["-cudart", "static"]);
+    // The wheel layout keeps libcudart_static.a in <nvcc>/../../lib, where nvcc does not look.
+    if let Some(lib) = nvcc.nvcc_path().parent().and_then(Path::parent).map(|top| top.join("lib")) {
+        if lib.join("libcudart_static.a").is_file() {
+            link.arg(format!("-L{}", lib.display()));
+        }
+    }
+    let out = link.output().expect("nvcc links");
+    assert!(
+        out.status.success(),
+        "link: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new(&exe).output().expect("the driver runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "CHECK-mode answers differ from the expected ones:\n{text}");
 }

@@ -4,9 +4,8 @@
 
 use crate::common;
 use onnx2ait::build::nvcc::{Arch, Nvcc};
-use onnx2ait::build::Compiler;
 use serde_json::{json, Value as Json};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A full context (every field the strict template may name); `tile` is
 /// [tile_m, tile_n, tile_k, warp_m, warp_n, warp_k, stages].
@@ -29,64 +28,9 @@ fn ctx(name: &str, has_bias: bool, has_residual: bool, act: &str, iterator: &str
     })
 }
 
-/// The object defines `name` with the o2a_conv_instance signature and C++ linkage (the node
-/// launchers and the profiler declare it that way). Checked when binutils' nm is present.
-fn assert_defines(obj: &Path, name: &str) {
-    let Ok(out) = std::process::Command::new("nm").arg("-C").arg("--defined-only").arg(obj).output() else {
-        return;
-    };
-    let symbols = String::from_utf8_lossy(&out.stdout);
-    let want = format!("{name}(O2aConvArgs const*, void*, unsigned long, CUstream_st*, int)");
-    assert!(symbols.contains(&want), "{} does not define {want}:\n{symbols}", obj.display());
-}
-
 /// Renders and compiles one variant; returns nvcc and the object (None: no nvcc, skipped).
 fn build(case: &str, ctx: &Json) -> Option<(Nvcc, PathBuf)> {
-    let nvcc = common::nvcc(Arch::Sm80)?;
-    let src = common::render("conv2d_sm80", ctx, case);
-    let started = std::time::Instant::now();
-    common::compile(&nvcc, &src);
-    eprintln!("conv2d_sm80 {case}: compiled in {:.1} s", started.elapsed().as_secs_f64());
-    let obj = src.with_extension("o");
-    assert_defines(&obj, ctx["name"].as_str().unwrap());
-    Some((nvcc, obj))
-}
-
-/// Compiles `driver` (a C++ `main` that defines `o2a_set_error`, calls the instance in `obj` and
-/// exits non-zero on a wrong answer) next to `obj`, links both with the static CUDA runtime and
-/// runs it on the host. Only CHECK mode (and RUN's argument rejections) may be exercised: they
-/// must answer without a GPU, which is part of the library ABI.
-pub(crate) fn run_host_driver(nvcc: &Nvcc, obj: &Path, driver: &str) {
-    let dir = obj.parent().unwrap();
-    let src = dir.join("check_driver.cu");
-    std::fs::write(&src, driver).unwrap();
-    let driver_obj = dir.join("check_driver.o");
-    let out = nvcc.compile_command(&src, &driver_obj, dir).output().expect("nvcc runs");
-    assert!(
-        out.status.success(),
-        "driver: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let exe = dir.join("check_driver");
-    let mut link = std::process::Command::new(nvcc.nvcc_path());
-    link.arg(nvcc.arch().gencode()).arg("-o").arg(&exe).arg(&driver_obj).arg(obj).args(["-cudart", "static"]);
-    // The wheel layout keeps libcudart_static.a in <nvcc>/../../lib, where nvcc does not look.
-    if let Some(lib) = nvcc.nvcc_path().parent().and_then(Path::parent).map(|top| top.join("lib")) {
-        if lib.join("libcudart_static.a").is_file() {
-            link.arg(format!("-L{}", lib.display()));
-        }
-    }
-    let out = link.output().expect("nvcc links");
-    assert!(
-        out.status.success(),
-        "link: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = std::process::Command::new(&exe).output().expect("the driver runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "CHECK-mode answers differ from the expected ones:\n{text}");
+    common::build("conv2d_sm80", Arch::Sm80, "O2aConvArgs", case, ctx)
 }
 
 #[test]
@@ -105,7 +49,7 @@ fn conv_sm80_bias_residual_relu() {
 fn conv_sm80_fixed_channels_sigmoid() {
     let c = ctx("o2a_conv_sm80_c", false, false, "o2a_sigmoid(v)", "kFixedChannels", [64, 64, 32, 32, 32, 32, 3]);
     let Some((nvcc, obj)) = build("fixed_channels_sigmoid", &c) else { return };
-    run_host_driver(&nvcc, &obj, CONV_CHECK_DRIVER);
+    common::run_host_driver(&nvcc, &obj, CONV_CHECK_DRIVER);
 }
 
 /// The RGB stem padded to 4 channels: fixed-channels iterator with 8-byte input accesses.

@@ -3,10 +3,9 @@
 //! of operand layouts, compiled for sm_80.
 
 use crate::common;
-use crate::conv_sm80::run_host_driver;
 use onnx2ait::build::nvcc::{Arch, Nvcc};
 use serde_json::{json, Value as Json};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A full context (every field the strict template may name); `tile` is
 /// [tile_m, tile_n, tile_k, warp_m, warp_n, warp_k, stages].
@@ -25,27 +24,9 @@ fn ctx(name: &str, has_bias: bool, has_residual: bool, act: &str, layouts: [&str
     })
 }
 
-/// The object defines `name` with the o2a_gemm_instance signature and C++ linkage (the node
-/// launchers and the profiler declare it that way). Checked when binutils' nm is present.
-fn assert_defines(obj: &Path, name: &str) {
-    let Ok(out) = std::process::Command::new("nm").arg("-C").arg("--defined-only").arg(obj).output() else {
-        return;
-    };
-    let symbols = String::from_utf8_lossy(&out.stdout);
-    let want = format!("{name}(O2aGemmArgs const*, void*, unsigned long, CUstream_st*, int)");
-    assert!(symbols.contains(&want), "{} does not define {want}:\n{symbols}", obj.display());
-}
-
 /// Renders and compiles one variant; returns nvcc and the object (None: no nvcc, skipped).
 fn build(case: &str, ctx: &Json) -> Option<(Nvcc, PathBuf)> {
-    let nvcc = common::nvcc(Arch::Sm80)?;
-    let src = common::render("gemm_sm80", ctx, case);
-    let started = std::time::Instant::now();
-    common::compile(&nvcc, &src);
-    eprintln!("gemm_sm80 {case}: compiled in {:.1} s", started.elapsed().as_secs_f64());
-    let obj = src.with_extension("o");
-    assert_defines(&obj, ctx["name"].as_str().unwrap());
-    Some((nvcc, obj))
+    common::build("gemm_sm80", Arch::Sm80, "O2aGemmArgs", case, ctx)
 }
 
 #[test]
@@ -66,7 +47,7 @@ fn gemm_sm80_bias_residual_broadcast() {
     let c =
         ctx("o2a_gemm_sm80_c", true, true, "o2a_gelu_erf(v)", ["ColumnMajor", "RowMajor"], [64, 64, 32, 32, 32, 32, 3]);
     let Some((nvcc, obj)) = build("bias_residual_broadcast", &c) else { return };
-    run_host_driver(&nvcc, &obj, GEMM_CHECK_DRIVER);
+    common::run_host_driver(&nvcc, &obj, GEMM_CHECK_DRIVER);
 }
 
 /// CHECK-mode answers of the bias + residual instance (A ColumnMajor, B RowMajor), on fake

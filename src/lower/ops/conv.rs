@@ -378,21 +378,7 @@ fn emit_conv(
     };
     let mut c: Map<String, Json> = Map::new();
     c.insert("n".into(), json!(cx.expr(&p.n)?));
-    for (key, v) in [
-        ("h", p.h),
-        ("w", p.w),
-        ("c", p.c),
-        ("k", p.k),
-        ("r", p.r),
-        ("s", p.s),
-        ("p", p.p),
-        ("q", p.q),
-        ("pad_h", p.pads[0]),
-        ("pad_w", p.pads[1]),
-        ("stride_h", p.strides[0]),
-        ("stride_w", p.strides[1]),
-        ("dil_h", p.dilations[0]),
-        ("dil_w", p.dilations[1]),
+    for (key, v) in p.geometry_fields().into_iter().chain([
         ("group", p.group),
         ("cg", cg),
         ("kg", kg),
@@ -405,7 +391,7 @@ fn emit_conv(
         ("bias_index", bias_index),
         ("res_index", res_index),
         ("out_index", out_index),
-    ] {
+    ]) {
         c.insert(key.into(), json!(v));
     }
     c.insert("has_bias".into(), json!(bias.is_some()));
