@@ -45,7 +45,9 @@
 #   5. From here one thing at a time on the GPU, nothing else running: each torch.compile job is
 #      told to time (go file) and exits; `onnx2ait profile` of each model times its candidates
 #      (the GPU is free of autotuning now); then per model: a rebuild if the profile cache changed
-#      since its build, validate at batch 1, onnx2ait bench, PyTorch eager + CUDA graph.
+#      since its build, validate at batch 1, onnx2ait bench (with --kernels when this onnx2ait
+#      has it: the per-kernel times of BENCHMARKS.md's "Where the time goes"), PyTorch eager +
+#      CUDA graph.
 #   6. results.json, BENCHMARKS.md (the schedule is in it, with what overlapped what).
 #   What overlaps: the torch.compile jobs' compile + autotuning with each other (their autotuning
 #   benchmarks share the GPU) and with the exports and nvcc builds (the CPUs). No timing of a
@@ -167,7 +169,7 @@ EST_TC_COLD=${GPU_BENCH_TC_ESTIMATE:-330} # torch.compile max-autotune of one sh
 EST_TC_WARM=${GPU_BENCH_TC_ESTIMATE:-120} # the same with this machine's inductor cache from an earlier call
 EST_TC_TIME=8      # timing one torch.compile process once it is ready
 EST_VALIDATE=10    # onnx2ait validate at batch 1, per model
-EST_BENCH=8        # onnx2ait bench, per model
+EST_BENCH=10       # onnx2ait bench (--kernels: --iters more plain runs per batch), per model
 EST_TORCH=20       # PyTorch eager + CUDA graph, per model
 EST_COMPILE=45     # rebuild after profiling (the instances come from the object cache)
 EST_PROFILE_MIN=30 # the least time worth giving `onnx2ait profile`
@@ -272,9 +274,13 @@ model_path() { echo "$WORK/models/$1.onnx"; }
 pcache_sum() { if [[ -f $PCACHE ]]; then cksum <"$PCACHE"; else echo none; fi; }
 
 # --- what this onnx2ait can do (probed once, in the main shell) --------------------------------
-HAVE_PROFILE=0 PROFILE_SPLIT=0 PROFILE_JSON=0 PROFILE_ARCH=0 COMPILE_PCACHE=0 PROFILE_NOTE=""
+HAVE_PROFILE=0 PROFILE_SPLIT=0 PROFILE_JSON=0 PROFILE_ARCH=0 COMPILE_PCACHE=0 PROFILE_NOTE="" BENCH_KERNELS=0
 probe_cli() {
   local help
+  if help=$("$BIN" bench --help 2>&1) && [[ $help == *"Usage: onnx2ait bench"* && $help == *--kernels* ]]; then
+    BENCH_KERNELS=1
+  fi
+  say "per-kernel times: $( ((BENCH_KERNELS)) && echo "onnx2ait bench --kernels" || echo "none (this onnx2ait's bench has no --kernels)")"
   if ((!PROFILE)); then
     PROFILE_NOTE="--no-profile"
   elif help=$("$BIN" profile --help 2>&1) && [[ $help == *"Usage: onnx2ait profile"* ]]; then
@@ -695,13 +701,17 @@ step_validate() {
 }
 
 step_bench_onnx2ait() {
-  local m=$1 build
+  local m=$1 build rc=0 extra=()
   build=$(final_dir "$m")
   [[ -n $build ]] || { missing "onnx2ait $m latency" "no build"; skip "no build"; }
   (($(spare "$REPORT_RESERVE") >= EST_BENCH)) || { missing "onnx2ait $m latency" "time budget"; skip "time budget"; }
+  # Per-kernel times (each batch's row keeps its "kernels" list) when this onnx2ait has them.
+  if ((BENCH_KERNELS)); then extra=(-- --kernels); fi
   noted "$PARTS/bench_onnx2ait_$m.json" \
     "$PY" scripts/gpu/checks.py bench --bin "$BIN" --build "$build" --batch "$BATCHES" --iters "$ITERS" \
-    --warmup "$WARMUP" --timeout 180 --deadline "$((DEADLINE - REPORT_RESERVE))" --json "$PARTS/bench_onnx2ait_$m.json"
+    --warmup "$WARMUP" --timeout 180 --deadline "$((DEADLINE - REPORT_RESERVE))" --json "$PARTS/bench_onnx2ait_$m.json" \
+    "${extra[@]}" || rc=$?
+  return "$rc"
 }
 
 step_bench_torch() {

@@ -269,3 +269,19 @@ fn ops_lists_the_registry() {
     assert_eq!(rows.len(), onnx2ait::ir::ops::registry().ops().count());
     assert!(rows.iter().any(|r| r["op_type"] == "Conv" && r["family"] == "conv"));
 }
+
+/// `bench` without a GPU: its options (--kernels, --kernel-top) parse, a folder without a library
+/// is a one-line error before any GPU work, and --kernel-top alone is a usage error.
+#[test]
+fn bench_checks_its_arguments_before_the_gpu() {
+    let dir = scratch("bench");
+    let d = dir.to_str().unwrap();
+    let (_, err) = expect_code(&run(&["bench", d, "--batch", "1,8", "--kernels", "--kernel-top", "10", "--json"]), 1);
+    assert!(err.starts_with("error: ") && err.contains("libmodel.so: not found"), "{err}");
+    assert!(err.contains("build the model first") && err.lines().count() == 1, "{err}");
+    let (_, err) = expect_code(&run(&["bench", d, "--kernel-top", "10"]), 1);
+    assert!(err.contains("--kernels"), "{err}");
+    let (help, _) = expect_code(&run(&["bench", "--help"]), 0);
+    assert!(help.contains("--kernels") && help.contains("--kernel-top <N>"), "{help}");
+    std::fs::remove_dir_all(&dir).ok();
+}

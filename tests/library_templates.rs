@@ -7,6 +7,8 @@
 
 #[path = "library_templates/common.rs"]
 mod common;
+#[path = "library_templates/conv_gemm_sm90.rs"]
+mod conv_gemm_sm90;
 #[path = "library_templates/conv_sm80.rs"]
 mod conv_sm80;
 #[path = "library_templates/conv_sm90.rs"]

@@ -666,6 +666,7 @@ def normalize_bench(doc):
 
 def cmd_bench(a):
     cmd = [a.bin, "bench", a.build, "--batch", a.batch, "--iters", str(a.iters), "--warmup", str(a.warmup), "--json"]
+    cmd += a.args
     r = run_capture(cmd, min(a.timeout, remaining(a.deadline)))
     doc = parse_json_output(r.stdout)
     rows = normalize_bench(doc) if doc is not None else None
@@ -845,6 +846,7 @@ def main():
     b.add_argument("--timeout", type=float, default=300)
     b.add_argument("--deadline", type=float)
     b.add_argument("--json", required=True)
+    b.add_argument("args", nargs="*", help="more `onnx2ait bench` options, after `--` (e.g. -- --kernels)")
 
     k = sub.add_parser("collect", help="merge step records into results.json")
     k.add_argument("--parts", required=True)

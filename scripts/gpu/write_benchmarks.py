@@ -12,8 +12,16 @@ Standard library only.
 A gpu-check.sh run (validation and latency of the ResNet-50 build, bundled models) and a
 gpu-bench.sh run (a "plan" record with script "gpu-bench") are rendered differently. The
 gpu-bench section: per model a latency table of onnx2ait and every peer with the ratios peer ms ÷
-onnx2ait ms, the issue-6 targets, build and compile times, the kernel sweep, the schedule (with a
-check that no timed interval overlapped another), what was not measured, steps and commands.
+onnx2ait ms and, when onnx2ait bench ran with --kernels, where onnx2ait's time goes at the largest
+batch (slowest kernels, kernel families); the issue-6 targets, build and compile times, the kernel
+sweep, the schedule (with a check that no timed interval overlapped another), what was not
+measured, steps and commands.
+
+Where the time goes. From the "kernels" list of the bench_onnx2ait_<model> record's row of the
+largest batch that has one ([{"name", "node", "ms"}, ...] in run order, from `onnx2ait bench
+--kernels`): the slowest kernels, the kernels' sum next to the graph-replay median, and a table
+per kernel family (the template part of the kernel name: k012_conv2d_library -> conv2d_library).
+Records without kernel lists (older runs) leave the part out.
 
 Kernel sweep. It is drawn from `onnx2ait profile --json` reports (results key profile_<model>,
 field "report") when they exist, else from the profile cache (key profile_cache). Accepted
@@ -468,7 +476,89 @@ def bench_model_section(res, model):
     for key, label in ((f"bench_onnx2ait_{model}", "onnx2ait bench"), (f"bench_torch_{model}", "PyTorch")):
         if (res.get(key) or {}).get("error"):
             facts.append(f"{label}: {cell(res[key]['error'], 200)}")
-    return out + [""] + [f"- {f}" for f in facts]
+    out += [""] + [f"- {f}" for f in facts]
+    where = bench_kernel_times(res, model)
+    return out + ([""] + where if where else [])
+
+
+# --- where the time goes (onnx2ait bench --kernels) ------------------------------------------------
+
+KERNEL_TOP = 15
+
+
+def kernel_family(name):
+    """The template part of a generated kernel's name: k012_conv2d_library -> conv2d_library."""
+    m = re.fullmatch(r"k\d+_(.+)", name)
+    return m.group(1) if m else name
+
+
+def short_node(node, limit=70):
+    """A kernel's node list within `limit` characters: the names that fit, then how many more."""
+    text = " ".join(str(node).split())
+    if len(text) <= limit:
+        return text
+    names = text.split(", ")
+    best = None
+    for kept in range(1, len(names)):
+        t = ", ".join(names[:kept]) + f", … +{len(names) - kept}"
+        if len(t) > limit:
+            break
+        best = t
+    return best or text[: limit - 1] + "…"
+
+
+def kernel_rows(row):
+    """The valid entries of a bench row's "kernels" list, in run order."""
+    ks = row.get("kernels") if isinstance(row, dict) else None
+    if not isinstance(ks, list):
+        return []
+    return [k for k in ks if isinstance(k, dict) and isinstance(k.get("name"), str) and num(k.get("ms")) is not None]
+
+
+def bench_kernel_times(res, model, top=KERNEL_TOP):
+    rows = bench_rows(res.get(f"bench_onnx2ait_{model}"))
+    timed = [b for b, r in rows.items() if isinstance(b, int) and kernel_rows(r)]
+    if not timed:
+        return []
+    batch = max(timed)
+    row = rows[batch]
+    kernels = kernel_rows(row)
+    total = sum(k["ms"] for k in kernels)
+
+    def pct(v):
+        return f"{100 * v / total:.1f}%" if total > 0 else DASH
+
+    order = sorted(kernels, key=lambda k: -k["ms"])  # stable: equal times keep run order
+    top_rows = [[i + 1, ms(k["ms"]), pct(k["ms"]), f"`{cell(k['name'], 60)}`", cell(short_node(k.get("node", "")), 80)]
+                for i, k in enumerate(order[:top])]
+    families = {}
+    for k in kernels:
+        f = families.setdefault(kernel_family(k["name"]), [0, 0.0])
+        f[0] += 1
+        f[1] += k["ms"]
+    fam_rows = [[f"`{cell(name, 60)}`", n, ms(t), pct(t)]
+                for name, (n, t) in sorted(families.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+    plan = res.get("plan") or {}
+    graph, plain = num(row.get("graph_median_ms")), num(row.get("median_ms"))
+    out = [
+        f"#### Where the time goes (onnx2ait, batch {batch})",
+        "",
+        f"`onnx2ait bench --kernels`: each kernel's median over {plan.get('iters', '?')} runs with plain launches and a "
+        "CUDA event before each kernel, slowest first; % of the kernels' sum. A kernel's time includes any wait for "
+        "its launch, so launch-bound kernels look slower than in a graph replay.",
+        "",
+    ]
+    out += table(["#", "ms", "%", "kernel", "node"], top_rows)
+    if len(order) > top:
+        rest = sum(k["ms"] for k in order[top:])
+        out += ["", f"… and {len(order) - top} faster kernels: {ms(rest)} ms, {pct(rest)}."]
+    summary = f"Sum of the kernel times ({len(kernels)} kernels): {ms(total)} ms; CUDA-graph median {ms(graph)} ms"
+    if graph and total:
+        summary += f" (sum ÷ graph {total / graph:.2f})"
+    summary += f"; plain-launch median {ms(plain)} ms."
+    out += ["", summary, ""]
+    out += table(["kernel family", "kernels", "ms", "%"], fam_rows)
+    return out
 
 
 def bench_targets(res):

@@ -1,5 +1,5 @@
-//! `onnx2ait bench OUT [--batch 1,8,64,256] [--warmup 20] [--iters 100] [--json]`: time the
-//! compiled model of OUT on the GPU at each batch.
+//! `onnx2ait bench OUT [--batch 1,8,64,256] [--warmup 20] [--iters 100] [--kernels [--kernel-top N]]
+//! [--json]`: time the compiled model of OUT on the GPU at each batch.
 //!
 //! How it measures (`o2a_bench` in the generated model.cu): the inputs are filled once on the
 //! device with random non-zero values; one run is waited for (lazy initialisation, errors);
@@ -8,12 +8,20 @@
 //! the run captured into a graph (a CUDA graph) (one graph launch per run: what a serving loop should do)
 //! and once with plain kernel launches (which adds the CPU's launch overhead wherever the GPU
 //! is faster than the launches). Host-device copies are not timed.
+//!
+//! `--kernels` (`o2a_kernel_times`) then times each kernel: `--iters` more runs with plain
+//! launches and a GPU event before each kernel and after the last, each run waited for; a
+//! kernel's time is the median of its event-to-event times. It includes any wait of the GPU for
+//! the next launch, so at small batches, where launching is slower than the kernels, the times
+//! show launch overhead; their sum is then close to the plain-launch median, above the graph
+//! replay.
 
 use super::validate::parse_batch;
 use super::Failure;
 use clap::Args;
 use onnx2ait::runtime::{Library, Model};
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -30,7 +38,16 @@ pub struct BenchArgs {
     /// Timed runs per batch and mode (the median is reported).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub iters: u32,
-    /// Print the results as JSON: [{"batch", "graph_median_ms", "median_ms"}, …].
+    /// Also time each kernel (plain launches, a GPU event before each kernel) and print, per
+    /// batch, the kernels slowest first with their share of the time.
+    #[arg(long)]
+    pub kernels: bool,
+    /// With --kernels: how many of the slowest kernels to print per batch (0: all; JSON always
+    /// has all).
+    #[arg(long, value_name = "N", default_value_t = 25, requires = "kernels")]
+    pub kernel_top: usize,
+    /// Print the results as JSON: [{"batch", "graph_median_ms", "median_ms"}, …]; with --kernels,
+    /// each batch also has "kernels": [{"name", "node", "ms"}, …] in run order.
     #[arg(long)]
     pub json: bool,
 }
@@ -42,6 +59,18 @@ struct Row {
     graph_median_ms: f64,
     /// Median ms per run, launching every kernel.
     median_ms: f64,
+    /// With --kernels: each kernel's median ms, in run order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernels: Option<Vec<KernelTime>>,
+}
+
+#[derive(Serialize)]
+struct KernelTime {
+    /// "k012_conv2d_library".
+    name: String,
+    /// The graph node(s) the kernel computes.
+    node: String,
+    ms: f64,
 }
 
 pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
@@ -62,7 +91,20 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
     for &b in &batches {
         let graph = model.bench(b, a.warmup, a.iters, true)?;
         let plain = model.bench(b, a.warmup, a.iters, false)?;
-        rows.push(Row { batch: b, graph_median_ms: f64::from(graph), median_ms: f64::from(plain) });
+        let kernels = if a.kernels {
+            let ms = model.kernel_times(b, a.warmup, a.iters)?;
+            let infos = model.library().kernels();
+            Some(
+                infos
+                    .iter()
+                    .zip(ms)
+                    .map(|(k, ms)| KernelTime { name: k.name.clone(), node: k.node.clone(), ms: f64::from(ms) })
+                    .collect(),
+            )
+        } else {
+            None
+        };
+        rows.push(Row { batch: b, graph_median_ms: f64::from(graph), median_ms: f64::from(plain), kernels });
     }
     if a.json {
         let text = serde_json::to_string_pretty(&rows).map_err(|e| Failure::new(1, e.to_string()))?;
@@ -79,6 +121,12 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
         a.warmup
     );
     text.push_str(&table(&rows));
+    for r in &rows {
+        if let Some(k) = &r.kernels {
+            text.push('\n');
+            text.push_str(&kernel_table(r.batch, k, r.median_ms, a.kernel_top));
+        }
+    }
     super::emit(&text);
     Ok(0)
 }
@@ -117,6 +165,103 @@ fn table(rows: &[Row]) -> String {
     out
 }
 
+/// The node column's width limit: fused kernels list every node they compute.
+const NODE_WIDTH: usize = 60;
+
+/// One batch's kernels, slowest first: rank, ms, % of the kernels' sum, cumulative %, kernel,
+/// node; at most `top` rows (0: all), then what the other rows add up to, and the kernels' sum
+/// next to `plain_ms`, the plain-launch median of the same batch.
+fn kernel_table(batch: i64, kernels: &[KernelTime], plain_ms: f64, top: usize) -> String {
+    let mut out = String::new();
+    if kernels.is_empty() {
+        let _ = writeln!(out, "batch {batch}: the model has no kernels");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "batch {batch}: {} kernels, slowest first (plain launches, a GPU event before each kernel; a kernel's \
+         time includes any wait for its launch)",
+        kernels.len()
+    );
+    let sum: f64 = kernels.iter().map(|k| k.ms).sum();
+    let pct = |ms: f64| if sum > 0.0 { format!("{:.1}%", 100.0 * ms / sum) } else { "-".to_string() };
+    let mut order: Vec<&KernelTime> = kernels.iter().collect();
+    // Stable: equal times keep run order.
+    order.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    let shown = if top == 0 { order.len() } else { top.min(order.len()) };
+    let header = ["rank", "ms", "%", "cum %", "kernel", "node"];
+    let mut cum = 0.0;
+    let cells: Vec<[String; 6]> = order[..shown]
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            cum += k.ms;
+            [
+                (i + 1).to_string(),
+                format!("{:.3}", k.ms),
+                pct(k.ms),
+                pct(cum),
+                k.name.clone(),
+                short_node(&k.node, NODE_WIDTH),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for c in &cells {
+        for (w, s) in widths.iter_mut().zip(c) {
+            *w = (*w).max(s.chars().count());
+        }
+    }
+    // Numbers right-aligned, names left-aligned; the last column unpadded.
+    let line = |c: &[String]| {
+        let mut parts: Vec<String> = c[..4].iter().zip(widths).map(|(s, w)| format!("{s:>w$}")).collect();
+        parts.push(format!("{:<w$}", c[4], w = widths[4]));
+        parts.push(c[5].clone());
+        parts.join("  ").trim_end().to_string() + "\n"
+    };
+    out.push_str(&line(&header.map(String::from)));
+    out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1)));
+    out.push('\n');
+    for c in &cells {
+        out.push_str(&line(c));
+    }
+    if shown < order.len() {
+        let rest: f64 = order[shown..].iter().map(|k| k.ms).sum();
+        let _ = writeln!(
+            out,
+            "… {} more kernels: {:.3} ms, {} (--kernel-top 0 lists all)",
+            order.len() - shown,
+            rest,
+            pct(rest)
+        );
+    }
+    let share = if plain_ms > 0.0 { format!(" ({:.1}% of it)", 100.0 * sum / plain_ms) } else { String::new() };
+    let _ = writeln!(out, "sum of the kernel times {sum:.3} ms; plain-launch median {plain_ms:.3} ms{share}");
+    out
+}
+
+/// `node` on one line within `max` characters: as many of its node names (comma-separated for
+/// a fused kernel) as fit, then how many were left out; else the text cut at `max`.
+fn short_node(node: &str, max: usize) -> String {
+    let one_line: String = node.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if one_line.chars().count() <= max {
+        return one_line;
+    }
+    let names: Vec<&str> = one_line.split(", ").collect();
+    let mut best = None;
+    for kept in 1..names.len() {
+        let text = format!("{}, … +{}", names[..kept].join(", "), names.len() - kept);
+        if text.chars().count() > max {
+            break;
+        }
+        best = Some(text);
+    }
+    best.unwrap_or_else(|| {
+        let cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +274,18 @@ mod tests {
             Cli::try_parse_from(["onnx2ait", "bench", "out", "--batch", "1,8,64", "--iters", "7", "--json"]).unwrap();
         let Some(Command::Bench(a)) = c.command else { panic!("not bench: {c:?}") };
         assert_eq!((a.batch, a.warmup, a.iters, a.json), (vec![1, 8, 64], 20, 7, true));
+        assert_eq!((a.kernels, a.kernel_top), (false, 25));
+        let c = Cli::try_parse_from(["onnx2ait", "bench", "out", "--kernels", "--kernel-top", "5", "--json"]).unwrap();
+        let Some(Command::Bench(a)) = c.command else { panic!("not bench: {c:?}") };
+        assert_eq!((a.kernels, a.kernel_top, a.json), (true, 5, true));
+        let c = Cli::try_parse_from(["onnx2ait", "bench", "out", "--kernels"]).unwrap();
+        let Some(Command::Bench(a)) = c.command else { panic!("not bench: {c:?}") };
+        assert_eq!((a.kernels, a.kernel_top), (true, 25));
+        assert!(
+            Cli::try_parse_from(["onnx2ait", "bench", "out", "--kernel-top", "5"]).is_err(),
+            "--kernel-top needs --kernels"
+        );
+        assert!(Cli::try_parse_from(["onnx2ait", "bench", "out", "--kernels", "--kernel-top", "-1"]).is_err());
         assert!(Cli::try_parse_from(["onnx2ait", "bench", "out", "--batch", "0"]).is_err());
         assert!(Cli::try_parse_from(["onnx2ait", "bench", "out", "--iters", "0"]).is_err());
         let c = Cli::try_parse_from(["onnx2ait", "run", "out", "--input", "x=x.npy", "--batch", "2"]).unwrap();
@@ -139,8 +296,8 @@ mod tests {
     #[test]
     fn table_and_json_shapes() {
         let rows = vec![
-            Row { batch: 1, graph_median_ms: 0.5, median_ms: 0.75 },
-            Row { batch: 64, graph_median_ms: 4.0, median_ms: 4.25 },
+            Row { batch: 1, graph_median_ms: 0.5, median_ms: 0.75, kernels: None },
+            Row { batch: 64, graph_median_ms: 4.0, median_ms: 4.25, kernels: None },
         ];
         let t = table(&rows);
         let lines: Vec<&str> = t.lines().collect();
@@ -149,5 +306,65 @@ mod tests {
         assert_eq!(lines[3], "   64     4.000      4.250   16000.0");
         let j: serde_json::Value = serde_json::to_value(&rows).unwrap();
         assert_eq!(j[1], serde_json::json!({"batch": 64, "graph_median_ms": 4.0, "median_ms": 4.25}));
+    }
+
+    fn kt(name: &str, node: &str, ms: f64) -> KernelTime {
+        KernelTime { name: name.into(), node: node.into(), ms }
+    }
+
+    /// Four kernels in run order; 4 ms in all.
+    fn four_kernels() -> Vec<KernelTime> {
+        vec![
+            kt("k000_nchw_to_nhwc", "graph inputs, conv_1", 0.25),
+            kt("k001_conv2d_library", "conv_1", 2.0),
+            kt("k002_pool", "pool", 0.25),
+            kt("k003_gemm_library", "fc", 1.5),
+        ]
+    }
+
+    #[test]
+    fn kernel_table_sorts_slowest_first_with_shares() {
+        let t = kernel_table(64, &four_kernels(), 4.5, 25);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("batch 64: 4 kernels, slowest first"), "{t}");
+        assert_eq!(lines[1], "rank     ms      %   cum %  kernel               node", "{t}");
+        assert_eq!(lines[3], "   1  2.000  50.0%   50.0%  k001_conv2d_library  conv_1", "{t}");
+        assert_eq!(lines[4], "   2  1.500  37.5%   87.5%  k003_gemm_library    fc", "{t}");
+        // Equal times keep run order.
+        assert_eq!(lines[5], "   3  0.250   6.2%   93.8%  k000_nchw_to_nhwc    graph inputs, conv_1", "{t}");
+        assert_eq!(lines[6], "   4  0.250   6.2%  100.0%  k002_pool            pool", "{t}");
+        assert_eq!(lines[7], "sum of the kernel times 4.000 ms; plain-launch median 4.500 ms (88.9% of it)", "{t}");
+        assert_eq!(lines.len(), 8, "{t}");
+        assert!(lines.iter().all(|l| !l.ends_with(' ')), "{t}");
+
+        let t = kernel_table(1, &four_kernels(), 4.5, 2);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 7, "{t}");
+        assert_eq!(lines[5], "… 2 more kernels: 0.500 ms, 12.5% (--kernel-top 0 lists all)", "{t}");
+        assert_eq!(kernel_table(1, &four_kernels(), 4.5, 0).lines().count(), 8);
+        assert_eq!(kernel_table(1, &[], 0.1, 25), "batch 1: the model has no kernels\n");
+    }
+
+    #[test]
+    fn json_rows_carry_kernels_in_run_order() {
+        let rows = vec![Row { batch: 8, graph_median_ms: 1.0, median_ms: 1.5, kernels: Some(four_kernels()) }];
+        let j: serde_json::Value = serde_json::to_value(&rows).unwrap();
+        assert_eq!(j[0]["kernels"].as_array().unwrap().len(), 4);
+        assert_eq!(j[0]["kernels"][1], serde_json::json!({"name": "k001_conv2d_library", "node": "conv_1", "ms": 2.0}));
+        assert_eq!(j[0]["median_ms"], 1.5);
+    }
+
+    #[test]
+    fn long_node_lists_are_shortened() {
+        assert_eq!(short_node("conv_1", 60), "conv_1");
+        assert_eq!(short_node("a\nb", 60), "a b");
+        let many: Vec<String> = (0..40).map(|i| format!("node_{i}")).collect();
+        let s = short_node(&many.join(", "), 60);
+        assert!(s.chars().count() <= 60, "{s}");
+        assert_eq!(s, "node_0, node_1, node_2, node_3, node_4, node_5, … +34");
+        let long = "x".repeat(100);
+        let s = short_node(&format!("{long}, y"), 20);
+        assert_eq!(s.chars().count(), 20, "{s}");
+        assert!(s.ends_with('…'), "{s}");
     }
 }

@@ -52,7 +52,8 @@ enum Command {
     Ops(ops::OpsArgs),
     /// Run a compiled model (OUT of `onnx2ait MODEL -o OUT`) on the GPU; write its outputs as .npy.
     Run(run::RunArgs),
-    /// Time a compiled model on the GPU at several batch sizes (CUDA graph and plain launches).
+    /// Time a compiled model on the GPU at several batch sizes (CUDA graph and plain launches;
+    /// each kernel with --kernels).
     Bench(bench::BenchArgs),
     /// Time every candidate kernel instance of the model on this GPU; store the times in the
     /// profile cache that compile uses to choose instances.

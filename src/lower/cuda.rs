@@ -31,6 +31,12 @@
 //!    when it is twice as wide or tall as the problem (M ≤ 64 or N ≤ 64 rules out the 128 side),
 //!    the first tile whose grid fills every SM wins, otherwise the smallest tile (most CTAs).
 //!
+//! A 1x1, stride-1, unpadded convolution is a matrix product on NHWC tensors, so on sm_90a it also
+//! gets the sm90 GEMM's tiles as candidates ([`CONV_GEMM_TEMPLATE`]: the GEMM behind the conv
+//! ABI). The GEMM kernel is persistent with ping-pong / cooperative schedules that overlap a
+//! tile's epilogue with the next mainloop, which the one-CTA-per-tile conv kernel cannot: with
+//! ResNet's short reductions its residual 1x1 convs ran at 8–22% of the GEMM rate.
+//!
 //! Iterator algorithm of the sm80 convolution: `kFixedChannels` when C == 8 (the padded stem: the
 //! GEMM-K loop walks filter taps × 8 channels with no masked lanes), `kAnalytic` when a filter
 //! side exceeds 32 (the optimized iterator's mask bits), `kOptimized` otherwise.
@@ -192,6 +198,26 @@ pub const SM90_GEMM_TILES: [Sm90Tile; 5] = [
     Sm90Tile::new(64, 128, 1, true),
     Sm90Tile::new(64, 64, 1, true),
 ];
+
+/// Tiles of a 1x1 convolution computed as a GEMM ([`CONV_GEMM_TEMPLATE`]), largest first. Besides
+/// the cooperative tiles, ping-pong ones at M = 128: the two consumer warp groups alternate over
+/// tiles, so one's epilogue (bias, residual, store) overlaps the other's mainloop, which is what a
+/// short reduction (C = 64..512) needs.
+pub const SM90_CONV_GEMM_TILES: [Sm90Tile; 6] = [
+    Sm90Tile::new(128, 256, 1, false),
+    Sm90Tile::new(128, 128, 1, false),
+    Sm90Tile::new(128, 128, 1, true),
+    Sm90Tile::new(64, 256, 1, true),
+    Sm90Tile::new(128, 64, 1, true),
+    Sm90Tile::new(64, 128, 1, true),
+];
+
+/// A narrow tile for 1x1 convolutions with at most 32 output channels (MobileNet's projections):
+/// a 64-wide tile would leave half its columns idle.
+pub const SM90_CONV_GEMM_NARROW_TILE: Sm90Tile = Sm90Tile::new(128, 32, 1, true);
+
+/// The library template of a 1x1 convolution computed by the sm90 GEMM (conv ABI).
+pub const CONV_GEMM_TEMPLATE: &str = "conv2d_gemm_sm90";
 
 /// Picks a tile for a GEMM of `m` x `n` (`batches` independent problems) on `sms` SMs.
 pub fn pick_tile(m: i64, n: i64, batches: i64, sms: i64) -> Tile {
@@ -415,6 +441,10 @@ impl CudaTarget {
         if p.group == p.c && p.k == p.c && p.c % ALIGNMENT == 0 {
             let mut context = Map::new();
             context.insert("block_threads".into(), json!(256));
+            // Several output pixels of a row per thread share their input columns and weights;
+            // the largest count dividing the row, so no thread idles on a partial group.
+            let pixels = [4, 2, 1].into_iter().find(|v| p.q % v == 0).unwrap_or(1);
+            context.insert("pixels_per_thread".into(), json!(pixels));
             return Instance::own(DEPTHWISE_TEMPLATE, context);
         }
         super::ops::conv::direct_instance(p)
@@ -465,7 +495,55 @@ impl CudaTarget {
         if self.hopper() && sm90_ok && p.c >= 32 {
             out.extend(SM90_CONV_TILES.iter().map(|t| library("conv2d_sm90", t.config(false), t.context(false), epi)));
         }
+        if self.hopper() && Self::is_gemm_conv(p) {
+            let narrow = (p.k <= 32).then_some(&SM90_CONV_GEMM_NARROW_TILE);
+            out.extend(SM90_CONV_GEMM_TILES.iter().chain(narrow).map(|t| {
+                let mut ctx = t.context(true);
+                // The GEMM epilogue is act(acc + bias + res): a pre-activation composes with the
+                // activation only without a residual (is_gemm_conv rules the other case out).
+                let act = if p.residual { act_expr(p.act, "v") } else { act_expr(p.act, &act_expr(p.pre_act, "v")) };
+                ctx.insert("gemm_act".into(), json!(act));
+                let mut inst = library(CONV_GEMM_TEMPLATE, t.config(true), ctx, epi);
+                let gemm_name = format!("{}_gemm", inst.name);
+                inst.context.insert("gemm_name".into(), json!(gemm_name));
+                inst
+            }));
+        }
         out
+    }
+
+    /// The heuristic's tile for a 1x1 convolution as a GEMM of `m` rows, `c` input and `k`
+    /// output channels, or None when its 128-row tiles do not fill every SM once (a small
+    /// problem: the conv kernels' smaller tiles serve it better). From the H200 profile of
+    /// ResNet-50 (BENCHMARKS.md): at batch 8 to 256 the GEMM won every such problem with a grid of
+    /// at least one wave; the ping-pong 128x64 tile for up to 64 output channels, the
+    /// cooperative 128x128 tile for short reductions (C ≤ 128), else the ping-pong 128x128.
+    fn gemm_conv_tile(m: i64, c: i64, k: i64, sms: i64) -> Option<Sm90Tile> {
+        let t = if k <= 32 {
+            SM90_CONV_GEMM_NARROW_TILE
+        } else if k <= 64 {
+            Sm90Tile::new(128, 64, 1, true)
+        } else if c <= 128 {
+            Sm90Tile::new(128, 128, 1, false)
+        } else {
+            Sm90Tile::new(128, 128, 1, true)
+        };
+        let tiles = ((m + t.m - 1) / t.m) * ((k + t.n - 1) / t.n);
+        (tiles >= sms).then_some(t)
+    }
+
+    /// Whether convolution `p` is a plain matrix product on NHWC tensors (1x1, stride 1, no
+    /// padding: out[n·p·q, k] = x[n·p·q, c] · w[k, c]ᵀ) whose epilogue the GEMM's computes.
+    fn is_gemm_conv(p: &ConvProblem) -> bool {
+        p.group == 1
+            && p.r == 1
+            && p.s == 1
+            && p.strides == [1, 1]
+            && p.pads == [0; 4]
+            && p.p == p.h
+            && p.q == p.w
+            && p.c % ALIGNMENT == 0
+            && !(p.residual && p.pre_act.is_some())
     }
 
     fn conv_signature(p: &ConvProblem, n: i64, epi: &Epilogue) -> String {
@@ -502,6 +580,13 @@ impl CudaTarget {
     fn conv_heuristic(&self, p: &ConvProblem, n: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
         let gemm_m = n * p.p * p.q;
         let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
+        if self.hopper() && Self::is_gemm_conv(p) {
+            if let Some(t) = Self::gemm_conv_tile(gemm_m, p.c, p.k, self.sms()) {
+                if let Some(c) = find(&format!("{CONV_GEMM_TEMPLATE} {}", t.config(true))) {
+                    return c;
+                }
+            }
+        }
         if self.hopper() {
             if let Some(t) = pick_sm90_tile(&SM90_CONV_TILES, gemm_m, p.k, 1, self.sms()) {
                 if let Some(c) = find(&format!("conv2d_sm90 {}", t.config(false))) {
@@ -747,6 +832,16 @@ impl Target for CudaTarget {
         ALIGNMENT as usize
     }
 
+    /// A thin stem (C ≤ 4, a filter wider than 1x1): im2col then a 1x1 convolution over
+    /// `round8(R·S·C)` channels. The implicit-GEMM kernels read such an input 4 or 8 channels
+    /// (8–16 bytes) per access and waste the tensor cores on padded channels; measured on the
+    /// H200, ResNet-50's stem took 1.155 ms at batch 256 (139 TFLOP/s of padded work), where the
+    /// patch matrix costs one extra pass over memory and the 1x1 product runs at the GEMM rate.
+    fn conv_im2col_columns(&self, p: &ConvProblem) -> Option<i64> {
+        (p.group == 1 && p.c <= THIN_CHANNELS && p.r * p.s > 1)
+            .then(|| (p.r * p.s * p.c + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT)
+    }
+
     fn conv_padded_channels(&self, c: usize) -> usize {
         if c <= THIN_CHANNELS as usize {
             THIN_CHANNELS as usize
@@ -895,8 +990,16 @@ mod tests {
         let i = hopper.conv2d(&p);
         let rec = hopper.recorded();
         assert!(rec[0].candidates.iter().any(|c| c.template == "conv2d_sm90"));
-        // At batch 256 (M = 802816, N = 256) the heuristic takes the largest sm90 tile.
-        assert_eq!(i.dispatch.last().unwrap().instance.config, "conv2d_sm90 128x128x64 c1x1");
+        // At batch 256 (M = 802816, N = 256, C = 64) the heuristic computes this 1x1 conv as a
+        // GEMM with the cooperative 128x128 tile; at batch 1 (M = 3136: 50 tiles, less than a
+        // wave) with the conv kernels' heuristic. A 3x3 conv takes the largest sm90 conv tile.
+        assert_eq!(i.dispatch.last().unwrap().instance.config, "conv2d_gemm_sm90 128x128x64 c1x1 cooperative");
+        assert_eq!(i.dispatch[0].instance.config, "conv2d_sm80 64x64x32 w32x32x32 s5 kOptimized");
+        let i3 = hopper.conv2d(&conv(n.clone(), 56, 64, 256, 3, 1));
+        assert_eq!(i3.dispatch.last().unwrap().instance.config, "conv2d_sm90 128x128x64 c1x1");
+        // Up to 32 output channels: the narrow tile is a candidate, and the heuristic's choice.
+        let narrow = hopper.conv2d(&conv(n.clone(), 112, 96, 24, 1, 1));
+        assert_eq!(narrow.dispatch.last().unwrap().instance.config, "conv2d_gemm_sm90 128x32x64 c1x1 pingpong");
         // Epilogue variants are distinct instances; equal configs with equal epilogues share a name.
         let again = hopper.conv2d(&p);
         assert_eq!(again.dispatch, i.dispatch);
@@ -906,6 +1009,36 @@ mod tests {
             hopper.conv2d(&relu).dispatch.last().unwrap().instance.name,
             i.dispatch.last().unwrap().instance.name
         );
+        // A 1x1 stride-1 conv is also offered as the sm90 GEMM (conv ABI), with the GEMM's
+        // epilogue; a 3x3 one, or a residual after a pre-activation (no GEMM epilogue computes
+        // act(pre_act(acc + bias) + res)), is not.
+        let gemm_candidates = |t: &CudaTarget, sig: &str| -> Vec<LibraryInstance> {
+            let rec = t.recorded();
+            let r = rec.iter().find(|r| r.signature.starts_with(sig)).expect("recorded");
+            r.candidates.iter().filter(|c| c.template == CONV_GEMM_TEMPLATE).cloned().collect()
+        };
+        let g = gemm_candidates(
+            &hopper,
+            "conv2d n256 h56 w56 c64 k256 r1 s1 p56 q56 pad0,0 str1,1 dil1,1 bias1 res0 pre:id act:id",
+        );
+        assert_eq!(g.len(), SM90_CONV_GEMM_TILES.len());
+        assert_eq!(g[0].config, "conv2d_gemm_sm90 128x256x64 c1x1 cooperative");
+        assert_eq!(g[0].context["gemm_name"], json!(format!("{}_gemm", g[0].name)));
+        assert_eq!(g[0].context["gemm_act"], "v");
+        let mut res = p.clone();
+        res.residual = true;
+        res.act = Some(Act::Relu);
+        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(256).recording();
+        t.conv2d(&res);
+        assert_eq!(gemm_candidates(&t, "conv2d n256 ")[2].context["gemm_act"], "o2a_relu(v)");
+        let mut pre = res.clone();
+        pre.pre_act = Some(Act::Relu);
+        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(256).recording();
+        t.conv2d(&pre);
+        assert!(gemm_candidates(&t, "conv2d n256 ").is_empty());
+        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(256).recording();
+        t.conv2d(&conv(n.clone(), 56, 64, 64, 3, 1));
+        assert!(gemm_candidates(&t, "conv2d n256 ").is_empty());
         // Padding beyond the sm90 limit: sm80 only.
         let mut wide = p.clone();
         wide.pads = [130; 4];

@@ -3,8 +3,9 @@
 //!
 //! Today one pattern, the channels-first model input: a cast of the caller's fp32 (or fp16)
 //! NCHW tensor to fp16, the `transpose` family's tiled matrix transpose NCHW → NHWC
-//! (`[B, C, HW] → [B, HW, C]`) and the `pad_channels` kernel of a thin convolution stem
-//! (C = 3 → 8) are three passes over the input. Any two or three of them in that order — cast →
+//! (`[B, C, HW] → [B, HW, C]`) and the `pad_channels` kernel of a thin convolution (C = 3 → 4;
+//! a thin stem with a wider filter takes the im2col path instead, see `ops::conv`, and then only
+//! the cast and the transpose fuse) are three passes over the input. Any two or three of them in that order — cast →
 //! transpose → pad, cast → transpose, transpose → pad — become one [`NCHW_TO_NHWC_TEMPLATE`]
 //! kernel that reads the original input and writes the padded fp16 NHWC tensor.
 //!
@@ -459,7 +460,8 @@ mod tests {
     }
 
     /// ResNet-50's stem as the optimiser leaves it: an fp32 NCHW input, a layout transform to
-    /// NHWC, the 7x7 convolution on 3 channels (padded to 8 for the library kernel).
+    /// NHWC, the 7x7 convolution on 3 channels (an im2col and a 1x1 library product on CUDA, see
+    /// `ops::conv`: it reads the unpadded 3-channel NHWC input).
     fn resnet_stem() -> G {
         let mut b = G::new();
         let x = b.input("data", nchw(3, 224, 224));
@@ -471,41 +473,57 @@ mod tests {
     }
 
     #[test]
-    fn resnet_stem_becomes_one_kernel() {
+    fn resnet_stem_input_becomes_one_kernel() {
         let p = lowered(&resnet_stem().g);
-        // Unfused: cast, transpose, pad_channels, conv, cast.
-        assert_eq!(templates(&p), ["nchw_to_nhwc", "conv", "cast"]);
+        // Unfused: cast, transpose, im2col, conv, cast. The im2col kernel reads the 3-channel
+        // NHWC tensor, so the transform has nothing to pad.
+        assert_eq!(templates(&p), ["nchw_to_nhwc", "im2col", "conv", "cast"]);
         check_consistent(&p);
         let k = &p.kernels[0];
-        assert_eq!(k.node, "graph inputs, to_nhwc, conv0");
+        assert_eq!(k.node, "graph inputs, to_nhwc");
         let c = &k.context;
         assert_eq!(
             (c["src_ctype"].as_str(), c["batches"].as_str(), c["pixels"].as_str()),
             (Some("float"), Some("(batch)"), Some("50176"))
         );
-        assert_eq!((c["c_in"].as_i64(), c["c_out"].as_i64(), c["vec"].as_i64()), (Some(3), Some(4), Some(4)));
+        assert_eq!((c["c_in"].as_i64(), c["c_out"].as_i64(), c["vec"].as_i64()), (Some(3), Some(3), Some(1)));
         assert_eq!(c["thin"], json!(true));
-        // It reads the caller's fp32 input and writes what the convolution reads.
+        // It reads the caller's fp32 input and writes what the im2col kernel reads.
         let (src, out) = (&p.tensors[k.args[0]], &p.tensors[k.args[1]]);
         assert_eq!((src.dtype, &src.storage), (DType::F32, &Storage::Input { index: 0 }));
-        assert_eq!(out.shape, vec![Dim::sym("N"), Dim::known(224), Dim::known(224), Dim::known(4)]);
+        assert_eq!(out.shape, vec![Dim::sym("N"), Dim::known(224), Dim::known(224), Dim::known(3)]);
         assert_eq!(p.kernels[1].args[0], k.args[1]);
-        // The intermediates (fp16 copy, unpadded NHWC) are gone: input, padded input, padded
-        // weight, conv output, graph output.
+        assert_eq!(p.kernels[2].args[0], p.kernels[1].args[1]);
+        // The intermediate (the fp16 copy) is gone: input, NHWC input, flattened weight, patch
+        // matrix, conv output, graph output.
         let names: Vec<&str> = p.tensors.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["data", "w.pad4", "to_nhwc.out.pad4", "conv0.out", "conv0.out"]);
-        // Planned: the padded input takes N*224*224*8 halves at the largest batch.
-        assert!(p.memory.arena_bytes >= 256 * 224 * 224 * 8 * 2);
+        assert_eq!(names, ["data", "to_nhwc.out", "w.im2col152", "to_nhwc.out.im2col152", "conv0.out", "conv0.out"]);
+        // Planned: the patch matrix takes N*112*112*152 halves at the largest batch.
+        assert!(p.memory.arena_bytes >= 256 * 112 * 112 * 152 * 2);
         render_fused(&p, "fuse_stem");
     }
 
     #[test]
     fn nchw_convolution_stem_fuses_its_own_transforms() {
-        // A convolution the optimiser left in NCHW transposes its input itself (ops::conv).
+        // A convolution the optimiser left in NCHW transposes its input itself (ops::conv); the
+        // 3x3 thin filter then takes the im2col path, which reads the 3-channel tensor.
         let mut b = G::new();
         let x = b.input("x", nchw(3, 32, 32));
         let w = b.konst("w", &[16, 3, 3, 3], |i| i as f32);
         let y = b.node("c", conv(Layout::Nchw, 1, 1), vec![Some(x), Some(w), None, None]);
+        b.g.outputs.push(y);
+        let p = lowered(&b.g);
+        assert_eq!(templates(&p), ["nchw_to_nhwc", "im2col", "conv", "transpose", "cast"]);
+        check_consistent(&p);
+        let c = &p.kernels[0].context;
+        assert_eq!((c["pixels"].as_str(), c["c_in"].as_i64(), c["c_out"].as_i64()), (Some("1024"), Some(3), Some(3)));
+        assert_eq!(p.kernels[1].args[0], p.kernels[0].args[1]);
+
+        // A thin 1x1 NCHW convolution is padded instead: cast, transpose and pad fuse.
+        let mut b = G::new();
+        let x = b.input("x", nchw(3, 32, 32));
+        let w = b.konst("w", &[16, 3, 1, 1], |i| i as f32);
+        let y = b.node("c", conv(Layout::Nchw, 1, 0), vec![Some(x), Some(w), None, None]);
         b.g.outputs.push(y);
         let p = lowered(&b.g);
         assert_eq!(templates(&p), ["nchw_to_nhwc", "conv", "transpose", "cast"]);
@@ -532,13 +550,16 @@ mod tests {
         render_fused(&p, "fuse_tiled");
     }
 
+    // The pad tests below use thin 1x1 convolutions: a thin filter wider than 1x1 takes the
+    // im2col path (ops::conv), which reads the unpadded tensor and has no pad kernel to fuse.
+
     #[test]
     fn transpose_and_pad_fuse_on_an_fp16_input() {
         let mut b = G::new();
         let x = input_f16(&mut b, "x", nchw(3, 20, 20));
         let t = b.node("t", to_nhwc(), vec![Some(x)]);
-        let w = konst_f16(&mut b, "w", &[8, 3, 3, 3]);
-        let y = b.node("c", conv(Layout::Nhwc, 1, 1), vec![Some(t), Some(w), None, None]);
+        let w = konst_f16(&mut b, "w", &[8, 1, 1, 3]);
+        let y = b.node("c", conv(Layout::Nhwc, 1, 0), vec![Some(t), Some(w), None, None]);
         b.g.outputs.push(y);
         let p = lowered(&b.g);
         assert_eq!(templates(&p), ["nchw_to_nhwc", "conv"]);
@@ -555,10 +576,10 @@ mod tests {
         // pad.
         let mut b = G::new();
         let x = b.input("x", nchw(3, 16, 16));
-        let w = b.konst("w", &[8, 3, 3, 3], |_| 1.0);
+        let w = b.konst("w", &[8, 1, 1, 3], |_| 1.0);
         for name in ["a", "b"] {
             let t = b.node(&format!("{name}.t"), to_nhwc(), vec![Some(x)]);
-            let y = b.node(name, conv(Layout::Nhwc, 1, 1), vec![Some(t), Some(w), None, None]);
+            let y = b.node(name, conv(Layout::Nhwc, 1, 0), vec![Some(t), Some(w), None, None]);
             b.g.outputs.push(y);
         }
         let p = lowered(&b.g);
@@ -572,8 +593,8 @@ mod tests {
         let mut b = G::new();
         let x = b.input("x", nchw(3, 16, 16));
         let t = b.node("t", to_nhwc(), vec![Some(x)]);
-        let w = b.konst("w", &[8, 3, 3, 3], |_| 1.0);
-        let y = b.node("c", conv(Layout::Nhwc, 1, 1), vec![Some(t), Some(w), None, None]);
+        let w = b.konst("w", &[8, 1, 1, 3], |_| 1.0);
+        let y = b.node("c", conv(Layout::Nhwc, 1, 0), vec![Some(t), Some(w), None, None]);
         b.g.outputs.extend([y, t]);
         let p = lowered(&b.g);
         assert_eq!(templates(&p), ["nchw_to_nhwc", "pad_channels", "conv", "cast", "cast"]);
@@ -589,8 +610,8 @@ mod tests {
         let mut b = G::new();
         let x = input_f16(&mut b, "x", nchw(3, 16, 16));
         let t = b.node("t", to_nhwc(), vec![Some(x)]);
-        let w = konst_f16(&mut b, "w", &[8, 3, 3, 3]);
-        let y = b.node("c", conv(Layout::Nhwc, 1, 1), vec![Some(t), Some(w), None, None]);
+        let w = konst_f16(&mut b, "w", &[8, 1, 1, 3]);
+        let y = b.node("c", conv(Layout::Nhwc, 1, 0), vec![Some(t), Some(w), None, None]);
         b.g.outputs.extend([y, t]);
         let p = lowered(&b.g);
         assert_eq!(templates(&p), ["transpose", "pad_channels", "conv"]);
@@ -613,8 +634,8 @@ mod tests {
         let mut b = G::new();
         let x = input_f16(&mut b, "x", nchw(3, 16, 16));
         let t = b.node("t", to_nhwc(), vec![Some(x)]);
-        let w = konst_f16(&mut b, "w", &[8, 3, 3, 3]);
-        b.node("c", conv(Layout::Nhwc, 1, 1), vec![Some(t), Some(w), None, None]);
+        let w = konst_f16(&mut b, "w", &[8, 1, 1, 3]);
+        b.node("c", conv(Layout::Nhwc, 1, 0), vec![Some(t), Some(w), None, None]);
         let p = crate::lower::ops::conv::tests::lower_with(&b.g, |cx, node| {
             let spec = crate::lower::ops::find(node).expect("a family lowers it");
             (spec.lower)(cx, node)

@@ -76,4 +76,11 @@ pub trait Target: Sync {
         let m = self.conv_channel_multiple().max(1);
         c.div_ceil(m) * m
     }
+    /// Whether convolution `p` (constant weights, group 1) runs as an explicit im2col: a kernel
+    /// writes the patch matrix `[N·P·Q, Kp]` (columns in KRSC order r, s, c, zero beyond R·S·C)
+    /// and a 1x1 library convolution over `Kp` channels multiplies it by the weights reshaped to
+    /// `[K, Kp]`. Returns `Kp`, or None to compute `p` as it is. Default: never.
+    fn conv_im2col_columns(&self, _p: &ConvProblem) -> Option<i64> {
+        None
+    }
 }

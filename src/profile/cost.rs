@@ -20,8 +20,9 @@
 //!
 //! How the problems are built follows `lower::ops::conv` and `lower::ops::gemm` rule for rule
 //! (see [`conv_problem`] and [`gemm_problem`]): device fp16 operands, rank-4 convolutions with
-//! compile-time spatial sizes, the thin-stem channel padding to the target's channel multiple
-//! (constant weights, one group; the `pad_channels` copy in front is not priced, here as in the
+//! compile-time spatial sizes, a thin stem as the lowering's own rule (`lower::ops::conv::
+//! library_form`) runs it: the 1x1 product of an explicit im2col, or the channels padded to the
+//! target's multiple (the im2col / `pad_channels` kernel in front is not priced, here as in the
 //! analytical model), NCHW as the NHWC kernel between transforms that are skipped over a size-1
 //! extent, numpy-batched matrix products with a batched A times a shared B folded into one tall
 //! product, and the per-column-bias / exact-residual limits of the library epilogues.
@@ -39,8 +40,8 @@ use crate::ir::dim::product;
 use crate::ir::ops::kernel::{Conv2d, Gemm, Layout};
 use crate::ir::{DType, Dim, Fact, Graph, Op, ValueType};
 use crate::lower::cuda::CudaTarget;
-use crate::lower::ops::conv::DIRECT_TEMPLATE;
-use crate::lower::{device_dtype, BiasKind, ConvProblem, GemmProblem, Target};
+use crate::lower::ops::conv::{library_form, LibraryForm};
+use crate::lower::{device_dtype, BiasKind, ConvProblem, GemmProblem, LowerError, Target};
 use egg::Id;
 use serde::Serialize;
 use std::cell::RefCell;
@@ -320,14 +321,10 @@ fn known(d: &Dim, what: &str) -> std::result::Result<i64, String> {
     d.as_known().ok_or_else(|| format!("the {what} ({d}) is not known at compile time"))
 }
 
-/// The convolution problem `lower::ops::conv` gives the target for a kernel-level `Conv2d`, with
-/// the thin-stem channel padding applied where the lowering applies it. Err: why the lowering
-/// would not give the target one (the node then fails to lower or runs elsewhere).
-///
-/// Refactor note: this mirrors `lower_conv2d`; moving its problem construction into a shared
-/// `pub(crate) fn conv_problem(op, x, w, out, has_bias, has_res) -> LowerResult<ConvProblem>` and
-/// `fn stem_padded(problem, w_const, target) -> Option<ConvProblem>` in `lower/ops/conv.rs` would
-/// let both call the same code.
+/// The convolution problem `lower::ops::conv` gives the target for a kernel-level `Conv2d`: the
+/// node's geometry, in the form the lowering's own rule ([`library_form`]) chooses for a thin
+/// stem. Err: why the lowering would not give the target one (the node then fails to lower or
+/// runs elsewhere).
 pub fn conv_problem(
     op: &Conv2d,
     inputs: &[Option<&Fact>],
@@ -391,16 +388,16 @@ pub fn conv_problem(
         pre_act: op.pre_act,
         act: op.act,
     };
-    // A thin stem with constant weights runs padded to the channel count the target's library
-    // wants (`Target::conv_padded_channels`), when the target has an instance for it.
-    let cp = target.conv_padded_channels(c as usize) as i64;
-    if wf.konst.is_some() && group == 1 && cp != c {
-        let padded = ConvProblem { c: cp, ..problem.clone() };
-        if target.conv2d(&padded).template != DIRECT_TEMPLATE {
-            return Ok(padded);
-        }
+    // A thin stem with constant weights runs as the lowering runs it: an im2col and its 1x1
+    // product, or padded to the library's channel count (the im2col / pad kernel in front is not
+    // priced, here as in the analytical model).
+    match library_form(target, &problem, wf.konst.is_some()).map_err(|e| match e {
+        LowerError::Unsupported(m) | LowerError::Invalid(m) => m,
+    })? {
+        LibraryForm::Im2col { problem: product, .. } => Ok(product),
+        LibraryForm::Padded(padded) => Ok(padded),
+        LibraryForm::AsIs => Ok(problem),
     }
-    Ok(problem)
 }
 
 /// How an operand advances over the output's batch dims (as in `lower::ops::gemm`).
@@ -692,8 +689,9 @@ mod tests {
     }
 
     #[test]
-    fn nchw_adds_the_analytical_transforms_and_the_stem_is_padded() {
-        // An NCHW stem conv, C = 3: the problem is the NHWC one padded to 8 channels.
+    fn nchw_adds_the_analytical_transforms_and_the_stem_is_unfolded() {
+        // An NCHW stem conv, C = 3, 7x7: the problem is the 1x1 product of its im2col patch
+        // matrix (7·7·3 = 147 columns, padded to 152), as the lowering builds it.
         let op = Conv2d {
             layout: Layout::Nchw,
             geom: crate::ir::ops::kernel::ConvGeom { strides: [2, 2], pads: [3; 4], dilations: [1, 1], group: 1 },
@@ -704,9 +702,9 @@ mod tests {
         let inputs = [Some(&x), Some(&w), None, None];
         let probe = CudaTarget::new(Arch::Sm90a);
         let p = conv_problem(&op, &inputs, &out, &probe).expect("a library problem");
-        assert_eq!((p.c, p.k, p.r, p.p), (4, 64, 7, 112));
+        assert_eq!((p.h, p.c, p.k, p.r, p.p, p.strides, p.pads), (112, 152, 64, 1, 112, [1, 1], [0; 4]));
         let sig = probe.conv_signature_at(&p, 1).expect("library");
-        assert!(sig.starts_with("conv2d n2 h224 w224 c4 k64 r7 s7 p112 q112 "), "{sig}");
+        assert!(sig.starts_with("conv2d n2 h112 w112 c152 k64 r1 s1 p112 q112 pad0,0 str1,1 "), "{sig}");
         // Run-time weights are not padded: C = 3 goes to the direct kernel, no signature.
         let runtime_w = crate::ir::ops::testutil::fact(DType::F16, "64,3,7,7");
         let unpadded = conv_problem(&op, &[Some(&x), Some(&runtime_w), None, None], &out, &probe).expect("problem");
@@ -714,7 +712,7 @@ mod tests {
         assert_eq!(probe.conv_signature_at(&unpadded, 1), None);
 
         let mut m = Measurements::new();
-        m.entry(sig).or_default().insert("conv2d_sm80 64x64x32 w32x32x32 s5 kFixedChannels a4".into(), 0.1);
+        m.entry(sig).or_default().insert("conv2d_sm80 64x64x32 w32x32x32 s5 kOptimized".into(), 0.1);
         let target = CudaTarget::new(Arch::Sm90a).with_measurements(m);
         let cost = MeasuredCost::new(&target, 1);
         let a = cost.analytical().clone();
@@ -723,13 +721,13 @@ mod tests {
         let got = cost.cost(&ONode::Conv([Id::from(0usize); 4]), Some(&op), &inputs, &out);
         assert!((got - want).abs() < 1e-15, "{got} vs {want}");
 
-        // One input channel (padded to 4 for the kernel): the input needs no transform, the
-        // output does.
-        let op = Conv2d { geom: crate::ir::ops::kernel::ConvGeom { strides: [1, 1], pads: [1; 4], ..op.geom }, ..op };
-        let (x, w, _, out) = conv_fact_args("2,1,16,16", &[8, 1, 3, 3], "2,8,16,16");
+        // One input channel, 1x1 (no im2col: padded to 4 channels for the kernel): the input
+        // needs no transform, the output does.
+        let op = Conv2d { geom: crate::ir::ops::kernel::ConvGeom { strides: [1, 1], pads: [0; 4], ..op.geom }, ..op };
+        let (x, w, _, out) = conv_fact_args("2,1,16,16", &[8, 1, 1, 1], "2,8,16,16");
         let inputs = [Some(&x), Some(&w), None, None];
         let p = conv_problem(&op, &inputs, &out, &probe).expect("a library problem");
-        assert_eq!(p.c, 4);
+        assert_eq!((p.c, p.r), (4, 1));
         let mut m = Measurements::new();
         let sig = probe.conv_signature_at(&p, 1).expect("library");
         m.entry(sig).or_default().insert("conv2d_sm80 64x64x32 w32x32x32 s5 kFixedChannels a4".into(), 0.1);

@@ -4,7 +4,8 @@
 //! [`Library::open`] loads the shared library and reads what the model looks like (input and
 //! output names, dtypes, shapes at a batch, the batch range); that needs no GPU. [`Model::create`]
 //! instantiates it on the current device (arena, workspace, weights) and runs it on host tensors
-//! ([`Model::run_host`]) or times it ([`Model::bench`]).
+//! ([`Model::run_host`]), times it ([`Model::bench`]) or times each of its kernels
+//! ([`Model::kernel_times`]).
 //!
 //! Every failure of the library comes back as an error carrying the library's own message
 //! (`o2a_last_error`), which names the model and, for a kernel, the kernel and its graph node.
@@ -35,7 +36,9 @@ mod tests;
 pub const LIB_NAME: &str = "libmodel.so";
 
 /// The C API version this runtime speaks (`O2A_ABI_VERSION` of model.h).
-pub const ABI_VERSION: i32 = 1;
+/// Version 2 added the kernel list and per-kernel timing (`o2a_num_kernels`, `o2a_kernel_name`,
+/// `o2a_kernel_node`, `o2a_kernel_times`).
+pub const ABI_VERSION: i32 = 2;
 
 /// Status codes of the C API (the `O2A_ERR_*` of model.h / common.cuh).
 fn status_name(code: c_int) -> &'static str {
@@ -62,6 +65,7 @@ type FnIndexInt = unsafe extern "C" fn(*const c_void, c_int) -> c_int;
 type FnShape = unsafe extern "C" fn(*const c_void, c_int, i64, *mut i64) -> c_int;
 type FnRunHost = unsafe extern "C" fn(*mut c_void, i64, *const *const c_void, *const *mut c_void) -> c_int;
 type FnBench = unsafe extern "C" fn(*mut c_void, i64, c_int, c_int, c_int, *mut f32) -> c_int;
+type FnKernelTimes = unsafe extern "C" fn(*mut c_void, i64, c_int, c_int, *mut f32) -> c_int;
 
 /// The C API's entry points, resolved once. Valid while the `libloading::Library` they come
 /// from is loaded (the owning [`Library`] keeps it).
@@ -86,6 +90,10 @@ struct Api {
     batch_symbol: FnModelStr,
     run_host: FnRunHost,
     bench: FnBench,
+    num_kernels: FnModelInt,
+    kernel_name: FnIndexStr,
+    kernel_node: FnIndexStr,
+    kernel_times: FnKernelTimes,
 }
 
 /// A graph input or output as the library describes it.
@@ -95,6 +103,15 @@ pub struct IoInfo {
     /// The ONNX dtype of the caller's buffer.
     pub dtype: DType,
     pub rank: usize,
+}
+
+/// A kernel of the run sequence as the library describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelInfo {
+    /// "k012_conv2d_library": its position in the run sequence and its template.
+    pub name: String,
+    /// The graph node(s) it computes, comma-separated when several were fused.
+    pub node: String,
 }
 
 /// A loaded model library: its entry points and its interface.
@@ -108,6 +125,8 @@ pub struct Library {
     max_batch: i64,
     /// The batch dim's ONNX name, when the model has one.
     batch_symbol: Option<String>,
+    /// The run sequence, in launch order.
+    kernels: Vec<KernelInfo>,
     // Dropped last: the function pointers in `api` point into it.
     _lib: libloading::Library,
 }
@@ -216,6 +235,10 @@ impl Library {
                 batch_symbol: symbol(&lib, "o2a_batch_symbol", &path)?,
                 run_host: symbol(&lib, "o2a_run_host", &path)?,
                 bench: symbol(&lib, "o2a_bench", &path)?,
+                num_kernels: symbol(&lib, "o2a_num_kernels", &path)?,
+                kernel_name: symbol(&lib, "o2a_kernel_name", &path)?,
+                kernel_node: symbol(&lib, "o2a_kernel_node", &path)?,
+                kernel_times: symbol(&lib, "o2a_kernel_times", &path)?,
             }
         };
         let mut library = Library {
@@ -227,14 +250,15 @@ impl Library {
             outputs: Vec::new(),
             max_batch: 1,
             batch_symbol: None,
+            kernels: Vec::new(),
             _lib: lib,
         };
         library.read_interface()?;
         Ok(library)
     }
 
-    /// Reads names, dtypes, ranks and the batch range through the metadata functions, which
-    /// accept a NULL model.
+    /// Reads names, dtypes, ranks, the batch range and the kernel list through the metadata
+    /// functions, which accept a NULL model.
     fn read_interface(&mut self) -> Result<()> {
         let null = std::ptr::null();
         let api = &self.api;
@@ -283,7 +307,28 @@ impl Library {
         let (inputs, outputs) = (read(false)?, read(true)?);
         self.inputs = inputs;
         self.outputs = outputs;
+        self.kernels = self.read_kernels()?;
         Ok(())
+    }
+
+    fn read_kernels(&self) -> Result<Vec<KernelInfo>> {
+        let null = std::ptr::null();
+        let api = &self.api;
+        // SAFETY: metadata functions take a NULL model and return static strings; indices are
+        // within the count the library reports.
+        let n = unsafe { (api.num_kernels)(null) };
+        let n = usize::try_from(n).map_err(|_| self.corrupt(&format!("it has {n} kernels")))?;
+        (0..n)
+            .map(|k| {
+                let index = c_int::try_from(k).map_err(|_| self.corrupt("too many kernels"))?;
+                let (name, node) =
+                    unsafe { (c_str((api.kernel_name)(null, index)), c_str((api.kernel_node)(null, index))) };
+                match (name, node) {
+                    (Some(name), Some(node)) => Ok(KernelInfo { name, node }),
+                    _ => Err(self.corrupt(&format!("kernel {k} of {n} has no name or node"))),
+                }
+            })
+            .collect()
     }
 
     fn corrupt(&self, what: &str) -> Error {
@@ -325,6 +370,25 @@ impl Library {
     /// The largest batch the model runs (1 for fixed shapes).
     pub fn max_batch(&self) -> i64 {
         self.max_batch
+    }
+
+    /// The kernels of the run sequence, in launch order.
+    pub fn kernels(&self) -> &[KernelInfo] {
+        &self.kernels
+    }
+
+    pub fn num_kernels(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// The name of kernel `k` ("k012_conv2d_library"); `None` past the last kernel.
+    pub fn kernel_name(&self, k: usize) -> Option<&str> {
+        self.kernels.get(k).map(|i| i.name.as_str())
+    }
+
+    /// The graph node(s) kernel `k` computes; `None` past the last kernel.
+    pub fn kernel_node(&self, k: usize) -> Option<&str> {
+        self.kernels.get(k).map(|i| i.node.as_str())
     }
 
     /// The calling thread's last error message of the library.
@@ -538,8 +602,7 @@ impl Model {
     pub fn bench(&mut self, batch: i64, warmup: u32, iters: u32, graph: bool) -> Result<f32> {
         let lib = &self.lib;
         lib.check_batch(batch)?;
-        let warmup = c_int::try_from(warmup).map_err(|_| Error::Other(format!("--warmup {warmup} is too large")))?;
-        let iters = c_int::try_from(iters).map_err(|_| Error::Other(format!("--iters {iters} is too large")))?;
+        let (warmup, iters) = timing_counts(warmup, iters)?;
         let mut ms = 0f32;
         // SAFETY: the model is alive; `ms` receives the median.
         let rc = unsafe { (lib.api.bench)(self.ptr.as_ptr(), batch, warmup, iters, c_int::from(graph), &mut ms) };
@@ -549,6 +612,41 @@ impl Model {
         }
         Ok(ms)
     }
+
+    /// Median milliseconds of each kernel (in run order, one per [`Library::kernels`]) at
+    /// `batch` over `iters` runs with plain launches after `warmup` untimed ones, on the random
+    /// device inputs of [`Model::bench`]. A kernel's time runs from a GPU event recorded before it
+    /// to the one before the next kernel, so it includes any wait for the next launch: where
+    /// launches are slower than the kernels, the times show launch overhead, and their sum is
+    /// close to [`Model::bench`] with plain launches.
+    pub fn kernel_times(&mut self, batch: i64, warmup: u32, iters: u32) -> Result<Vec<f32>> {
+        let lib = &self.lib;
+        lib.check_batch(batch)?;
+        let (warmup, iters) = timing_counts(warmup, iters)?;
+        let mut ms = vec![f32::NAN; lib.kernels.len()];
+        // SAFETY: the model is alive; `ms` holds one float per kernel, as many as the call writes.
+        let rc = unsafe { (lib.api.kernel_times)(self.ptr.as_ptr(), batch, warmup, iters, ms.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(lib.call_error(&format!("timing each kernel at batch {batch}"), rc));
+        }
+        if let Some(k) = ms.iter().position(|t| !t.is_finite() || *t < 0.0) {
+            return Err(Error::Other(format!(
+                "{}: timing each kernel at batch {batch}: {} (node '{}') got the impossible time {} ms",
+                lib.dir.display(),
+                lib.kernels[k].name,
+                lib.kernels[k].node,
+                ms[k]
+            )));
+        }
+        Ok(ms)
+    }
+}
+
+/// The warm-up and timed run counts as the C API takes them.
+fn timing_counts(warmup: u32, iters: u32) -> Result<(c_int, c_int)> {
+    let warmup = c_int::try_from(warmup).map_err(|_| Error::Other(format!("--warmup {warmup} is too large")))?;
+    let iters = c_int::try_from(iters).map_err(|_| Error::Other(format!("--iters {iters} is too large")))?;
+    Ok((warmup, iters))
 }
 
 impl Drop for Model {

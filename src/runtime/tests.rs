@@ -206,6 +206,11 @@ fn templates_render_tables_and_run_sequence() {
     assert!(cu.contains("void* a[] = {t[1], t[2], t[3], nullptr};"), "{cu}");
     assert!(cu.contains("void* a[] = {t[8], t[7], nullptr};"), "{cu}");
     assert!(cu.contains("const int rc = k003_add_one(a, batch, ws,"), "{cu}");
+    // A timing mark before every kernel and after the last (o2a_kernel_times); none elsewhere.
+    assert!(cu.contains("O2A_TRY(mark(marks, 0, stream));") && cu.contains("O2A_TRY(mark(marks, 3, stream));"), "{cu}");
+    assert!(cu.contains("return mark(marks, kNumKernels, stream);"), "{cu}");
+    assert_eq!(cu.matches("run_kernels(m, batch, m->stream, marks.ev.data())").count(), 1, "{cu}");
+    assert!(cu.contains("int o2a_kernel_times(o2a_model* m, int64_t batch, int warmup, int iters, float* median_ms)"));
     assert!(cu.contains("{Storage::alias, 0ull, 6, 0},  // t8"), "{cu}");
     assert!(cu.contains("constexpr int64_t kMaxBatch = 8;") && cu.contains("constexpr bool kHasBatch = true;"), "{cu}");
     assert!(cu.contains("constexpr uint64_t kWeightsBytes = 8ull;"), "{cu}");
@@ -220,6 +225,15 @@ fn templates_render_tables_and_run_sequence() {
         "int o2a_run(o2a_model* m, int64_t batch, const void* const* inputs, void* const* outputs, void* stream);"
     ));
     assert!(!h.contains("cuda_runtime.h"), "model.h needs no CUDA header");
+    assert!(h.contains("#define O2A_ABI_VERSION 2") && ABI_VERSION == 2, "{h}");
+    for decl in [
+        "int o2a_num_kernels(const o2a_model* m);",
+        "const char* o2a_kernel_name(const o2a_model* m, int k);",
+        "const char* o2a_kernel_node(const o2a_model* m, int k);",
+        "int o2a_kernel_times(o2a_model* m, int64_t batch, int warmup, int iters, float* median_ms);",
+    ] {
+        assert!(h.contains(decl), "model.h lacks {decl}:\n{h}");
+    }
 
     render_model_files(&tiny_program(false), &out);
     let cu = std::fs::read_to_string(out.join("model.cu")).unwrap();
@@ -301,6 +315,17 @@ fn model_library_compiles_links_and_loads() {
     assert_eq!(inputs, vec![(NASTY_INPUT, DType::F32, 2), ("ids", DType::I64, 1)]);
     let outputs: Vec<(&str, DType, usize)> = lib.outputs().iter().map(|i| (i.name.as_str(), i.dtype, i.rank)).collect();
     assert_eq!(outputs, vec![("y", DType::F32, 3), ("ids_plus_one", DType::I64, 1)]);
+    let kernels: Vec<(&str, &str)> = lib.kernels().iter().map(|k| (k.name.as_str(), k.node.as_str())).collect();
+    assert_eq!(
+        kernels,
+        vec![
+            ("k000_cast", "graph inputs"),
+            ("k001_scale", NASTY_NODE),
+            ("k002_cast", "graph outputs"),
+            ("k003_add_one", "add")
+        ]
+    );
+    assert_eq!((lib.num_kernels(), lib.kernel_name(3), lib.kernel_node(4)), (4, Some("k003_add_one"), None));
     assert_eq!(lib.input_shape(0, 3).unwrap(), vec![3, 4]);
     assert_eq!(lib.output_shape(0, 5).unwrap(), vec![5, 2, 2]);
     assert_eq!(lib.infer_batch(&[&[5, 4], &[5]]).unwrap(), 5);
@@ -345,6 +370,15 @@ fn run_on_gpu(m: &mut Model, dir: &Path) {
             assert!(ms > 0.0 && ms.is_finite(), "{ms}");
         }
     }
+    for batch in [8, 2] {
+        let ms = m.kernel_times(batch, 2, 5).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ms.len(), 4);
+        assert!(ms.iter().all(|t| t.is_finite() && *t >= 0.0), "{ms:?}");
+    }
+    let e = m.kernel_times(3, 0, 3).unwrap_err().to_string();
+    assert!(e.contains("timing each kernel at batch 3") && e.contains("k003_add_one: batch 3 is refused"), "{e}");
+    let e = m.kernel_times(9, 0, 3).unwrap_err().to_string();
+    assert!(e.contains("batch 9 is out of range"), "{e}");
     // Running after benchmarking still computes on the caller's inputs.
     let x = Tensor::from_f32s(&[1, 4], vec![2.0, 2.0, 2.0, 2.0]);
     let out = m.run_host(1, &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();

@@ -6,7 +6,7 @@
 //! provides and which computes any group count, channel count, padding, stride and dilation.
 //! At fp32 precision (`--precision fp32`) the target is not asked: library instances store fp16,
 //! so every convolution runs on the direct kernel with fp32 storage ([`direct_instance`]), and
-//! no stem is padded (the padding only serves the library's channel multiple).
+//! no stem is padded or unfolded by im2col (both only serve the library kernels).
 //!
 //! - Layout: the kernels compute channels-last: x `[N,H,W,C]`, w KRSC `[K,R,S,C/g]`, out
 //!   `[N,P,Q,K]` (`Layout::Nhwc`). The optimiser turns convolutions into NHWC where the layout
@@ -16,9 +16,26 @@
 //!   permuted to KRSC at compile time (run-time weights by a kernel), the NHWC kernel, and the
 //!   output transposed back. Transforms over a size-1 channel or spatial extent move no bytes
 //!   and are skipped.
+//! - Thin stems: im2col. An implicit-GEMM library convolution reads a thin input (C ≤ 4) a few
+//!   channels per access and spends its tensor cores on padded channels: measured on the H200,
+//!   ResNet-50's stem (N = 256, 224x224x3 → 112x112x64, 7x7/2, pad 3) took 1.155 ms through
+//!   CUTLASS's fixed-channels iterator on a 4-channel padded copy, 13% of the whole network.
+//!   When `Target::conv_im2col_columns` answers `Kp` for a group-1 problem with constant weights
+//!   (fp16 only), the lowering instead emits an [`IM2COL_TEMPLATE`] kernel that writes the patch
+//!   matrix `[N·P·Q, Kp]` (a `[N,P,Q,Kp]` temporary): `cols[m][(r·S + s)·C + c] =
+//!   x[n, p·stride_h − pad_t + r·dil_h, q·stride_w − pad_l + s·dil_w, c]`, zero outside the
+//!   image and in the columns `R·S·C ≤ col < Kp`; then a 1x1, stride-1, unpadded library
+//!   convolution over `Kp` input channels (a GEMM for the target) with the weights flattened to
+//!   `[K, R·S·C]` in the same (r, s, c) order and zero-padded to `[K,1,1,Kp]` (a new weight,
+//!   `{weight}.im2col{Kp}`), the original bias, residual and activations. Each output is the
+//!   same sum of products as the direct definition (zero columns add nothing). The matrix costs
+//!   one extra pass over memory (≈1 GB written at batch 256 for Kp = 152), where the product
+//!   then runs at the GEMM rate. If the target has no library kernel for the 1x1 problem, the
+//!   convolution takes the paths below.
 //! - Stem padding: library convolutions want the input channels in multiples of
 //!   `Target::conv_channel_multiple` (8 for 16-byte fp16 accesses), which an RGB stem (C = 3)
-//!   is not. When the weights are a compile-time constant and the group count is 1, the lowering
+//!   is not. When the im2col path does not apply (a 1x1 thin convolution, a target that does not
+//!   ask for it), the weights are a compile-time constant and the group count is 1, the lowering
 //!   pads them with zero input channels (KRSC `[K,R,S,3]` → `[K,R,S,8]`, a new weight), emits a
 //!   [`PAD_CHANNELS_TEMPLATE`] kernel that copies x into a zero-filled `[N,H,W,8]` temporary,
 //!   and runs the library convolution on that; the zero channels add nothing to any sum, so the
@@ -34,7 +51,7 @@ use super::act::act_call;
 use super::{float_storage_fields, LowerSpec};
 use crate::ir::ops::kernel::{Act, Conv2d, Layout};
 use crate::ir::{Dim, Node, Tensor};
-use crate::lower::{ctype, ConvProblem, Instance, LowerCtx, LowerError, LowerResult, Precision, TensorId};
+use crate::lower::{ctype, ConvProblem, Instance, LowerCtx, LowerError, LowerResult, Precision, Target, TensorId};
 use crate::lower_unsupported;
 use ndarray::{s, ArrayD, IxDyn};
 use serde_json::{json, Map, Value as Json};
@@ -56,6 +73,8 @@ pub fn is_direct(template: &str) -> bool {
 }
 /// Zero-pads the channel dim of a channels-last tensor.
 pub const PAD_CHANNELS_TEMPLATE: &str = "pad_channels";
+/// Writes the patch matrix of a thin stem (explicit im2col).
+pub const IM2COL_TEMPLATE: &str = "im2col";
 /// The `transpose` family's template (NCHW ↔ NHWC around an NCHW convolution).
 const TRANSPOSE_TEMPLATE: &str = "transpose";
 
@@ -131,6 +150,111 @@ fn pad_weight_channels(w: &Tensor, c_padded: usize) -> LowerResult<Tensor> {
     let mut out = ArrayD::<f32>::zeros(IxDyn(&[k, r, s_, c_padded]));
     out.slice_mut(s![.., .., .., ..c]).assign(&a);
     Ok(Tensor::F32(out))
+}
+
+/// The library problem of convolution `p` lowered as an explicit im2col with `columns` (Kp)
+/// columns: each output pixel's patch is one row of the product, so it is a 1x1, stride-1,
+/// unpadded convolution of the `[N, P, Q, Kp]` patch matrix with `p`'s output, bias, residual
+/// and activations.
+pub fn im2col_product(p: &ConvProblem, columns: i64) -> ConvProblem {
+    ConvProblem {
+        h: p.p,
+        w: p.q,
+        c: columns,
+        r: 1,
+        s: 1,
+        pads: [0; 4],
+        strides: [1, 1],
+        dilations: [1, 1],
+        group: 1,
+        ..p.clone()
+    }
+}
+
+/// How the lowering hands convolution `p` to the target's library at fp16.
+#[derive(Clone, Debug)]
+pub enum LibraryForm {
+    /// An explicit im2col with `columns` (Kp) columns, then `problem`, the 1x1 product.
+    Im2col { columns: i64, problem: ConvProblem },
+    /// A thin stem's input copied into a zero-padded `problem.c`-channel temporary.
+    Padded(ConvProblem),
+    /// `p` as it is.
+    AsIs,
+}
+
+/// The one rule, shared by the lowering and the optimiser's measured cost model
+/// (`profile::cost`), for how convolution `p` (fp16 tensors) reaches the target: with constant
+/// weights and one group, the im2col form when the target asks for it
+/// (`Target::conv_im2col_columns`) and has a library kernel for the 1x1 product, else the padded
+/// form when the target wants more channels (`Target::conv_padded_channels`) and has a library
+/// kernel for the padded problem; otherwise `p` as it is.
+pub fn library_form(target: &dyn Target, p: &ConvProblem, constant_weights: bool) -> LowerResult<LibraryForm> {
+    if !constant_weights || p.group != 1 {
+        return Ok(LibraryForm::AsIs);
+    }
+    if let Some(columns) = target.conv_im2col_columns(p) {
+        let rsc = p.r * p.s * p.c;
+        if columns % 8 != 0 || columns < rsc {
+            return Err(LowerError::Invalid(format!(
+                "the target asked for {columns} im2col columns for a {}x{}x{} filter: they must be a multiple of 8 \
+                 covering the {rsc} filter elements",
+                p.r, p.s, p.c
+            )));
+        }
+        let problem = im2col_product(p, columns);
+        if !is_direct(&target.conv2d(&problem).template) {
+            return Ok(LibraryForm::Im2col { columns, problem });
+        }
+    }
+    let padded_c = target.conv_padded_channels(p.c as usize) as i64;
+    if padded_c != p.c {
+        let padded = ConvProblem { c: padded_c, ..p.clone() };
+        if !is_direct(&target.conv2d(&padded).template) {
+            return Ok(LibraryForm::Padded(padded));
+        }
+    }
+    Ok(LibraryForm::AsIs)
+}
+
+/// KRSC weights `[K,R,S,C]` as the im2col product's `[K,1,1,Kp]`: each filter flattened in
+/// (r, s, c) order — the patch matrix's column order — and zero-padded to `columns`.
+fn im2col_weights(w: &Tensor, columns: i64) -> LowerResult<Tensor> {
+    let a = w.to_f32();
+    let &[k, r, s_, c] = a.shape() else {
+        return Err(LowerError::Invalid(format!("convolution weights must be rank 4, found {:?}", a.shape())));
+    };
+    let (rsc, kp) = (r * s_ * c, usize::try_from(columns).unwrap_or(0));
+    if kp < rsc {
+        return Err(LowerError::Invalid(format!("{columns} im2col columns cannot hold {r}x{s_}x{c} filters")));
+    }
+    let flat = a
+        .as_standard_layout()
+        .into_shape_with_order((k, rsc))
+        .map_err(|e| LowerError::Invalid(format!("flattening the convolution weights: {e}")))?
+        .into_owned();
+    let mut out = ArrayD::<f32>::zeros(IxDyn(&[k, 1, 1, kp]));
+    out.slice_mut(s![.., 0, 0, ..rsc]).assign(&flat);
+    Ok(Tensor::F32(out))
+}
+
+/// Emits the [`IM2COL_TEMPLATE`] kernel writing the patch matrix of `p` over the NHWC tensor `x`
+/// into a new `[N, P, Q, columns]` temporary, which it returns.
+fn emit_im2col(cx: &mut LowerCtx, node: &Node, p: &ConvProblem, columns: i64, x: TensorId) -> LowerResult<TensorId> {
+    let d = Dim::known;
+    let shape = vec![p.n.clone(), d(p.p), d(p.q), d(columns)];
+    let cols = cx.temp(&format!("{}.im2col{columns}", cx.tensor(x).name), cx.dtype(x), shape);
+    let mut c = Map::new();
+    c.insert("n".into(), json!(cx.expr(&p.n)?));
+    for (key, v) in p.geometry_fields() {
+        if key != "k" {
+            c.insert(key.into(), json!(v));
+        }
+    }
+    c.insert("kp".into(), json!(columns));
+    c.insert("x_index".into(), json!(0));
+    c.insert("out_index".into(), json!(1));
+    cx.emit(&node.name, IM2COL_TEMPLATE, vec![x, cols], vec![1], c, 0)?;
+    Ok(cols)
 }
 
 /// The lowering of a kernel-level `Conv2d` node.
@@ -254,14 +378,20 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
 
     // The kernel and the tensors it reads, then the output.
     let fp16 = cx.precision() == Precision::Fp16;
-    // A thin stem is padded to the channel count the target's library wants (CUDA: 3 → 4).
-    let padded_c = if fp16 { cx.target.conv_padded_channels(c as usize) as i64 } else { c };
-    let padded = ConvProblem { c: padded_c, ..problem.clone() };
-    let (p_final, inst, x_k, w_k, w_layout) = match &w_const {
-        // A thin stem: pad the channels up to the library's multiple when the weights can be padded
-        // (fp16 only: at fp32 no library instance runs, and the direct kernel takes any C).
-        Some(wk) if fp16 && group == 1 && padded_c != c && !is_direct(&cx.target.conv2d(&padded).template) => {
-            let inst = cx.target.conv2d(&padded);
+    // A thin stem: an explicit im2col and a 1x1 convolution, or its channels padded up to the
+    // library's multiple (fp16 only: at fp32 no library instance runs, and the direct kernel takes
+    // any C). Constant weights only: they are reshaped or padded at compile time.
+    let form = if fp16 { library_form(cx.target, &problem, w_const.is_some())? } else { LibraryForm::AsIs };
+    let (p_final, inst, x_k, w_k, w_layout) = match (&w_const, form) {
+        (Some(wk), LibraryForm::Im2col { columns, problem: product }) => {
+            let wt =
+                cx.add_weight(&format!("{}.im2col{columns}", input_name(cx, node, 1)), &im2col_weights(wk, columns)?)?;
+            let cols = emit_im2col(cx, node, &problem, columns, x)?;
+            let inst = conv_instance(cx, &product);
+            (product, inst, cols, wt, WeightLayout::Krsc)
+        }
+        (Some(wk), LibraryForm::Padded(padded)) => {
+            let inst = conv_instance(cx, &padded);
             let cp = padded.c;
             let wt =
                 cx.add_weight(&format!("{}.pad{cp}", input_name(cx, node, 1)), &pad_weight_channels(wk, cp as usize)?)?;
@@ -277,7 +407,7 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
             cx.emit(&node.name, PAD_CHANNELS_TEMPLATE, vec![x, x_padded], vec![1], pc, 0)?;
             (padded, inst, x_padded, wt, WeightLayout::Krsc)
         }
-        Some(wk) => {
+        (Some(wk), _) => {
             let inst = conv_instance(cx, &problem);
             if is_direct(&inst.template) {
                 let wt = cx.add_weight(&format!("{}.rsck", input_name(cx, node, 1)), &permute(wk, &[1, 2, 3, 0]))?;
@@ -288,7 +418,7 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
                 (problem, inst, x, wt, WeightLayout::Krsc)
             }
         }
-        None => {
+        (None, _) => {
             let inst = conv_instance(cx, &problem);
             let wt = w_runtime.ok_or_else(|| LowerError::Invalid("convolution weights are missing".into()))?;
             (problem, inst, x, wt, WeightLayout::Krsc)
@@ -624,12 +754,14 @@ pub(crate) mod tests {
         assert_eq!(k1.writes, vec![4]);
     }
 
+    /// A thin 1x1 convolution is no im2col case (its patch is the pixel itself): its input is
+    /// padded to the library's channel count instead.
     #[test]
-    fn rgb_stem_is_padded_to_four_channels() {
+    fn thin_1x1_conv_is_padded_to_four_channels() {
         let mut b = G::new();
         let x = b.input("x", nhwc(224, 224, 3));
-        let w = b.konst("w", &[64, 7, 7, 3], |i| i as f32);
-        b.node("stem", conv_op(2, 3, 1, Some(Act::Relu)), vec![Some(x), Some(w), None, None]);
+        let w = b.konst("w", &[64, 1, 1, 3], |i| i as f32);
+        b.node("thin", conv_op(2, 0, 1, Some(Act::Relu)), vec![Some(x), Some(w), None, None]);
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         assert_eq!(
             p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
@@ -649,16 +781,267 @@ pub(crate) mod tests {
         // The conv reads the padded temporary and the padded weight.
         assert_eq!(conv.args[0], pad.args[1]);
         let wt = &p.tensors[conv.args[1]];
-        assert_eq!(wt.shape, vec![Dim::known(64), Dim::known(7), Dim::known(7), Dim::known(4)]);
-        let Storage::Weight { offset, bytes } = wt.storage else { panic!("padded weight is a weight") };
-        assert_eq!(bytes, 64 * 7 * 7 * 4 * 2);
+        assert_eq!(wt.shape, vec![Dim::known(64), Dim::known(1), Dim::known(1), Dim::known(4)]);
+        let Storage::Weight { bytes, .. } = wt.storage else { panic!("padded weight is a weight") };
+        assert_eq!(bytes, 64 * 4 * 2);
         // Channels 0..3 carry the original values (fp16), channel 3 is zero.
-        let half_at = |i: usize| {
-            let o = offset as usize + 2 * i;
-            half::f16::from_le_bytes([p.weights[o], p.weights[o + 1]]).to_f32()
+        let w = weight_f32(&p, conv.args[1]);
+        assert_eq!(&w[..5], [0.0, 1.0, 2.0, 0.0, 3.0]);
+    }
+
+    /// The fp16 weight `t` of a lowered program, as f32 values in memory order.
+    fn weight_f32(p: &Program, t: TensorId) -> Vec<f32> {
+        let Storage::Weight { offset, bytes } = p.tensors[t].storage else {
+            panic!("{} is no weight", p.tensors[t].name)
         };
-        assert_eq!((half_at(0), half_at(1), half_at(2), half_at(3)), (0.0, 1.0, 2.0, 0.0));
-        assert_eq!(half_at(4), 3.0);
+        assert_eq!(p.tensors[t].dtype, DType::F16);
+        p.weights[offset as usize..(offset + bytes) as usize]
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect()
+    }
+
+    /// Deterministic small integers in [-4, 4] (exact in fp16, and so are their products' sums).
+    fn small_ints(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((state >> 33) % 9) as f32 - 4.0
+            })
+            .collect()
+    }
+
+    /// The im2col kernel's thread index math (templates/cuda/kernels/im2col.cu.hbs) on the CPU:
+    /// thread i fills column group i % (Kp/8) of row i / (Kp/8), stepping the tap, the input pixel
+    /// and the element offset in KRSC order as the kernel does.
+    /// Returns the patch matrix `[N·P·Q, Kp]`, checking that every element is stored exactly once.
+    fn simulate_im2col(x: &[f32], n: usize, p: &ConvProblem, kp: usize) -> Vec<f32> {
+        let [h, w, c_, r_, s_, pp, qq] = [p.h, p.w, p.c, p.r, p.s, p.p, p.q];
+        let (rsc, groups, image) = (r_ * s_ * c_, kp as i64 / 8, h * w * c_);
+        assert_eq!(kp % 8, 0);
+        let total = n as i64 * pp * qq * groups;
+        let mut out: Vec<Option<f32>> = vec![None; total as usize * 8];
+        for i in 0..total {
+            let row = i / groups;
+            let group = i - row * groups;
+            let q = row % qq;
+            let np = row / qq;
+            let pi = np % pp;
+            let ni = np / pp;
+            let (ih0, iw0) = (pi * p.strides[0] - p.pads[0], q * p.strides[1] - p.pads[1]);
+            let col0 = group * 8;
+            let (mut c, mut s) = (col0 % c_, (col0 / c_) % s_);
+            let (mut ih, mut iw) = (ih0 + col0 / (c_ * s_) * p.dilations[0], iw0 + s * p.dilations[1]);
+            let mut off = (ih * w + iw) * c_ + c;
+            for j in 0..8 {
+                assert_eq!(off, (ih * w + iw) * c_ + c, "the stepped offset is the pixel's");
+                let v = if col0 + j < rsc && (0..h).contains(&ih) && (0..w).contains(&iw) {
+                    x[(ni * image + off) as usize]
+                } else {
+                    0.0
+                };
+                assert!(out[(i * 8 + j) as usize].replace(v).is_none(), "column {} stored twice", i * 8 + j);
+                c += 1;
+                off += 1;
+                if c == c_ {
+                    c = 0;
+                    s += 1;
+                    iw += p.dilations[1];
+                    off += (p.dilations[1] - 1) * c_;
+                    if s == s_ {
+                        s = 0;
+                        ih += p.dilations[0];
+                        iw -= s_ * p.dilations[1];
+                        off += (p.dilations[0] * w - s_ * p.dilations[1]) * c_;
+                    }
+                }
+            }
+        }
+        out.into_iter().map(|v| v.expect("every element stored")).collect()
+    }
+
+    /// `cols [M, Kp] · wt[k, :]` for the `[K,1,1,Kp]` im2col weights: the 1x1 product, `[M, K]`.
+    fn product(cols: &[f32], wt: &[f32], kp: usize) -> Vec<f32> {
+        let k = wt.len() / kp;
+        cols.chunks_exact(kp)
+            .flat_map(|row| wt.chunks_exact(kp).map(move |f| row.iter().zip(f).map(|(a, b)| a * b).sum::<f32>()))
+            .collect::<Vec<_>>()
+            .chunks_exact(k)
+            .flatten()
+            .copied()
+            .collect()
+    }
+
+    fn problem_of(n: i64, [h, w, c]: [i64; 3], [k, r, s]: [i64; 3], g: &ConvGeom) -> ConvProblem {
+        let extent = |i: usize, x: i64, f: i64| {
+            (x + (g.pads[i] + g.pads[i + 2]) as i64 - (g.dilations[i] as i64) * (f - 1) - 1) / g.strides[i] as i64 + 1
+        };
+        ConvProblem {
+            n: Dim::known(n),
+            h,
+            w,
+            c,
+            k,
+            r,
+            s,
+            p: extent(0, h, r),
+            q: extent(1, w, s),
+            pads: g.pads.map(|v| v as i64),
+            strides: g.strides.map(|v| v as i64),
+            dilations: g.dilations.map(|v| v as i64),
+            group: 1,
+            bias: false,
+            residual: false,
+            pre_act: None,
+            act: None,
+        }
+    }
+
+    /// The im2col product (the kernel's index math, the lowering's weight reshape) equals the
+    /// reference convolution for strides, asymmetric padding, dilation and 1..4 channels.
+    #[test]
+    fn im2col_product_matches_the_reference_convolution() {
+        use crate::lower::Target;
+        let cuda = CudaTarget::new(Arch::Sm90);
+        let cases: [([usize; 3], [usize; 3], ConvGeom); 5] = [
+            ([11, 13, 3], [5, 7, 7], ConvGeom { strides: [2, 2], pads: [3; 4], dilations: [1, 1], group: 1 }),
+            ([9, 8, 1], [4, 3, 3], ConvGeom { strides: [1, 1], pads: [1, 0, 2, 1], dilations: [1, 1], group: 1 }),
+            ([10, 12, 4], [3, 3, 2], ConvGeom { strides: [1, 2], pads: [2, 1, 0, 3], dilations: [2, 3], group: 1 }),
+            ([7, 7, 2], [6, 5, 5], ConvGeom { strides: [3, 1], pads: [0; 4], dilations: [1, 1], group: 1 }),
+            ([6, 9, 3], [8, 1, 3], ConvGeom { strides: [1, 1], pads: [0, 1, 0, 1], dilations: [1, 1], group: 1 }),
+        ];
+        for (seed, ([h, w, c], [k, r, s_], geom)) in cases.into_iter().enumerate() {
+            let n = 2;
+            let p = problem_of(n as i64, [h, w, c].map(|v| v as i64), [k, r, s_].map(|v| v as i64), &geom);
+            let kp = cuda.conv_im2col_columns(&p).expect("a thin filter wider than 1x1 takes im2col") as usize;
+            assert!(kp % 8 == 0 && kp >= r * s_ * c && kp < r * s_ * c + 8);
+            let x = small_ints(n * h * w * c, seed as u64);
+            let wv = small_ints(k * r * s_ * c, 100 + seed as u64);
+            let wt = im2col_weights(&Tensor::from_f32s(&[k, r, s_, c], wv.clone()), kp as i64).expect("reshapes");
+            assert_eq!(wt.shape(), [k, 1, 1, kp]);
+            let wt: Vec<f32> = wt.to_f32().iter().copied().collect();
+            let got = product(&simulate_im2col(&x, n, &p, kp), &wt, kp);
+            let xa = ArrayD::from_shape_vec(IxDyn(&[n, h, w, c]), x).expect("x");
+            let wa = ArrayD::from_shape_vec(IxDyn(&[k, r, s_, c]), wv).expect("w");
+            let want = crate::reference::kernel::conv::conv2d(Layout::Nhwc, &geom, &xa, &wa, None, None, None, None)
+                .expect("reference");
+            assert_eq!(want.shape(), [n, p.p as usize, p.q as usize, k]);
+            // Small integers: both sums are exact.
+            assert_eq!(got, want.iter().copied().collect::<Vec<_>>(), "case {seed}: {p:?}");
+        }
+    }
+
+    /// ResNet-style stem (3 channels, 7x7/2, pad 3): the im2col kernel into a [N,P,Q,152]
+    /// temporary and the 1x1 library convolution over 152 channels with the flattened weights;
+    /// the lowered program's tensors computed on the CPU give the reference convolution.
+    #[test]
+    fn thin_stem_runs_as_im2col_and_a_1x1_product() {
+        let mut b = G::new();
+        let x = b.input("x", nhwc(32, 32, 3));
+        let wv = small_ints(16 * 7 * 7 * 3, 7);
+        let w = b.konst("stem.w", &[16, 7, 7, 3], |i| wv[i]);
+        let bias = b.konst("b", &[16], |i| i as f32);
+        b.node("stem", conv_op(2, 3, 1, Some(Act::Relu)), vec![Some(x), Some(w), Some(bias), None]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert_eq!(p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(), ["im2col", "conv2d_library"]);
+        let (im, conv) = (&p.kernels[0], &p.kernels[1]);
+        let field = |k: &KernelInstance, f: &str| k.context[f].as_i64().unwrap_or_else(|| panic!("{f}"));
+        assert_eq!(im.context["n"], "(batch)");
+        assert_eq!(
+            ["h", "w", "c", "r", "s", "p", "q", "pad_h", "pad_w", "stride_h", "stride_w", "dil_h", "dil_w", "kp"]
+                .map(|f| field(im, f)),
+            [32, 32, 3, 7, 7, 16, 16, 3, 3, 2, 2, 1, 1, 152]
+        );
+        assert_eq!((field(im, "x_index"), field(im, "out_index")), (0, 1));
+        assert_eq!(im.writes, vec![1]);
+        // x is the graph input itself (no pad_channels); the patch matrix is a temporary.
+        assert_eq!(p.tensors[im.args[0]].storage, Storage::Input { index: 0 });
+        let cols = &p.tensors[im.args[1]];
+        assert_eq!((cols.name.as_str(), &cols.storage), ("x.im2col152", &Storage::Arena { offset: 0 }));
+        assert_eq!(cols.shape, vec![Dim::sym("N"), Dim::known(16), Dim::known(16), Dim::known(152)]);
+        // The 1x1 problem over the patch matrix: same output, bias and activation.
+        assert_eq!(conv.args[0], im.args[1]);
+        assert_eq!(
+            ["h", "w", "c", "k", "r", "s", "p", "q", "pad_h", "pad_w", "stride_h", "stride_w", "dil_h", "dil_w"]
+                .map(|f| field(conv, f)),
+            [16, 16, 152, 16, 1, 1, 16, 16, 0, 0, 1, 1, 1, 1]
+        );
+        assert_eq!(
+            (conv.context["has_bias"].as_bool(), conv.context["epilogue"].as_str()),
+            (Some(true), Some("o2a_relu(v)"))
+        );
+        assert_eq!(p.tensors[conv.args[2]].name, "b");
+        // The weights: [K,1,1,152], each filter flattened in (r, s, c) order, zero beyond 147.
+        let wt = &p.tensors[conv.args[1]];
+        assert_eq!((wt.name.as_str(), &wt.shape), ("stem.w.im2col152", &[16, 1, 1, 152].map(Dim::known).to_vec()));
+        let wl = weight_f32(&p, conv.args[1]);
+        for k in 0..16 {
+            assert_eq!(wl[k * 152..k * 152 + 147], wv[k * 147..(k + 1) * 147], "filter {k}");
+            assert!(wl[k * 152 + 147..(k + 1) * 152].iter().all(|&v| v == 0.0), "filter {k} padding");
+        }
+        // Numerically: im2col (the kernel's index math) then the product with the lowered weights.
+        let n = 2;
+        let xv = small_ints(n * 32 * 32 * 3, 8);
+        let problem = problem_of(n as i64, [32, 32, 3], [16, 7, 7], &geom(2, 3, 1));
+        let got = product(&simulate_im2col(&xv, n, &problem, 152), &wl, 152);
+        let xa = ArrayD::from_shape_vec(IxDyn(&[n, 32, 32, 3]), xv).expect("x");
+        let wa = ArrayD::from_shape_vec(IxDyn(&[16, 7, 7, 3]), wv).expect("w");
+        let want =
+            crate::reference::kernel::conv::conv2d(Layout::Nhwc, &geom(2, 3, 1), &xa, &wa, None, None, None, None)
+                .expect("reference");
+        assert_eq!(got, want.iter().copied().collect::<Vec<_>>());
+        render_all(&p);
+    }
+
+    /// An NCHW thin stem: x is transposed to NHWC first, the OIHW weights are flattened in KRSC
+    /// order (the patch matrix's), and the output is transposed back.
+    #[test]
+    fn nchw_thin_stem_flattens_krsc_weights() {
+        let mut b = G::new();
+        let x = b.input("x", vec![Dim::sym("N"), Dim::known(3), Dim::known(20), Dim::known(20)]);
+        // OIHW: w[k, c, r, s] = 100k + 25c + 5r + s, distinct and exact in fp16.
+        let w = b.konst("w", &[8, 3, 5, 5], |i| ((i / 75) * 100 + (i / 25 % 3) * 25 + i % 25) as f32);
+        let op = Box::new(Conv2d { layout: Layout::Nchw, geom: geom(1, 2, 1), act: None, pre_act: None });
+        b.node("c", op, vec![Some(x), Some(w), None, None]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert_eq!(
+            p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
+            ["transpose", "im2col", "conv2d_library", "transpose"]
+        );
+        let (tin, im, conv) = (&p.kernels[0], &p.kernels[1], &p.kernels[2]);
+        assert_eq!(im.args[0], tin.args[1]);
+        assert_eq!(im.context["kp"], 80);
+        assert_eq!(conv.args[0], im.args[1]);
+        let wl = weight_f32(&p, conv.args[1]);
+        assert_eq!(wl.len(), 8 * 80);
+        for (k, r, s, c) in [(0, 0, 0, 0), (3, 2, 4, 1), (7, 4, 4, 2), (5, 1, 0, 2)] {
+            assert_eq!(wl[k * 80 + (r * 5 + s) * 3 + c], (k * 100 + c * 25 + r * 5 + s) as f32, "w[{k},{c},{r},{s}]");
+        }
+        assert!(wl[75..80].iter().all(|&v| v == 0.0));
+    }
+
+    /// Not an im2col case: a 1x1 thin filter (above), a grouped or depthwise thin convolution,
+    /// run-time weights, a wide input.
+    #[test]
+    fn other_convolutions_skip_im2col() {
+        let mut b = G::new();
+        let x = b.input("x", nhwc(16, 16, 4));
+        let wd = b.konst("wd", &[4, 3, 3, 1], |_| 1.0);
+        b.node("depthwise", conv_op(1, 1, 4, None), vec![Some(x), Some(wd), None, None]);
+        let wg = b.konst("wg", &[4, 3, 3, 2], |_| 1.0);
+        b.node("grouped", conv_op(1, 1, 2, None), vec![Some(x), Some(wg), None, None]);
+        let wr = b.input("wr", vec![Dim::known(8), Dim::known(3), Dim::known(3), Dim::known(4)]);
+        b.node("runtime", conv_op(1, 1, 1, None), vec![Some(x), Some(wr), None, None]);
+        let x16 = b.input("x16", nhwc(16, 16, 16));
+        let w16 = b.konst("w16", &[8, 3, 3, 16], |_| 1.0);
+        b.node("wide", conv_op(1, 1, 1, None), vec![Some(x16), Some(w16), None, None]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        let templates: Vec<&str> = p.kernels.iter().map(|k| k.template.as_str()).collect();
+        assert!(!templates.contains(&IM2COL_TEMPLATE), "{templates:?}");
+        assert_eq!(templates.len(), 4, "{templates:?}");
+        assert_eq!(p.kernels[3].context["c"], 16);
+        assert!(p.tensors.iter().all(|t| !t.name.contains("im2col")));
     }
 
     #[test]
@@ -764,7 +1147,7 @@ pub(crate) mod tests {
         assert_eq!(k.context["bias_index"], -1);
     }
 
-    /// ResNet-50-like convolutions (1x1, 3x3, 1x1 stride-2 projection, the padded 7x7 stem,
+    /// ResNet-50-like convolutions (1x1, 3x3, 1x1 stride-2 projection, the 7x7 stem as im2col,
     /// residual + relu) and the direct kernel (depthwise with residual, grouped) render.
     #[test]
     fn examples_render() {
@@ -812,7 +1195,7 @@ pub(crate) mod tests {
         assert_eq!(
             templates,
             [
-                "pad_channels",
+                "im2col",
                 "conv2d_library",
                 "conv2d_library",
                 "conv2d_library",
