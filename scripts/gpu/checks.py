@@ -510,13 +510,15 @@ def cmd_validate(a):
             )
     runs = [results[s] for s in seeds if s in results]
     not_run = [s for s in seeds if s not in results]
-    summary, problems = summarize_runs(runs, a.max_err, a.min_top1)
+    bound = error_bound(a.max_err, a.sensitivity, a.sensitivity_factor)
+    summary, problems = summarize_runs(runs, bound["max_err"], a.min_top1)
     if not_run:
         problems.append(f"seeds {not_run} not run (time budget)")
     doc = {
         "batch": a.batch,
         "seeds": seeds,
-        "max_err": a.max_err,
+        "max_err": bound["max_err"],
+        "bound": bound,
         "min_top1": a.min_top1,
         "engines": summary,
         "runs": [{k: v for k, v in r.items() if k != "report"} for r in runs],
@@ -693,6 +695,31 @@ def cmd_bench(a):
 # collect
 
 
+def error_bound(base, sensitivity_file, factor):
+    """The validation bound: `base`, or `factor` times the network's own fp16 error when that is
+    larger. The own error is PyTorch fp16 against PyTorch fp32 on the same weights (the rows of
+    scripts/gpu/fp16_error.py --weights auto): no fp16 engine is expected to be more exact than the
+    network allows, and a calibrated random network amplifies rounding far more than a trained
+    one. Without a readable file (or rows) the bound is `base`."""
+    bound = {"base": base, "max_err": base}
+    if not sensitivity_file:
+        return bound
+    try:
+        with open(sensitivity_file) as f:
+            rows = json.load(f)
+        errs = [float(r["rel_err"]) for r in rows if isinstance(r, dict) and "rel_err" in r]
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        bound["sensitivity_error"] = f"unreadable {sensitivity_file}: {e}"
+        return bound
+    errs = [e for e in errs if math.isfinite(e)]
+    if not errs:
+        bound["sensitivity_error"] = f"no finite rel_err rows in {sensitivity_file}"
+        return bound
+    own = max(errs)
+    bound.update({"pytorch_fp16_err": own, "factor": factor, "max_err": max(base, factor * own)})
+    return bound
+
+
 def cmd_collect(a):
     doc = {"overall": a.overall, "steps": []}
     if a.steps and os.path.isfile(a.steps):
@@ -812,6 +839,9 @@ def main():
     v.add_argument("--deadline", type=float)
     v.add_argument("--max-err", type=float, default=1e-2, help="bound on max|gpu-ort|/max|ort| per output")
     v.add_argument("--min-top1", type=float, default=1.0, help="pooled top-1 agreement required (issue 5: identical top-1)")
+    v.add_argument("--sensitivity", help="fp16_error.py JSON of this model's weights: the bound becomes "
+                   "max(--max-err, --sensitivity-factor x PyTorch's own fp16 error)")
+    v.add_argument("--sensitivity-factor", type=float, default=1.5)
     v.add_argument("--json", required=True)
     v.add_argument("--raw-out", help="write the full validate reports here")
     v.add_argument("args", nargs="*", help="more validate arguments (after --)")

@@ -420,6 +420,16 @@ def bench_env(res):
     return lines
 
 
+def bound_note(v):
+    """Why a validation bound is what it is (checks.py validate's `bound` record)."""
+    b = v.get("bound") or {}
+    own = b.get("pytorch_fp16_err")
+    if own is None:
+        return f" ({b['sensitivity_error']}; the base bound)" if b.get("sensitivity_error") else ""
+    return (f" (the larger of {sci(b.get('base'))} and {b.get('factor', 1.5):g} × PyTorch's own fp16 error on these "
+            f"weights, {sci(own)}: scripts/gpu/fp16_error.py)")
+
+
 def bench_model_section(res, model):
     plan = res.get("plan") or {}
     o_rows = bench_rows(res.get(f"bench_onnx2ait_{model}"))
@@ -461,7 +471,8 @@ def bench_model_section(res, model):
                    "with scripts/gpu/fp16_error.py)" if top1_all else
                    "**FAILED: the outputs disagree with ONNX Runtime: the figures above are of a wrong build**")
         facts.append(f"validation at batch 1 against ONNX Runtime ({len(v.get('seeds') or [])} seeds): rel err "
-                     f"{sci(d.get('worst_err'))}, top-1 {top1}: {verdict}")
+                     f"{sci(d.get('worst_err'))}, top-1 {top1}, bound {sci(v.get('max_err'))}{bound_note(v)}: "
+                     f"{verdict}")
         for prob in (v.get("problems") or [])[:3]:
             facts.append(f"validation problem: {cell(prob, 200)}")
     else:
