@@ -41,6 +41,7 @@ use crate::ir::ops::kernel::{Conv2d, Gemm, Layout};
 use crate::ir::{DType, Dim, Fact, Graph, Op, ValueType};
 use crate::lower::cuda::CudaTarget;
 use crate::lower::ops::conv::{library_form, LibraryForm};
+use crate::lower::ops::gemm::{batching, contiguous_strides, operand_batch_strides, Batching};
 use crate::lower::{device_dtype, BiasKind, ConvProblem, GemmProblem, LowerError, Target};
 use egg::Id;
 use serde::Serialize;
@@ -400,30 +401,6 @@ pub fn conv_problem(
     }
 }
 
-/// How an operand advances over the output's batch dims (as in `lower::ops::gemm`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Batching {
-    Batched,
-    Broadcast,
-    Partial,
-}
-
-fn contiguous_strides(shape: &[Dim]) -> Vec<Dim> {
-    (0..shape.len()).map(|i| product(&shape[i + 1..])).collect()
-}
-
-fn batching(strides: &[Dim], out_batch: &[Dim]) -> Batching {
-    let (zero, one) = (Dim::known(0), Dim::known(1));
-    let live: Vec<&Dim> = strides.iter().zip(out_batch).filter(|(_, d)| **d != one).map(|(s, _)| s).collect();
-    if live.iter().all(|s| **s != zero) {
-        Batching::Batched
-    } else if live.iter().all(|s| **s == zero) {
-        Batching::Broadcast
-    } else {
-        Batching::Partial
-    }
-}
-
 /// The matrix product problem `lower::ops::gemm` gives the target for a kernel-level `Gemm`. Err:
 /// why the lowering would not give the target one (an operand broadcast over some batch dims
 /// only, a broadcasting residual: the generic kernel; or a node that does not lower).
@@ -467,21 +444,8 @@ pub fn gemm_problem(op: &Gemm, inputs: &[Option<&Fact>], out: &Fact) -> std::res
     let nb = out_shape.len() - promoted;
     let out_batch = &out_shape[..nb];
     let batch_count = product(out_batch);
-    let operand_batch = |shape2: &[Dim]| -> Vec<Dim> {
-        let st = contiguous_strides(shape2);
-        let ob = shape2.len() - 2;
-        (0..nb)
-            .map(|d| {
-                let offset = nb - d;
-                if offset <= ob && shape2[ob - offset] != one {
-                    st[ob - offset].clone()
-                } else {
-                    Dim::known(0)
-                }
-            })
-            .collect()
-    };
-    let (a_batching, b_batching) = (batching(&operand_batch(&a2), out_batch), batching(&operand_batch(&b2), out_batch));
+    let (a_batching, b_batching) =
+        (batching(&operand_batch_strides(&a2, nb), out_batch), batching(&operand_batch_strides(&b2, nb), out_batch));
     // The bias's strides over [batch..., M, N]: one value per output column, or general.
     let zero = Dim::known(0);
     let bias_kind = match input(2) {

@@ -111,3 +111,34 @@ pub fn run_host_driver(nvcc: &Nvcc, obj: &Path, driver: &str) {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "CHECK-mode answers differ from the expected ones:\n{text}");
 }
+
+/// A host CHECK-mode driver for `run_host_driver`: the includes, `o2a_set_error` (into
+/// `g_err`), a `failures` count and `expect(what, args, mode, want)`, which calls `instance`
+/// (taking `const {args_type}*`) and counts a failure when the status differs from `want` or an
+/// error message does not start with `error_prefix`; then `body` (its own helpers and `main`,
+/// which returns `failures == 0 ? 0 : 1`).
+pub fn check_driver(instance: &str, args_type: &str, error_prefix: &str, body: &str) -> String {
+    format!(
+        r#"
+#include "library.cuh"
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+static char g_err[512];
+void o2a_set_error(const char* fmt, ...) {{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_err, sizeof g_err, fmt, ap);
+  va_end(ap);
+}}
+int {instance}(const {args_type}*, void*, size_t, cudaStream_t, int);
+static int failures = 0;
+static void expect(const char* what, const {args_type}* a, int mode, int want) {{
+  g_err[0] = 0;
+  int rc = {instance}(a, nullptr, O2A_LIBRARY_WORKSPACE_BYTES, nullptr, mode);
+  printf("%-36s rc=%d want=%d %s\n", what, rc, want, g_err);
+  if (rc != want || (rc != O2A_OK && strstr(g_err, "{error_prefix}") != g_err)) failures++;
+}}
+{body}"#
+    )
+}

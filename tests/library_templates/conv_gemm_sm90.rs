@@ -46,30 +46,12 @@ fn conv_gemm_sm90_bias_residual_relu_pingpong_128x128() {
     let Some((nvcc, obj)) = common::build("conv2d_gemm_sm90", Arch::Sm90a, "O2aConvArgs", "res", &ctx) else {
         return;
     };
-    common::run_host_driver(&nvcc, &obj, &CHECK_DRIVER.replace("INSTANCE", name));
+    common::run_host_driver(&nvcc, &obj, &common::check_driver(name, "O2aConvArgs", name, CHECK_DRIVER));
 }
 
 /// CHECK-mode answers on fake (aligned) pointers: CHECK reads nothing through them.
+/// The driver's body, after `common::check_driver`'s prelude.
 const CHECK_DRIVER: &str = r#"
-#include "library.cuh"
-#include <cstdarg>
-#include <cstdio>
-#include <cstring>
-static char g_err[512];
-void o2a_set_error(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_err, sizeof g_err, fmt, ap);
-  va_end(ap);
-}
-int INSTANCE(const O2aConvArgs*, void*, size_t, cudaStream_t, int);
-static int failures = 0;
-static void expect(const char* what, const O2aConvArgs* a, int mode, int want) {
-  g_err[0] = 0;
-  int rc = INSTANCE(a, nullptr, O2A_LIBRARY_WORKSPACE_BYTES, nullptr, mode);
-  printf("%-36s rc=%d want=%d %s\n", what, rc, want, g_err);
-  if (rc != want || (rc != O2A_OK && strstr(g_err, "INSTANCE") != g_err)) failures++;
-}
 static O2aConvArgs conv(int n, int h, int c, int k, int r, int stride, int pad) {
   O2aConvArgs a;
   memset(&a, 0, sizeof a);

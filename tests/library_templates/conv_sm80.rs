@@ -49,7 +49,8 @@ fn conv_sm80_bias_residual_relu() {
 fn conv_sm80_fixed_channels_sigmoid() {
     let c = ctx("o2a_conv_sm80_c", false, false, "o2a_sigmoid(v)", "kFixedChannels", [64, 64, 32, 32, 32, 32, 3]);
     let Some((nvcc, obj)) = build("fixed_channels_sigmoid", &c) else { return };
-    common::run_host_driver(&nvcc, &obj, CONV_CHECK_DRIVER);
+    let driver = common::check_driver("o2a_conv_sm80_c", "O2aConvArgs", "o2a_conv_sm80_c: ", CONV_CHECK_DRIVER);
+    common::run_host_driver(&nvcc, &obj, &driver);
 }
 
 /// The RGB stem padded to 4 channels: fixed-channels iterator with 8-byte input accesses.
@@ -62,26 +63,8 @@ fn conv_sm80_fixed_four_channels() {
 
 /// CHECK-mode answers of the kFixedChannels instance (no bias, no residual), on fake pointers:
 /// CHECK reads nothing through them.
+/// The driver's body, after `common::check_driver`'s prelude.
 const CONV_CHECK_DRIVER: &str = r#"
-#include "library.cuh"
-#include <cstdarg>
-#include <cstdio>
-#include <cstring>
-static char g_err[512];
-void o2a_set_error(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_err, sizeof g_err, fmt, ap);
-  va_end(ap);
-}
-int o2a_conv_sm80_c(const O2aConvArgs*, void*, size_t, cudaStream_t, int);
-static int failures = 0;
-static void expect(const char* what, const O2aConvArgs* a, int mode, int want) {
-  g_err[0] = 0;
-  int rc = o2a_conv_sm80_c(a, nullptr, O2A_LIBRARY_WORKSPACE_BYTES, nullptr, mode);
-  printf("%-28s rc=%d want=%d %s\n", what, rc, want, g_err);
-  if (rc != want || (rc != O2A_OK && strstr(g_err, "o2a_conv_sm80_c: ") != g_err)) failures++;
-}
 static O2aConvArgs conv(int n, int h, int w, int c, int k, int r, int stride, int pad) {
   O2aConvArgs a;
   memset(&a, 0, sizeof a);

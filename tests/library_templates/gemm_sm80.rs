@@ -47,31 +47,14 @@ fn gemm_sm80_bias_residual_broadcast() {
     let c =
         ctx("o2a_gemm_sm80_c", true, true, "o2a_gelu_erf(v)", ["ColumnMajor", "RowMajor"], [64, 64, 32, 32, 32, 32, 3]);
     let Some((nvcc, obj)) = build("bias_residual_broadcast", &c) else { return };
-    common::run_host_driver(&nvcc, &obj, GEMM_CHECK_DRIVER);
+    let driver = common::check_driver("o2a_gemm_sm80_c", "O2aGemmArgs", "o2a_gemm_sm80_c: ", GEMM_CHECK_DRIVER);
+    common::run_host_driver(&nvcc, &obj, &driver);
 }
 
 /// CHECK-mode answers of the bias + residual instance (A ColumnMajor, B RowMajor), on fake
 /// pointers: CHECK reads nothing through them.
+/// The driver's body, after `common::check_driver`'s prelude.
 const GEMM_CHECK_DRIVER: &str = r#"
-#include "library.cuh"
-#include <cstdarg>
-#include <cstdio>
-#include <cstring>
-static char g_err[512];
-void o2a_set_error(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_err, sizeof g_err, fmt, ap);
-  va_end(ap);
-}
-int o2a_gemm_sm80_c(const O2aGemmArgs*, void*, size_t, cudaStream_t, int);
-static int failures = 0;
-static void expect(const char* what, const O2aGemmArgs* a, int mode, int want) {
-  g_err[0] = 0;
-  int rc = o2a_gemm_sm80_c(a, nullptr, O2A_LIBRARY_WORKSPACE_BYTES, nullptr, mode);
-  printf("%-28s rc=%d want=%d %s\n", what, rc, want, g_err);
-  if (rc != want || (rc != O2A_OK && strstr(g_err, "o2a_gemm_sm80_c: ") != g_err)) failures++;
-}
 // A is read column-major (lda = m), B row-major (ldb = n), d and res row-major, one bias row.
 static O2aGemmArgs gemm(int64_t m, int64_t n, int64_t k, int64_t batch) {
   O2aGemmArgs g;

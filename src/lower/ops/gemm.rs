@@ -79,7 +79,7 @@ fn value_shape(cx: &LowerCtx, v: Option<usize>, what: &str) -> LowerResult<Vec<D
 }
 
 /// Row-major strides of a contiguous tensor.
-fn contiguous_strides(shape: &[Dim]) -> Vec<Dim> {
+pub(crate) fn contiguous_strides(shape: &[Dim]) -> Vec<Dim> {
     (0..shape.len()).map(|i| product(&shape[i + 1..])).collect()
 }
 
@@ -99,7 +99,7 @@ fn broadcast_strides(shape: &[Dim], out: &[Dim], what: &str) -> LowerResult<Vec<
 
 /// How an operand advances over the output's batch dims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Batching {
+pub(crate) enum Batching {
     /// One matrix per batch entry (contiguous): the flat batch index times the matrix size.
     Batched,
     /// One matrix shared by every batch entry.
@@ -108,7 +108,8 @@ enum Batching {
     Partial,
 }
 
-fn batching(strides: &[Dim], out_batch: &[Dim]) -> Batching {
+/// How an operand with element strides `strides` over the output's batch dims `out_batch` advances.
+pub(crate) fn batching(strides: &[Dim], out_batch: &[Dim]) -> Batching {
     let (zero, one) = (Dim::known(0), Dim::known(1));
     let live: Vec<&Dim> = strides.iter().zip(out_batch).filter(|(_, d)| **d != one).map(|(s, _)| s).collect();
     if live.iter().all(|s| **s != zero) {
@@ -118,6 +119,25 @@ fn batching(strides: &[Dim], out_batch: &[Dim]) -> Batching {
     } else {
         Batching::Partial
     }
+}
+
+/// The element strides of a (rank ≥ 2, contiguous) operand `[..batch, rows, cols]` over the
+/// output's `nb` leading batch dims (numpy broadcasting, right-aligned): 0 where it broadcasts
+/// (a missing or size-1 dim).
+pub(crate) fn operand_batch_strides(shape2: &[Dim], nb: usize) -> Vec<Dim> {
+    let one = Dim::known(1);
+    let st = contiguous_strides(shape2);
+    let ob = shape2.len() - 2;
+    (0..nb)
+        .map(|d| {
+            let offset = nb - d;
+            if offset <= ob && shape2[ob - offset] != one {
+                st[ob - offset].clone()
+            } else {
+                Dim::known(0)
+            }
+        })
+        .collect()
 }
 
 /// Strides of a bias or residual over `[batch..., M, N]` (0 where it broadcasts).
@@ -175,21 +195,7 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
     let nb = out_shape.len() - promoted;
     let out_batch = out_shape[..nb].to_vec();
     let batch_count = product(&out_batch);
-    let operand_batch = |shape2: &[Dim]| -> Vec<Dim> {
-        let st = contiguous_strides(shape2);
-        let ob = shape2.len() - 2;
-        (0..nb)
-            .map(|d| {
-                let offset = nb - d;
-                if offset <= ob && shape2[ob - offset] != one {
-                    st[ob - offset].clone()
-                } else {
-                    Dim::known(0)
-                }
-            })
-            .collect()
-    };
-    let (a_bs, b_bs) = (operand_batch(&a2), operand_batch(&b2));
+    let (a_bs, b_bs) = (operand_batch_strides(&a2, nb), operand_batch_strides(&b2, nb));
     let (a_batching, b_batching) = (batching(&a_bs, &out_batch), batching(&b_bs, &out_batch));
 
     // Bias and residual strides over [batch..., M, N].
