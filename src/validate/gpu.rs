@@ -6,7 +6,9 @@
 //! like the other engines' bounds relative to the output's scale rather than to each element
 //! (fp16 keeps about three decimal digits, and a long reduction in fp16 storage loses a few
 //! more units of its precision). Integer and bool outputs must match exactly, as for every
-//! engine. `--rtol` / `--atol` override the bounds of every engine.
+//! engine. `--rtol` / `--atol` override the bounds of every engine; `--gpu-rtol` overrides this
+//! engine's rtol alone (for a network whose own fp16 error is known to exceed one percent, without
+//! loosening the fp32 reference executor's bound).
 //!
 //! Dims: the library fixes every dim but the batch at compile time, so validation takes the
 //! values of the graph inputs' symbolic dims from the library's input shapes (the user's
@@ -102,9 +104,12 @@ impl GpuEngine {
     }
 }
 
+/// The GPU engine's column name in reports.
+pub const ENGINE_NAME: &str = "gpu";
+
 impl Engine for GpuEngine {
     fn name(&self) -> &'static str {
-        "gpu"
+        ENGINE_NAME
     }
 
     fn describe(&self) -> String {
