@@ -26,8 +26,12 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
 pub struct CompileArgs {
-    #[command(flatten)]
-    pub model: ModelArg,
+    // The model is a field here, not a flattened `ModelArg`: clap leaves the argument group of
+    // a struct with a nested flatten empty, and `onnx2ait MODEL -o OUT [OPTIONS]` (an
+    // `Option<CompileArgs>` flattened into the top level) needs that group to see the options.
+    /// The .onnx model file.
+    #[arg(value_name = "MODEL")]
+    pub model: PathBuf,
     /// Output directory (created if missing).
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     pub out: PathBuf,
@@ -69,27 +73,6 @@ pub struct CompileArgs {
     /// matrix products then run on the slower direct/generic kernels).
     #[arg(long, default_value = "fp16", value_name = "fp16|fp32")]
     pub precision: Precision,
-}
-
-impl CompileArgs {
-    /// The defaults of `onnx2ait MODEL -o OUT`.
-    pub fn new(model: ModelArg, out: PathBuf) -> CompileArgs {
-        CompileArgs {
-            model,
-            out,
-            arch: "sm_90a".into(),
-            max_batch: 64,
-            dims: Vec::new(),
-            no_build: false,
-            jobs: None,
-            cache_dir: None,
-            profile: false,
-            profile_cache: None,
-            profile_gpu: None,
-            no_profile: false,
-            precision: Precision::Fp16,
-        }
-    }
 }
 
 /// The library every build produces.
@@ -209,8 +192,8 @@ fn summary_text(j: &GraphJson) -> String {
 }
 
 pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
-    a.model.check()?;
-    let g = onnx2ait::onnx::load_model(&a.model.model)?;
+    ModelArg { model: a.model.clone() }.check()?;
+    let g = onnx2ait::onnx::load_model(&a.model)?;
     let j = graph_json(&g);
     let arch: Arch = a.arch.parse()?;
     let lower_opts =

@@ -111,7 +111,7 @@ pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
 /// The target with the cache's times for `arch` and this machine's nvcc and CUTLASS (the times
 /// hold for the code this toolchain produces), and a description of where they come from. A
 /// cache without times for the toolchain still explains, every cost estimated.
-fn measured_target(file: &PathBuf, arch: Arch, gpu: Option<&str>) -> Result<(CudaTarget, String), Failure> {
+fn measured_target(file: &std::path::Path, arch: Arch, gpu: Option<&str>) -> Result<(CudaTarget, String), Failure> {
     if !file.exists() {
         return Err(Failure::new(1, format!("profile cache {}: no such file", file.display())));
     }

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 #[command(
     name = "onnx2ait",
     version,
-    about = "Compile ONNX models into CUDA inference libraries (today: import, shape inference, CPU reference, ONNX Runtime validation).",
+    about = "Compile an ONNX model into a self-contained CUDA inference library (OUT/libmodel.so and OUT/model.h): fp16 tensor-core kernels, chosen by profiling, checked against ONNX Runtime.",
     override_usage = "onnx2ait MODEL -o OUT\n       onnx2ait <COMMAND> [OPTIONS] MODEL",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
@@ -30,17 +30,16 @@ use std::process::ExitCode;
 pub struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// The .onnx model to compile (`onnx2ait MODEL -o OUT` is `onnx2ait compile MODEL -o OUT`).
-    #[arg(value_name = "MODEL", required = true)]
-    model: Option<PathBuf>,
-    /// Output directory of the compile command.
-    #[arg(short = 'o', long = "out", value_name = "OUT", required = true)]
-    out: Option<PathBuf>,
+    /// `onnx2ait MODEL -o OUT [OPTIONS]` is `onnx2ait compile MODEL -o OUT [OPTIONS]`: every
+    /// compile option works without the command name.
+    #[command(flatten)]
+    compile: Option<compile::CompileArgs>,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Import and analyse a model, write OUT/graph.json and OUT/summary.txt.
+    /// Import, optimise and lower a model, generate its CUDA sources in OUT and build
+    /// OUT/libmodel.so (with OUT/graph.json, kernels.json and summary.txt for review).
     Compile(compile::CompileArgs),
     /// Describe a model: opsets, inputs/outputs, op histogram, parameters, unsupported ops.
     Inspect(inspect::InspectArgs),
@@ -140,18 +139,18 @@ fn run_cli() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let result = match (cli.command, cli.model, cli.out) {
-        (Some(Command::Compile(a)), _, _) => compile::run(&a),
-        (Some(Command::Inspect(a)), _, _) => inspect::run(&a),
-        (Some(Command::Validate(a)), _, _) => validate::run(&a),
-        (Some(Command::Explain(a)), _, _) => explain::run(&a),
-        (Some(Command::Ops(a)), _, _) => ops::run(&a),
-        (Some(Command::Run(a)), _, _) => run::run(&a),
-        (Some(Command::Bench(a)), _, _) => bench::run(&a),
-        (Some(Command::Profile(a)), _, _) => profile::run(&a),
-        (None, Some(model), Some(out)) => compile::run(&compile::CompileArgs::new(ModelArg { model }, out)),
-        // clap enforces MODEL and -o without a subcommand; kept total rather than unwrapped.
-        (None, _, _) => Err(Failure::new(1, "usage: onnx2ait MODEL -o OUT (see onnx2ait --help)")),
+    let result = match (cli.command, cli.compile) {
+        (Some(Command::Compile(a)), _) => compile::run(&a),
+        (Some(Command::Inspect(a)), _) => inspect::run(&a),
+        (Some(Command::Validate(a)), _) => validate::run(&a),
+        (Some(Command::Explain(a)), _) => explain::run(&a),
+        (Some(Command::Ops(a)), _) => ops::run(&a),
+        (Some(Command::Run(a)), _) => run::run(&a),
+        (Some(Command::Bench(a)), _) => bench::run(&a),
+        (Some(Command::Profile(a)), _) => profile::run(&a),
+        (None, Some(a)) => compile::run(&a),
+        // clap asks for MODEL and -o without a subcommand; kept total rather than unwrapped.
+        (None, None) => Err(Failure::new(1, "usage: onnx2ait MODEL -o OUT (see onnx2ait --help)")),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -197,8 +196,26 @@ mod tests {
     fn bare_model_means_compile() {
         let c = Cli::try_parse_from(["onnx2ait", "m.onnx", "-o", "out"]).unwrap();
         assert!(c.command.is_none());
-        assert_eq!(c.model, Some(PathBuf::from("m.onnx")));
-        assert_eq!(c.out, Some(PathBuf::from("out")));
+        let a = c.compile.expect("compile arguments");
+        assert_eq!(
+            (a.model, a.out, a.arch.as_str(), a.no_build),
+            (PathBuf::from("m.onnx"), PathBuf::from("out"), "sm_90a", false)
+        );
+        // Every compile option works without the command name.
+        let c = Cli::try_parse_from([
+            "onnx2ait",
+            "m.onnx",
+            "-o",
+            "out",
+            "--no-build",
+            "--arch",
+            "sm_80",
+            "--max-batch",
+            "8",
+        ])
+        .unwrap();
+        let a = c.compile.expect("compile arguments");
+        assert!(a.no_build && a.arch == "sm_80" && a.max_batch == 8);
         let c = Cli::try_parse_from(["onnx2ait", "compile", "m.onnx", "-o", "out"]).unwrap();
         assert!(matches!(c.command, Some(Command::Compile(_))));
         let c =
@@ -206,5 +223,9 @@ mod tests {
         assert!(matches!(c.command, Some(Command::Validate(_))));
         assert!(Cli::try_parse_from(["onnx2ait", "m.onnx"]).is_err(), "-o is required");
         assert!(Cli::try_parse_from(["onnx2ait"]).is_err(), "a model is required");
+        assert!(
+            Cli::try_parse_from(["onnx2ait", "m.onnx", "-o", "out", "--seed", "3"]).is_err(),
+            "not a compile option"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! - `sm90`: CUTLASS 3.x Hopper kernels (TMA loads, `wgmma`, warp-specialised): the conv
 //!   `KernelImplicitTmaWarpSpecializedSm90`, the GEMM cooperative and ping-pong schedules, with
 //!   EVT epilogues. Only with `--arch sm_90a` (a plain sm_90 build of them is a stub that aborts).
+//!
 //! Both: fp16 operands, fp32 accumulation, fused epilogues (bias, residual, activations through
 //! the pointwise functions of `library.cuh`).
 //!
@@ -71,6 +72,23 @@ const ALIGNMENT: i64 = 8;
 /// fixed-channels iterator then reads 4-channel (8-byte) pixels, half the tensor-core work of
 /// padding to 8 (the filter taps × channels make the GEMM-K dim).
 const THIN_CHANNELS: i64 = 4;
+
+/// Shared memory of one im2col block (`STAGE_BYTES` in templates/cuda/kernels/im2col.cu.hbs).
+const IM2COL_STAGE_BYTES: i64 = 40 * 1024;
+
+/// Output pixels per block of the im2col kernel for `p` with `columns` (Kp) columns: the largest
+/// of min(Q, 128), halved, whose staged window (R input rows of `(tile−1)·stride_w +
+/// (S−1)·dil_w + 1` pixels, fp16) and column table (Kp ints) fit [`IM2COL_STAGE_BYTES`]; None when
+/// not even one pixel's window fits. Mirrors `TILE_Q` of templates/cuda/kernels/im2col.cu.hbs
+/// (whose static_assert rejects what this rejects).
+pub(crate) fn im2col_tile_q(p: &ConvProblem, columns: i64) -> Option<i64> {
+    let stage = |tq: i64| p.r * ((tq - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1) * p.c * 2 + columns * 4;
+    let mut tq = p.q.min(128);
+    while tq > 1 && stage(tq) > IM2COL_STAGE_BYTES {
+        tq /= 2;
+    }
+    (tq >= 1 && stage(tq) <= IM2COL_STAGE_BYTES).then_some(tq)
+}
 
 /// The node kernel templates that call library instances.
 pub const CONV_NODE_TEMPLATE: &str = "conv2d_library";
@@ -839,9 +857,15 @@ impl Target for CudaTarget {
     /// (8–16 bytes) per access and waste the tensor cores on padded channels; measured on the
     /// H200, ResNet-50's stem took 1.155 ms at batch 256 (139 TFLOP/s of padded work), where the
     /// patch matrix costs one extra pass over memory and the 1x1 product runs at the GEMM rate.
+    ///
+    /// Offered only when the im2col kernel can stage the window under one output pixel
+    /// ([`im2col_tile_q`]); otherwise the stem is padded to 4 channels as before.
     fn conv_im2col_columns(&self, p: &ConvProblem) -> Option<i64> {
-        (p.group == 1 && p.c <= THIN_CHANNELS && p.r * p.s > 1)
-            .then(|| (p.r * p.s * p.c + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT)
+        if p.group != 1 || p.c > THIN_CHANNELS || p.r * p.s <= 1 {
+            return None;
+        }
+        let columns = (p.r * p.s * p.c + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
+        im2col_tile_q(p, columns).map(|_| columns)
     }
 
     fn conv_padded_channels(&self, c: usize) -> usize {

@@ -167,7 +167,7 @@ mod tests {
         assert_eq!(c.get(&dev, "conv2d n1 ...", "conv2d_sm80 64x64x32"), Some(&Outcome::Ok { ms: 0.012 }));
         let m = c.measurements(&dev);
         assert_eq!(m["conv2d n1 ..."].len(), 1, "only successful runs are choices");
-        assert_eq!(c.devices_for("sm_90a", "13.0.88", "4.2.0"), [dev.clone()]);
+        assert_eq!(c.devices_for("sm_90a", "13.0.88", "4.2.0"), std::slice::from_ref(&dev));
         assert!(c.devices_for("sm_90a", "13.0.99", "4.2.0").is_empty());
         assert!(c.measurements("another GPU").is_empty());
     }

@@ -52,7 +52,7 @@ pub fn layer_norm(
     bias: Option<&[f32]>,
     eps: f32,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let outer = if inner == 0 { 0 } else { x.len() / inner };
+    let outer = x.len().checked_div(inner).unwrap_or(0);
     let mut y = vec![0.0f32; x.len()];
     let (mut means, mut inv) = (Vec::with_capacity(outer), Vec::with_capacity(outer));
     for (dst, row) in y.chunks_mut(inner.max(1)).zip(x.chunks(inner.max(1))) {

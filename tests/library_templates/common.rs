@@ -35,7 +35,7 @@ pub fn render(template: &str, ctx: &Json, case: &str) -> PathBuf {
 }
 
 /// Compiles a rendered source to an object; panics with nvcc's output on failure.
-pub fn compile(nvcc: &Nvcc, src: &PathBuf) {
+pub fn compile(nvcc: &Nvcc, src: &std::path::Path) {
     let obj = src.with_extension("o");
     let dir = src.parent().unwrap().to_path_buf();
     let out = nvcc.compile_command(src, &obj, &dir).output().expect("nvcc runs");

@@ -232,7 +232,7 @@ const WORKSPACE_BYTES: usize = 4 << 20;
 
 /// Links the compiled instance `src` (its object next to it) with the driver and checks its
 /// CHECK-mode answers (variant: RowMajor A, ColumnMajor B, bias, no residual).
-fn check_mode(nvcc: &Nvcc, src: &PathBuf, name: &str) {
+fn check_mode(nvcc: &Nvcc, src: &std::path::Path, name: &str) {
     let dir = src.parent().unwrap().to_path_buf();
     let driver = dir.join("check_driver.cu");
     std::fs::write(&driver, CHECK_DRIVER.replace("INSTANCE", name)).unwrap();

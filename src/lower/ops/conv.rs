@@ -812,49 +812,62 @@ pub(crate) mod tests {
             .collect()
     }
 
-    /// The im2col kernel's thread index math (templates/cuda/kernels/im2col.cu.hbs) on the CPU:
-    /// thread i fills column group i % (Kp/8) of row i / (Kp/8), stepping the tap, the input pixel
-    /// and the element offset in KRSC order as the kernel does.
-    /// Returns the patch matrix `[N·P·Q, Kp]`, checking that every element is stored exactly once.
+    /// The im2col kernel's block and thread index math (templates/cuda/kernels/im2col.cu.hbs) on
+    /// the CPU: block b stages the R input rows under output pixels q0 ..< q0 + TILE_Q of output
+    /// row b / Q_TILES (zeros outside the image), then writes the tile's column groups from the
+    /// staged window through the column-offset table, as the kernel does.
+    /// Returns the patch matrix `[N·P·Q, Kp]`, checking that every element is stored exactly once
+    /// and every staged read stays inside the window.
     fn simulate_im2col(x: &[f32], n: usize, p: &ConvProblem, kp: usize) -> Vec<f32> {
         let [h, w, c_, r_, s_, pp, qq] = [p.h, p.w, p.c, p.r, p.s, p.p, p.q];
-        let (rsc, groups, image) = (r_ * s_ * c_, kp as i64 / 8, h * w * c_);
+        let (kp, rsc, image) = (kp as i64, r_ * s_ * c_, h * w * c_);
+        let groups = kp / 8;
         assert_eq!(kp % 8, 0);
-        let total = n as i64 * pp * qq * groups;
-        let mut out: Vec<Option<f32>> = vec![None; total as usize * 8];
-        for i in 0..total {
-            let row = i / groups;
-            let group = i - row * groups;
-            let q = row % qq;
-            let np = row / qq;
-            let pi = np % pp;
-            let ni = np / pp;
-            let (ih0, iw0) = (pi * p.strides[0] - p.pads[0], q * p.strides[1] - p.pads[1]);
-            let col0 = group * 8;
-            let (mut c, mut s) = (col0 % c_, (col0 / c_) % s_);
-            let (mut ih, mut iw) = (ih0 + col0 / (c_ * s_) * p.dilations[0], iw0 + s * p.dilations[1]);
-            let mut off = (ih * w + iw) * c_ + c;
-            for j in 0..8 {
-                assert_eq!(off, (ih * w + iw) * c_ + c, "the stepped offset is the pixel's");
-                let v = if col0 + j < rsc && (0..h).contains(&ih) && (0..w).contains(&iw) {
-                    x[(ni * image + off) as usize]
+        let tile_q = crate::lower::cuda::im2col_tile_q(p, kp).expect("the window fits");
+        let tile_row = ((tile_q - 1) * p.strides[1] + (s_ - 1) * p.dilations[1] + 1) * c_;
+        let q_tiles = (qq + tile_q - 1) / tile_q;
+        let col_off: Vec<i64> = (0..kp)
+            .map(|col| {
+                let (r, s, c) = (col / (s_ * c_), (col / c_) % s_, col % c_);
+                if col < rsc {
+                    r * tile_row + s * p.dilations[1] * c_ + c
                 } else {
-                    0.0
-                };
-                assert!(out[(i * 8 + j) as usize].replace(v).is_none(), "column {} stored twice", i * 8 + j);
-                c += 1;
-                off += 1;
-                if c == c_ {
-                    c = 0;
-                    s += 1;
-                    iw += p.dilations[1];
-                    off += (p.dilations[1] - 1) * c_;
-                    if s == s_ {
-                        s = 0;
-                        ih += p.dilations[0];
-                        iw -= s_ * p.dilations[1];
-                        off += (p.dilations[0] * w - s_ * p.dilations[1]) * c_;
+                    0
+                }
+            })
+            .collect();
+        let mut out: Vec<Option<f32>> = vec![None; (n as i64 * pp * qq * kp) as usize];
+        for b in 0..n as i64 * pp * q_tiles {
+            let np = b / q_tiles;
+            let q0 = (b - np * q_tiles) * tile_q;
+            let (pi, ni) = (np % pp, np / pp);
+            let tq = (qq - q0).min(tile_q);
+            let (ih0, iw0) = (pi * p.strides[0] - p.pads[0], q0 * p.strides[1] - p.pads[1]);
+            let tile: Vec<f32> = (0..r_ * tile_row)
+                .map(|e| {
+                    let (r, rem) = (e / tile_row, e % tile_row);
+                    let (ih, iw) = (ih0 + r * p.dilations[0], iw0 + rem / c_);
+                    if (0..h).contains(&ih) && (0..w).contains(&iw) {
+                        x[(ni * image + (ih * w + iw0) * c_ + rem) as usize]
+                    } else {
+                        0.0
                     }
+                })
+                .collect();
+            let dst = (np * qq + q0) * groups;
+            for g in 0..tq * groups {
+                let (row, col0) = (g / groups, (g % groups) * 8);
+                for j in 0..8 {
+                    let col = col0 + j;
+                    let v = if col < rsc {
+                        let at = col_off[col as usize] + row * p.strides[1] * c_;
+                        assert!((0..tile.len() as i64).contains(&at), "a staged read leaves the window");
+                        tile[at as usize]
+                    } else {
+                        0.0
+                    };
+                    let i = ((dst + g) * 8 + j) as usize;
+                    assert!(out[i].replace(v).is_none(), "element {i} stored twice");
                 }
             }
         }
@@ -904,18 +917,25 @@ pub(crate) mod tests {
     fn im2col_product_matches_the_reference_convolution() {
         use crate::lower::Target;
         let cuda = CudaTarget::new(Arch::Sm90);
-        let cases: [([usize; 3], [usize; 3], ConvGeom); 5] = [
+        let cases: [([usize; 3], [usize; 3], ConvGeom); 7] = [
             ([11, 13, 3], [5, 7, 7], ConvGeom { strides: [2, 2], pads: [3; 4], dilations: [1, 1], group: 1 }),
             ([9, 8, 1], [4, 3, 3], ConvGeom { strides: [1, 1], pads: [1, 0, 2, 1], dilations: [1, 1], group: 1 }),
             ([10, 12, 4], [3, 3, 2], ConvGeom { strides: [1, 2], pads: [2, 1, 0, 3], dilations: [2, 3], group: 1 }),
             ([7, 7, 2], [6, 5, 5], ConvGeom { strides: [3, 1], pads: [0; 4], dilations: [1, 1], group: 1 }),
             ([6, 9, 3], [8, 1, 3], ConvGeom { strides: [1, 1], pads: [0, 1, 0, 1], dilations: [1, 1], group: 1 }),
+            // Q = 150: a full 128-pixel tile and a partial one per output row.
+            ([3, 300, 3], [2, 3, 5], ConvGeom { strides: [1, 2], pads: [1, 2, 1, 1], dilations: [1, 1], group: 1 }),
+            // Stride 8 over 7 rows: the stage fits 64 of the 150 pixels (tiles of 64, 64, 22).
+            ([7, 1200, 4], [2, 7, 3], ConvGeom { strides: [1, 8], pads: [0; 4], dilations: [1, 1], group: 1 }),
         ];
         for (seed, ([h, w, c], [k, r, s_], geom)) in cases.into_iter().enumerate() {
             let n = 2;
             let p = problem_of(n as i64, [h, w, c].map(|v| v as i64), [k, r, s_].map(|v| v as i64), &geom);
             let kp = cuda.conv_im2col_columns(&p).expect("a thin filter wider than 1x1 takes im2col") as usize;
             assert!(kp % 8 == 0 && kp >= r * s_ * c && kp < r * s_ * c + 8);
+            if w == 1200 {
+                assert_eq!(crate::lower::cuda::im2col_tile_q(&p, kp as i64), Some(64));
+            }
             let x = small_ints(n * h * w * c, seed as u64);
             let wv = small_ints(k * r * s_ * c, 100 + seed as u64);
             let wt = im2col_weights(&Tensor::from_f32s(&[k, r, s_, c], wv.clone()), kp as i64).expect("reshapes");
@@ -930,6 +950,19 @@ pub(crate) mod tests {
             // Small integers: both sums are exact.
             assert_eq!(got, want.iter().copied().collect::<Vec<_>>(), "case {seed}: {p:?}");
         }
+    }
+
+    /// A thin filter whose window under a single output pixel does not fit the im2col kernel's
+    /// shared memory (7 rows of a 3-tap row dilated by 1000: 2001 pixels) is not unfolded.
+    #[test]
+    fn im2col_needs_the_window_to_fit() {
+        use crate::lower::Target;
+        let cuda = CudaTarget::new(Arch::Sm90);
+        let geom = |dil| ConvGeom { strides: [1, 1], pads: [0; 4], dilations: [1, dil], group: 1 };
+        let p = problem_of(1, [7, 2100, 4], [8, 7, 3], &geom(1000));
+        assert_eq!(cuda.conv_im2col_columns(&p), None);
+        let p = problem_of(1, [7, 2100, 4], [8, 7, 3], &geom(100));
+        assert_eq!(cuda.conv_im2col_columns(&p), Some(88));
     }
 
     /// ResNet-style stem (3 channels, 7x7/2, pad 3): the im2col kernel into a [N,P,Q,152]
