@@ -32,10 +32,11 @@
 //!    or 64x128 tile: on the H200 those beat the sm80 tiles on every small ResNet-50 problem (the
 //!    evidence is the test `heuristic_is_near_the_measured_best_on_the_h200`, over the profile in
 //!    tests/fixtures/h200_profile_cache.json); a matrix product takes the largest sm90 GEMM tile
-//!    whose grid fills every SM, or below a wave the ping-pong 64x64 tile. Else (and on sm_80/sm_90, or where no sm90 instance applies) the
-//!    sm80 tile table, largest first, where a tile is skipped when it is twice as wide or tall as
-//!    the problem (M ≤ 64 or N ≤ 64 rules out the 128 side), the first tile whose grid fills
-//!    every SM wins, otherwise the smallest tile (most CTAs).
+//!    whose grid fills every SM, or below a wave the ping-pong 64x64 tile. Else (on sm_80/sm_90,
+//!    or where no sm90 instance applies) the sm80 tile table, largest first, where a tile is
+//!    skipped when it is twice as wide or tall as the problem (M ≤ 64 or N ≤ 64 rules out the 128
+//!    side), the first tile whose grid fills every SM wins, otherwise the smallest tile (most
+//!    CTAs).
 //!
 //! A 1x1, stride-1, unpadded convolution is a matrix product on NHWC tensors, so on sm_90a it also
 //! gets the sm90 GEMM's tiles as candidates ([`CONV_GEMM_TEMPLATE`]: the GEMM behind the conv
