@@ -89,7 +89,7 @@ fn compiles_links_and_caches() {
     std::fs::write(out.join("k001_cutlass.cu"), CUTLASS_SOURCE).unwrap();
     let sources = vec![PathBuf::from("k000_fill.cu"), PathBuf::from("k001_cutlass.cu")];
     let headers = vec![PathBuf::from("common.cuh")];
-    let opts = BuildOptions { jobs: Some(2), cache_dir: None, progress: true };
+    let opts = BuildOptions { jobs: Some(2), cache_dir: None, progress: true, ..Default::default() };
 
     let r = build(&out, &sources, &headers, &nvcc, &opts, "libmodel.so").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((r.compiled, r.cached, r.linked), (2, 0, true));

@@ -114,7 +114,7 @@ fn resnet50_builds_with_nvcc() {
         &gen.files.sources,
         &gen.files.headers,
         &nvcc,
-        &BuildOptions { jobs: None, cache_dir: None, progress: true },
+        &BuildOptions { jobs: None, cache_dir: None, progress: true, ..Default::default() },
         "libmodel.so",
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -127,10 +127,50 @@ fn resnet50_builds_with_nvcc() {
         &gen.files.sources,
         &gen.files.headers,
         &nvcc,
-        &BuildOptions { jobs: None, cache_dir: None, progress: false },
+        &BuildOptions { jobs: None, cache_dir: None, progress: false, ..Default::default() },
         "libmodel.so",
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(again.compiled, 0, "{}", again.summary());
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Instance sharing (`--reuse-within`, `onnx2ait::lower::sharing`) on ResNet-50 with the H200's
+/// profile (tests/fixtures/h200_profile_cache.json): fewer instances than the fastest-each choice,
+/// every batch range's modelled library time within the 1% budget, and the generated library made
+/// of the plan's instances only.
+#[test]
+fn resnet50_shares_instances_under_the_h200_profile() {
+    use onnx2ait::lower::cuda::CudaTarget;
+    use onnx2ait::lower::sharing;
+    let model = Path::new("onnx_models/generated/resnet50.onnx");
+    assert!(model.exists(), "{} is missing: run scripts/gen-models.sh", model.display());
+    let fixture = Path::new("tests/fixtures/h200_profile_cache.json");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let device = doc["devices"].as_object().unwrap().keys().next().unwrap().clone();
+    let times = onnx2ait::profile::cache::ProfileCache::open(fixture).unwrap().measurements(&device);
+    let g = onnx2ait::onnx::load_model(model).expect("resnet50 loads");
+    let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
+    let opts = LowerOptions { max_batch: 256, ..LowerOptions::default() };
+    let target = || CudaTarget::new(Arch::Sm90a).with_max_batch(256).with_measurements(times.clone());
+    let fastest = onnx2ait::lower::lower(&opt, &target(), &opts).expect("lowers");
+    let (shared_target, plan) = sharing::share(target(), &opt, &opts, 0.01).expect("plans");
+    let plan = plan.expect("a plan: the target has times");
+    let shared = onnx2ait::lower::lower(&opt, &shared_target, &opts).expect("lowers");
+    let measured = |p: &onnx2ait::lower::Program| {
+        p.kernels.iter().filter_map(|k| k.context.get("dispatch")?.as_array().cloned()).flatten().all(|d| d["measured"] == true)
+    };
+    assert!(measured(&fastest) && measured(&shared), "the fixture times every ResNet-50 problem");
+    assert_eq!(plan.unshared, fastest.library.len());
+    eprintln!(
+        "instances: {} fastest-each, {} shared; slowdown by batch {:?}; worst choice {:.3}",
+        fastest.library.len(),
+        shared.library.len(),
+        plan.slowdown_by_batch,
+        plan.worst_slowdown
+    );
+    assert!(shared.library.len() * 4 <= fastest.library.len() * 3, "sharing saves at least a quarter of the instances");
+    assert!(shared.library.iter().all(|l| plan.instances.contains(&l.name)));
+    assert_eq!(plan.slowdown_by_batch.keys().copied().collect::<Vec<_>>(), [1, 8, 64, 256]);
+    assert!(plan.slowdown_by_batch.values().all(|r| (1.0..=1.01).contains(r)), "{:?}", plan.slowdown_by_batch);
 }

@@ -76,6 +76,11 @@ pub struct BuildOptions {
     pub cache_dir: Option<PathBuf>,
     /// Show a progress bar (when stderr is a terminal) and print a summary line to stderr.
     pub progress: bool,
+    /// Other object caches to take objects from (read only): an object missing from the cache
+    /// but present under its name (source name + content hash) in one of these is copied in
+    /// instead of compiled. `compile` passes the profiler's cache, so the instances it chose were
+    /// already compiled when they were profiled.
+    pub seed_caches: Vec<PathBuf>,
 }
 
 /// What a build did, for the CLI and for reports.
@@ -181,7 +186,8 @@ struct Outcome {
 
 /// Compiles `sources` (paths relative to `out_dir`) with `compiler` and links them into
 /// `out_dir/<lib_name>`. `headers` (also relative to `out_dir`) are the local headers every
-/// source includes; their bytes are part of every object's cache key. See the module docs.
+/// source includes; their bytes are part of every object's cache key. Compiles start in the order
+/// of `sources`, so callers list the slowest first. See the module docs.
 pub fn build(
     out_dir: &Path,
     sources: &[PathBuf],
@@ -205,7 +211,7 @@ pub fn build(
     let fingerprint = compiler.fingerprint();
     let ext = compiler.object_ext().to_string();
     let headers = read_headers(out_dir, headers)?;
-    let units = plan(out_dir, sources, &headers, &fingerprint, &cache_dir, &ext)?;
+    let units = plan(out_dir, sources, &headers, &fingerprint, &cache_dir, &opts.seed_caches, &ext)?;
 
     let todo: Vec<usize> = (0..units.len()).filter(|&i| !units[i].cached).collect();
     let jobs = opts.jobs.unwrap_or_else(default_jobs).clamp(1, todo.len().max(1));
@@ -305,6 +311,7 @@ fn plan(
     headers: &[Header],
     fingerprint: &str,
     cache_dir: &Path,
+    seed_caches: &[PathBuf],
     ext: &str,
 ) -> Result<Vec<Unit>> {
     let mut units: Vec<Unit> = Vec::with_capacity(sources.len());
@@ -330,10 +337,22 @@ fn plan(
         let hash = cache::object_hash(fingerprint, &bytes, &cache::included(&bytes, headers));
         let obj_name = cache::object_name(&base, &hash, ext);
         let obj = cache_dir.join(&obj_name);
-        let cached = obj.is_file();
+        let cached = obj.is_file() || seed_caches.iter().any(|d| seed(&d.join(&obj_name), &obj));
         units.push(Unit { rel, src, base, obj, obj_name, cached });
     }
     Ok(units)
+}
+
+/// Copies the object `from` of a seed cache to `to` (through a temporary file, so a reader never
+/// sees half an object); false when there is none or it cannot be copied (then it is compiled).
+fn seed(from: &Path, to: &Path) -> bool {
+    if !from.is_file() {
+        return false;
+    }
+    let tmp = to.with_extension(format!("seed{}", std::process::id()));
+    let ok = std::fs::copy(from, &tmp).is_ok() && std::fs::rename(&tmp, to).is_ok();
+    let _ = std::fs::remove_file(&tmp);
+    ok
 }
 
 /// Compiles the units listed in `todo` on `jobs` threads. Returns one entry per `todo` element:
@@ -644,12 +663,34 @@ mod tests {
         let out = tempdir("shared");
         let cache = out.join("shared-cache");
         std::fs::write(out.join("k.cu"), "v1\n").unwrap();
-        let opts = BuildOptions { jobs: Some(1), cache_dir: Some(cache.clone()), progress: false };
+        let opts = BuildOptions { jobs: Some(1), cache_dir: Some(cache.clone()), ..Default::default() };
         build(&out, &[PathBuf::from("k.cu")], &[], &Fake, &opts, "libm.so").unwrap();
         std::fs::write(out.join("k.cu"), "v2\n").unwrap();
         build(&out, &[PathBuf::from("k.cu")], &[], &Fake, &opts, "libm.so").unwrap();
         assert_eq!(objects(&cache).len(), 2);
         assert!(!out.join("obj").exists());
+        std::fs::remove_dir_all(&out).ok();
+    }
+
+    #[test]
+    fn seed_caches_give_their_objects_without_compiling() {
+        // A profiler build compiled i.cu (same name, same bytes) into its own cache.
+        let prof = tempdir("seed-profiler");
+        std::fs::write(prof.join("i.cu"), "instance\n").unwrap();
+        build(&prof, &[PathBuf::from("i.cu")], &[], &Fake, &BuildOptions::default(), "libp.so").unwrap();
+        let out = tempdir("seed-model");
+        std::fs::write(out.join("i.cu"), "instance\n").unwrap();
+        std::fs::write(out.join("k.cu"), "kernel\n").unwrap();
+        let opts = BuildOptions { seed_caches: vec![prof.join("obj"), out.join("missing")], ..Default::default() };
+        let r = build(&out, &[PathBuf::from("i.cu"), PathBuf::from("k.cu")], &[], &Fake, &opts, "libm.so").unwrap();
+        assert_eq!((r.compiled, r.cached), (1, 1));
+        assert_eq!(std::fs::read_to_string(out.join("libm.so")).unwrap(), "instance\nkernel\n");
+        assert_eq!(objects(&out.join("obj")).len(), 2, "the seeded object is copied into the cache");
+        // Other bytes under the same name: the seed's object is not it.
+        std::fs::write(out.join("i.cu"), "instance v2\n").unwrap();
+        let r = build(&out, &[PathBuf::from("i.cu"), PathBuf::from("k.cu")], &[], &Fake, &opts, "libm.so").unwrap();
+        assert_eq!((r.compiled, r.cached), (1, 1));
+        std::fs::remove_dir_all(&prof).ok();
         std::fs::remove_dir_all(&out).ok();
     }
 

@@ -68,11 +68,23 @@ pub struct CompileArgs {
     /// Ignore the profile cache: the documented heuristic chooses every instance.
     #[arg(long = "no-profile", conflicts_with = "profile")]
     pub no_profile: bool,
+    /// With profiled times, nodes share library instances where that keeps the modelled time of
+    /// every batch range's library kernels within PCT% of the fastest choice: fewer instances, a
+    /// shorter build (an sm90 instance is about a minute of nvcc). 0 takes the fastest everywhere.
+    #[arg(long = "reuse-within", value_name = "PCT", default_value_t = 1.0, value_parser = parse_percent)]
+    pub reuse_within: f64,
     /// Storage type of float activations and weights on the GPU: fp16 (tensor-core CUTLASS
     /// kernels) or fp32 (for models whose values exceed fp16's range of ±65504; convolutions and
     /// matrix products then run on the slower direct/generic kernels).
     #[arg(long, default_value = "fp16", value_name = "fp16|fp32")]
     pub precision: Precision,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a percentage from 0 to 100")),
+    }
 }
 
 /// The library every build produces.
@@ -234,9 +246,26 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     std::fs::create_dir_all(&a.out)
         .map_err(|e| Failure::new(1, format!("{}: cannot create directory: {e}", a.out.display())))?;
 
+    let (target, sharing) = onnx2ait::lower::sharing::share(target, &optimised, &lower_opts, a.reuse_within / 100.0)?;
     let generated = onnx2ait::codegen::generate_cuda_with(&optimised, &lower_opts, &target, &a.out)?;
     let _ = writeln!(summary, "{}", generated.summary());
     let _ = writeln!(summary, "{}", choice_summary(&generated.program, &choice));
+    if let Some(plan) = sharing {
+        let by_batch: Vec<String> = plan
+            .slowdown_by_batch
+            .iter()
+            .map(|(b, r)| format!("+{:.2}% at batch {b}", (r - 1.0) * 100.0))
+            .collect();
+        let _ = writeln!(
+            summary,
+            "sharing:   {} instances serve the measured choices, the fastest-each choice needs {} (--reuse-within {}%: modelled library time {}; no choice more than {:.1}% slower than its fastest)",
+            plan.instances.len(),
+            plan.unshared,
+            a.reuse_within,
+            by_batch.join(", "),
+            (plan.worst_slowdown - 1.0) * 100.0
+        );
+    }
 
     let files = [
         ("graph.json", format!("{json}\n")),
@@ -260,7 +289,14 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
             ),
         )
     })?;
-    let opts = BuildOptions { jobs: a.jobs, cache_dir, progress: true };
+    // The profiler compiled every candidate it timed into its own object cache (beside the
+    // profile cache, unless --cache-dir / ONNX2AIT_CACHE_DIR gave both the same one): the chosen
+    // instances are taken from there instead of being compiled again.
+    let seed_caches = match (a.no_profile, super::profile::cache_path(a.profile_cache.as_ref())) {
+        (false, Ok(file)) => vec![onnx2ait::profile::default_work_dir(&file).join("obj")],
+        _ => Vec::new(),
+    };
+    let opts = BuildOptions { jobs: a.jobs, cache_dir, progress: true, seed_caches };
     let built =
         onnx2ait::build::build(&a.out, &generated.files.sources, &generated.files.headers, &compiler, &opts, LIB_NAME)?;
     let report_json = serde_json::to_string_pretty(&built).map_err(|e| Failure::new(1, e.to_string()))? + "\n";
@@ -296,7 +332,7 @@ fn kernel_choice(
             lower: lower_opts.clone(),
             cache: cache_file.clone(),
             work_dir: onnx2ait::profile::default_work_dir(&cache_file),
-            build: BuildOptions { jobs: a.jobs, cache_dir, progress: true },
+            build: BuildOptions { jobs: a.jobs, cache_dir, progress: true, ..Default::default() },
             warmup: 3,
             iters: 20,
             progress: true,

@@ -77,7 +77,7 @@ pub fn run(a: &ProfileArgs) -> Result<u8, Failure> {
         },
         cache,
         work_dir,
-        build: BuildOptions { jobs: a.jobs, cache_dir, progress: true },
+        build: BuildOptions { jobs: a.jobs, cache_dir, progress: true, ..Default::default() },
         warmup: a.warmup,
         iters: a.iters.max(1),
         progress: true,

@@ -61,7 +61,7 @@ use crate::ir::Dim;
 use serde::Serialize;
 use serde_json::{json, Map, Value as Json};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 /// Batch size at which problem sizes that depend on the run-time batch are judged when the
@@ -293,6 +293,12 @@ pub struct ProfileProblem {
     pub flops: f64,
     /// The config the heuristic picks (what profiling is compared with).
     pub heuristic: String,
+    /// The batch range (its upper bound) this problem is chosen for.
+    #[serde(skip)]
+    pub batch: i64,
+    /// How many times the lowering asked for it (nodes with this problem, at this batch range).
+    #[serde(skip)]
+    pub uses: usize,
 }
 
 pub struct CudaTarget {
@@ -301,6 +307,9 @@ pub struct CudaTarget {
     /// largest batch).
     buckets: Vec<i64>,
     measured: Option<Measurements>,
+    /// Instances a measured choice prefers, and how much slower than the fastest they may be
+    /// (see `sharing.rs`).
+    shared: Option<(BTreeSet<String>, f64)>,
     /// Every library problem the lowering asked about (for `onnx2ait profile`).
     recorded: Option<Mutex<BTreeMap<String, ProfileProblem>>>,
 }
@@ -352,7 +361,7 @@ fn library(template: &str, config: String, mut ctx: Map<String, Json>, epilogue:
 
 impl CudaTarget {
     pub fn new(arch: Arch) -> CudaTarget {
-        CudaTarget { arch, buckets: vec![DEFAULT_BATCH_HINT], measured: None, recorded: None }
+        CudaTarget { arch, buckets: vec![DEFAULT_BATCH_HINT], measured: None, shared: None, recorded: None }
     }
 
     /// The batch ranges for a model whose batch runs from 1 to `max_batch`: instances are chosen
@@ -370,6 +379,26 @@ impl CudaTarget {
     pub fn with_measurements(mut self, m: Measurements) -> CudaTarget {
         self.measured = Some(m);
         self
+    }
+
+    /// Lets a measured choice take an instance of `instances` over the fastest candidate when it
+    /// is at most `1 + tolerance` times slower (fewer instances to build; see `sharing.rs`).
+    pub fn with_shared_instances(mut self, instances: BTreeSet<String>, tolerance: f64) -> CudaTarget {
+        self.shared = Some((instances, tolerance.max(0.0)));
+        self
+    }
+
+    /// A recording copy of this target (same architecture, batch ranges and times, no sharing):
+    /// lowering a graph with it lists the library problems this target would choose for.
+    pub fn probe(&self) -> CudaTarget {
+        CudaTarget {
+            arch: self.arch,
+            buckets: self.buckets.clone(),
+            measured: self.measured.clone(),
+            shared: None,
+            recorded: None,
+        }
+        .recording()
     }
 
     /// Records every library problem (at every batch range) the lowering asks about.
@@ -439,19 +468,27 @@ impl CudaTarget {
     }
 
     /// The fastest measured candidate for `signature`, if the profile has one.
+    /// With shared instances, the fastest of those within the tolerance, when there is one.
     fn measured_choice(&self, signature: &str, candidates: &[LibraryInstance]) -> Option<LibraryInstance> {
         let times = self.measured.as_ref()?.get(signature)?;
-        candidates
-            .iter()
-            .filter_map(|c| times.get(&c.config).map(|ms| (*ms, c)))
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, c)| c.clone())
+        let timed = || candidates.iter().filter_map(|c| times.get(&c.config).map(|ms| (*ms, c)));
+        let (best, c) = timed().min_by(|a, b| a.0.total_cmp(&b.0))?;
+        if let Some((shared, tolerance)) = &self.shared {
+            let limit = best * (1.0 + tolerance);
+            let preferred = timed()
+                .filter(|(t, c)| *t <= limit && shared.contains(&c.name))
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((_, s)) = preferred {
+                return Some(s.clone());
+            }
+        }
+        Some(c.clone())
     }
 
     fn record(&self, p: ProfileProblem) {
         if let Some(m) = &self.recorded {
             if let Ok(mut m) = m.lock() {
-                m.entry(p.signature.clone()).or_insert(p);
+                m.entry(p.signature.clone()).or_insert(ProfileProblem { uses: 0, ..p }).uses += 1;
             }
         }
     }
@@ -730,6 +767,11 @@ impl CudaTarget {
         find(&format!("gemm_sm80 {}", t.config())).unwrap_or_else(|| candidates[0].clone())
     }
 
+    /// The profiled times given ([`CudaTarget::with_measurements`]).
+    pub fn measurements(&self) -> Option<&Measurements> {
+        self.measured.as_ref()
+    }
+
     /// Whether profiled times were given ([`CudaTarget::with_measurements`]).
     pub fn has_measurements(&self) -> bool {
         self.measured.is_some()
@@ -810,6 +852,8 @@ impl Target for CudaTarget {
                 candidates: candidates.clone(),
                 flops,
                 heuristic: heuristic.config.clone(),
+                batch: b,
+                uses: 1,
             });
             match self.measured_choice(&signature, &candidates) {
                 Some(c) => (c, true),
@@ -850,6 +894,8 @@ impl Target for CudaTarget {
                 candidates: candidates.clone(),
                 flops: 2.0 * bc as f64 * m as f64 * n as f64 * k as f64,
                 heuristic: heuristic.config.clone(),
+                batch: b,
+                uses: 1,
             });
             match self.measured_choice(&signature, &candidates) {
                 Some(c) => (c, true),
@@ -1114,6 +1160,27 @@ mod tests {
         assert!(i.dispatch[0].measured);
         assert_eq!(i.dispatch[1].max_batch, 8);
         assert!(!i.dispatch[1].measured);
+    }
+
+    #[test]
+    fn shared_instances_win_within_their_limit() {
+        let p = conv(Dim::known(1), 56, 64, 64, 3, 1);
+        let probe = CudaTarget::new(Arch::Sm90a).recording();
+        probe.conv2d(&p);
+        let sig = probe.recorded()[0].signature.clone();
+        let (fast, shared) = ("conv2d_sm90 128x64x64 c1x1", "conv2d_sm80 128x128x32 w64x64x32 s4 kOptimized");
+        let m: Measurements = [(sig, [(fast.to_string(), 0.010), (shared.to_string(), 0.0105)].into())].into();
+        let t = || CudaTarget::new(Arch::Sm90a).with_measurements(m.clone());
+        let name_of = |cfg: &str| {
+            let c = t().conv_candidates(&p, &CudaTarget::conv_epilogue(&p));
+            c.into_iter().find(|c| c.config == cfg).unwrap().name
+        };
+        let chosen = |t: CudaTarget| t.conv2d(&p).dispatch[0].instance.config.clone();
+        assert_eq!(chosen(t()), fast);
+        let set: BTreeSet<String> = [name_of(shared)].into();
+        assert_eq!(chosen(t().with_shared_instances(set.clone(), 0.05)), shared);
+        // Beyond the limit the fastest stays.
+        assert_eq!(chosen(t().with_shared_instances(set, 0.04)), fast);
     }
 
     #[test]

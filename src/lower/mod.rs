@@ -27,6 +27,7 @@ pub mod ops;
 pub mod plan;
 pub mod problem;
 pub mod program;
+pub mod sharing;
 pub mod target;
 pub mod weights;
 
