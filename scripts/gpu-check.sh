@@ -22,6 +22,8 @@
 #   --validate-jobs N  validate calls at the same time (default 4)
 #   --arch ARCH      onnx2ait compile --arch (default sm_90a)
 #   --no-profile     compile with the heuristic kernel choice (skip the cold build)
+#   --profile-cache FILE  start from this profile cache (a copy; e.g. an earlier run's
+#                    profile_cache.json) instead of the cold build, which is then skipped
 #
 # Prepare first on the CPU machine with scripts/gpu-prepare.sh (it builds .gpu/bin/onnx2ait,
 # packs the CUTLASS headers and prints the device call). Results go to $OUT (the device tool
@@ -40,7 +42,7 @@ cd "$(dirname "$SELF")/.."
 ROOT=$PWD
 CMDLINE="scripts/gpu-check.sh${*:+ $*}"
 
-QUICK=0 BUDGET=560 SEEDS=8 MODELS_GLOB='onnx_models/*.onnx' MODELS_ONLY=0 MODEL_JOBS=2 VALIDATE_JOBS=4 ARCH=sm_90a PROFILE=1
+QUICK=0 BUDGET=560 SEEDS=8 MODELS_GLOB='onnx_models/*.onnx' MODELS_ONLY=0 MODEL_JOBS=2 VALIDATE_JOBS=4 ARCH=sm_90a PROFILE=1 GIVEN_PROFILE=
 while (($#)); do
   case $1 in
     --quick) QUICK=1 ;;
@@ -52,6 +54,7 @@ while (($#)); do
     --validate-jobs) VALIDATE_JOBS=${2:?--validate-jobs needs a count}; shift ;;
     --arch) ARCH=${2:?--arch needs a name such as sm_90a}; shift ;;
     --no-profile) PROFILE=0 ;;
+    --profile-cache) GIVEN_PROFILE=${2:?--profile-cache needs a file}; shift ;;
     -h | --help) sed -n '3,/^set -euo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -173,6 +176,10 @@ step_export() {
 step_cold_build() {
   ok export || skip "no exported model"
   ((PROFILE)) || skip "--no-profile"
+  if [[ -n $GIVEN_PROFILE ]]; then
+    cp "$GIVEN_PROFILE" "$PROFILE_CACHE"
+    skip "profile cache given ($GIVEN_PROFILE)"
+  fi
   rm -rf "$ONNX2AIT_CACHE_DIR" "$PROFILE_CACHE" "$(dirname "$PROFILE_CACHE")/profiler" "$BUILD-cold"
   local rc=0
   env -u ONNX2AIT_CACHE_DIR "$PY" scripts/gpu/checks.py compile --bin "$BIN" --model "$MODEL" --out-dir "$BUILD-cold" \
@@ -190,11 +197,15 @@ step_cold_build() {
   return "$rc"
 }
 
-# With the profile cache warm (when the cold build ran) and the object cache empty.
+# Profiled choices when the cold build ran or a profile cache was given.
+profiled() { ((PROFILE)) && { ok "build cold" || [[ -n $GIVEN_PROFILE ]]; }; }
+
+# With the profile cache warm and every object cache empty (the profiler's too: compile would
+# take the instances it chose from there), as on a machine that was given the profile cache.
 step_build_scratch() {
   ok export || skip "no exported model"
-  rm -rf "$BUILD" "$ONNX2AIT_CACHE_DIR"
-  if ok "build cold"; then COMPILE_ARGS+=(--profile-cache "$PROFILE_CACHE"); else COMPILE_ARGS+=(--no-profile); fi
+  rm -rf "$BUILD" "$ONNX2AIT_CACHE_DIR" "$(dirname "$PROFILE_CACHE")/profiler"
+  if profiled; then COMPILE_ARGS+=(--profile-cache "$PROFILE_CACHE"); else COMPILE_ARGS+=(--no-profile); fi
   noted "$PARTS/build_scratch.json" \
     "$PY" scripts/gpu/checks.py compile --bin "$BIN" --model "$MODEL" --out-dir "$BUILD" --label scratch \
     --timeout 480 --deadline "$((DEADLINE - 60))" --json "$PARTS/build_scratch.json" -- \
@@ -203,7 +214,7 @@ step_build_scratch() {
 
 step_build_rebuild() {
   ok "build scratch" || skip "the scratch build failed"
-  if ok "build cold"; then COMPILE_ARGS+=(--profile-cache "$PROFILE_CACHE"); else COMPILE_ARGS+=(--no-profile); fi
+  if profiled; then COMPILE_ARGS+=(--profile-cache "$PROFILE_CACHE"); else COMPILE_ARGS+=(--no-profile); fi
   noted "$PARTS/build_rebuild.json" \
     "$PY" scripts/gpu/checks.py compile --bin "$BIN" --model "$MODEL" --out-dir "$BUILD" --label rebuild \
     --timeout 300 --deadline "$((DEADLINE - 30))" --json "$PARTS/build_rebuild.json" -- \

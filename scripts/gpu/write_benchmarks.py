@@ -150,7 +150,7 @@ def section_build(res):
     builds = (("build_scratch", "from scratch (empty cache)"), ("build_rebuild", "no-change rebuild"))
     if res.get("build_cold") or any(s.get("step") == "build cold" for s in res.get("steps") or []):
         builds = (("build_cold", "cold profile cache (profile, then build)"),
-                  ("build_scratch", "warm profile cache, empty object cache"), builds[1])
+                  ("build_scratch", warm_label(res)), builds[1])
     for key, label in builds:
         b = res.get(key)
         if not b:
@@ -180,6 +180,15 @@ def section_build(res):
     return out + ([""] + [f"- {cell(s, 300)}" for s in totals + slowest] if totals or slowest else [])
 
 
+def warm_label(res):
+    """The warm-profile-cache build: from empty object caches, unless objects came from the
+    profiler's (runs before gpu-check cleared that one too)."""
+    cached = ((res.get("build_scratch") or {}).get("report") or {}).get("cached") or 0
+    if cached:
+        return f"warm profile cache, {cached} objects from the profiler's object cache"
+    return "warm profile cache, empty object caches"
+
+
 def build_totals(res):
     """The two build-time targets of issue 6: a build with a cold profile cache (`compile
     --profile` from empty profile and object caches) and one with the profile cache warm and the
@@ -191,8 +200,8 @@ def build_totals(res):
         out.append(f"Cold profile cache: **{secs(c)}** (target ≤ 600 s; {'met' if c <= 600 else 'NOT met'}).")
     if warm.get("rc") == 0 and num(warm.get("seconds")) is not None:
         w = warm["seconds"]
-        out.append(f"Warm profile cache, empty object cache: **{secs(w)}** (target ≤ 90 s; "
-                   f"{'met' if w <= 90 else 'NOT met'}).")
+        label = warm_label(res)
+        out.append(f"{label[0].upper()}{label[1:]}: **{secs(w)}** (target ≤ 90 s; {'met' if w <= 90 else 'NOT met'}).")
     return [" ".join(out)] if out else []
 
 
