@@ -158,7 +158,11 @@ fn resnet50_shares_instances_under_the_h200_profile() {
     let plan = plan.expect("a plan: the target has times");
     let shared = onnx2ait::lower::lower(&opt, &shared_target, &opts).expect("lowers");
     let measured = |p: &onnx2ait::lower::Program| {
-        p.kernels.iter().filter_map(|k| k.context.get("dispatch")?.as_array().cloned()).flatten().all(|d| d["measured"] == true)
+        p.kernels
+            .iter()
+            .filter_map(|k| k.context.get("dispatch")?.as_array().cloned())
+            .flatten()
+            .all(|d| d["measured"] == true)
     };
     assert!(measured(&fastest) && measured(&shared), "the fixture times every ResNet-50 problem");
     assert_eq!(plan.unshared, fastest.library.len());

@@ -251,11 +251,8 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     let _ = writeln!(summary, "{}", generated.summary());
     let _ = writeln!(summary, "{}", choice_summary(&generated.program, &choice));
     if let Some(plan) = sharing {
-        let by_batch: Vec<String> = plan
-            .slowdown_by_batch
-            .iter()
-            .map(|(b, r)| format!("+{:.2}% at batch {b}", (r - 1.0) * 100.0))
-            .collect();
+        let by_batch: Vec<String> =
+            plan.slowdown_by_batch.iter().map(|(b, r)| format!("+{:.2}% at batch {b}", (r - 1.0) * 100.0)).collect();
         let _ = writeln!(
             summary,
             "sharing:   {} instances serve the measured choices, the fastest-each choice needs {} (--reuse-within {}%: modelled library time {}; no choice more than {:.1}% slower than its fastest)",

@@ -475,9 +475,8 @@ impl CudaTarget {
         let (best, c) = timed().min_by(|a, b| a.0.total_cmp(&b.0))?;
         if let Some((shared, tolerance)) = &self.shared {
             let limit = best * (1.0 + tolerance);
-            let preferred = timed()
-                .filter(|(t, c)| *t <= limit && shared.contains(&c.name))
-                .min_by(|a, b| a.0.total_cmp(&b.0));
+            let preferred =
+                timed().filter(|(t, c)| *t <= limit && shared.contains(&c.name)).min_by(|a, b| a.0.total_cmp(&b.0));
             if let Some((_, s)) = preferred {
                 return Some(s.clone());
             }

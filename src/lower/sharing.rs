@@ -183,9 +183,7 @@ mod tests {
     }
 
     fn times(rows: &[(&str, &[(&str, f64)])]) -> Measurements {
-        rows.iter()
-            .map(|(s, ts)| (s.to_string(), ts.iter().map(|(c, t)| (c.to_string(), *t)).collect()))
-            .collect()
+        rows.iter().map(|(s, ts)| (s.to_string(), ts.iter().map(|(c, t)| (c.to_string(), *t)).collect())).collect()
     }
 
     fn names(v: &[&str]) -> BTreeSet<String> {
