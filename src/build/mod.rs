@@ -184,6 +184,11 @@ struct Outcome {
     failure: Option<String>,
 }
 
+/// The object cache of a build of `out_dir` given no cache directory.
+pub fn private_cache_dir(out_dir: &Path) -> PathBuf {
+    out_dir.join("obj")
+}
+
 /// Compiles `sources` (paths relative to `out_dir`) with `compiler` and links them into
 /// `out_dir/<lib_name>`. `headers` (also relative to `out_dir`) are the local headers every
 /// source includes; their bytes are part of every object's cache key. Compiles start in the order
@@ -204,7 +209,7 @@ pub fn build(
         return Err(Error::Other(format!("build: '{lib_name}' is not a valid library file name")));
     }
     let private_cache = opts.cache_dir.is_none();
-    let cache_dir = opts.cache_dir.clone().unwrap_or_else(|| out_dir.join("obj"));
+    let cache_dir = opts.cache_dir.clone().unwrap_or_else(|| private_cache_dir(out_dir));
     std::fs::create_dir_all(&cache_dir)
         .map_err(|e| Error::Other(format!("build: cannot create the object cache {}: {e}", cache_dir.display())))?;
 
@@ -349,7 +354,7 @@ fn seed(from: &Path, to: &Path) -> bool {
     if !from.is_file() {
         return false;
     }
-    let tmp = to.with_extension(format!("seed{}", std::process::id()));
+    let tmp = temp_object(to);
     let ok = std::fs::copy(from, &tmp).is_ok() && std::fs::rename(&tmp, to).is_ok();
     let _ = std::fs::remove_file(&tmp);
     ok
@@ -417,10 +422,16 @@ fn compile_all(
     results.into_inner().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Where `obj` is written before it is renamed into place (same folder and extension).
+fn temp_object(obj: &Path) -> PathBuf {
+    let name = obj.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = obj.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+    obj.with_file_name(format!("{name}.tmp{}.{ext}", std::process::id()))
+}
+
 /// Compiles one unit into a temporary object and renames it into the cache on success.
 fn compile_one(unit: &Unit, compiler: &dyn Compiler, out_dir: &Path) -> Outcome {
-    let ext = compiler.object_ext();
-    let tmp = unit.obj.with_file_name(format!("{}.tmp{}.{ext}", unit.obj_name, std::process::id()));
+    let tmp = temp_object(&unit.obj);
     let mut cmd = compiler.compile_command(&unit.src, &tmp, out_dir);
     let command = render_command(&cmd);
     let start = Instant::now();

@@ -290,7 +290,7 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     // profile cache, unless --cache-dir / ONNX2AIT_CACHE_DIR gave both the same one): the chosen
     // instances are taken from there instead of being compiled again.
     let seed_caches = match (a.no_profile, super::profile::cache_path(a.profile_cache.as_ref())) {
-        (false, Ok(file)) => vec![onnx2ait::profile::default_work_dir(&file).join("obj")],
+        (false, Ok(file)) => vec![onnx2ait::profile::default_object_cache(&file)],
         _ => Vec::new(),
     };
     let opts = BuildOptions { jobs: a.jobs, cache_dir, progress: true, seed_caches };

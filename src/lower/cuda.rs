@@ -487,7 +487,7 @@ impl CudaTarget {
     fn record(&self, p: ProfileProblem) {
         if let Some(m) = &self.recorded {
             if let Ok(mut m) = m.lock() {
-                m.entry(p.signature.clone()).or_insert(ProfileProblem { uses: 0, ..p }).uses += 1;
+                m.entry(p.signature.clone()).or_insert(p).uses += 1;
             }
         }
     }
@@ -852,7 +852,7 @@ impl Target for CudaTarget {
                 flops,
                 heuristic: heuristic.config.clone(),
                 batch: b,
-                uses: 1,
+                uses: 0,
             });
             match self.measured_choice(&signature, &candidates) {
                 Some(c) => (c, true),
@@ -894,7 +894,7 @@ impl Target for CudaTarget {
                 flops: 2.0 * bc as f64 * m as f64 * n as f64 * k as f64,
                 heuristic: heuristic.config.clone(),
                 batch: b,
-                uses: 1,
+                uses: 0,
             });
             match self.measured_choice(&signature, &candidates) {
                 Some(c) => (c, true),

@@ -434,6 +434,12 @@ pub fn default_work_dir(cache: &Path) -> PathBuf {
     cache.parent().map(|d| d.join("profiler")).unwrap_or_else(|| PathBuf::from("onnx2ait-profiler"))
 }
 
+/// The object cache of a profile with the default work folder and no shared cache directory:
+/// where `compile` finds the instances the profiler compiled.
+pub fn default_object_cache(cache: &Path) -> PathBuf {
+    crate::build::private_cache_dir(&default_work_dir(cache))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
