@@ -207,6 +207,33 @@ impl Dim {
         }
     }
 
+    /// The least value the dim can take, when the polynomial bounds it: every symbol stands for
+    /// a size (≥ 0), so a polynomial whose symbolic terms all have positive coefficients is at
+    /// least its constant term. Lets inference decide comparisons such as `N == -1` (never),
+    /// which PyTorch's shape subgraphs use to pick between a shape and `-1`.
+    pub fn lower_bound(&self) -> Option<i64> {
+        self.bound(1)
+    }
+
+    /// The greatest value, when bounded (every symbolic term has a negative coefficient).
+    pub fn upper_bound(&self) -> Option<i64> {
+        self.bound(-1)
+    }
+
+    /// The constant term when every symbolic term has a coefficient of sign `sign` and consists
+    /// of symbols known to be non-negative.
+    fn bound(&self, sign: i64) -> Option<i64> {
+        let mut constant = 0;
+        for (mono, coeff) in &self.terms {
+            if mono.is_empty() {
+                constant = *coeff;
+            } else if coeff.signum() != sign || !mono.iter().all(|s| is_size_symbol(s)) {
+                return None;
+            }
+        }
+        Some(constant)
+    }
+
     fn paren(&self) -> String {
         if self.terms.len() > 1 {
             format!("({self})")
@@ -214,6 +241,13 @@ impl Dim {
             self.to_string()
         }
     }
+}
+
+/// Whether a symbol stands for a non-negative number: a named dim (`N`, `unk__3`, `y:0`) is a
+/// size; an opaque expression (`floor((H+1)/2)`, `max(N,S)`) is one when it is built from sizes
+/// and non-negative constants only, i.e. it spells no minus sign. `overflow` is unknown.
+fn is_size_symbol(s: &str) -> bool {
+    s != "overflow" && !s.contains('-')
 }
 
 impl From<i64> for Dim {
@@ -323,6 +357,19 @@ mod tests {
         assert!(!Dim::known(i64::MIN).neg().is_known());
         assert!(!Dim::known(i64::MIN).div_floor(&Dim::known(-1)).is_known());
         assert!(!big.div_ceil(&Dim::known(2)).is_known());
+    }
+
+    #[test]
+    fn bounds_of_sizes() {
+        let n = Dim::sym("N");
+        assert_eq!(n.lower_bound(), Some(0));
+        assert_eq!(n.upper_bound(), None);
+        assert_eq!(n.mul(&Dim::known(3)).add(&Dim::known(2)).lower_bound(), Some(2));
+        assert_eq!(n.neg().add(&Dim::known(5)).upper_bound(), Some(5));
+        assert_eq!(n.sub(&Dim::sym("S")).lower_bound(), None);
+        assert_eq!(Dim::known(-1).upper_bound(), Some(-1));
+        assert_eq!(Dim::sym("floor((H+1)/2)").lower_bound(), Some(0));
+        assert_eq!(Dim::sym("floor((H-1)/2)").lower_bound(), None);
     }
 
     #[test]

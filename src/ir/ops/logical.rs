@@ -79,7 +79,7 @@ impl Op for CompareOp {
         );
         let shape = broadcast_facts(&f)?;
         if dtype.is_int() {
-            let decided = sym_zip(f[0], f[1], |x, y| x.sub(y).as_known().map(|d| self.kind.from_difference(d)));
+            let decided = sym_zip(f[0], f[1], |x, y| decide(self.kind, &x.sub(y)));
             if let Some(fact) = decided.and_then(|v| bool_fact(shape.clone(), v)) {
                 return Ok(vec![fact]);
             }
@@ -93,6 +93,32 @@ impl Op for CompareOp {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+/// `a <kind> b` from the difference `d = a - b` of two symbolic values, when the sign of `d` is
+/// settled: exactly for a known difference, else from the bounds that sizes give (`N - (-1)`
+/// is at least 1, so `N == -1` is false: PyTorch's exporters test shapes against -1 that way).
+fn decide(kind: CompareKind, d: &Dim) -> Option<bool> {
+    if let Some(v) = d.as_known() {
+        return Some(kind.from_difference(v));
+    }
+    let (lo, hi) = (d.lower_bound(), d.upper_bound());
+    let above = |v: i64| lo.is_some_and(|l| l > v);
+    let at_least = |v: i64| lo.is_some_and(|l| l >= v);
+    let below = |v: i64| hi.is_some_and(|h| h < v);
+    let at_most = |v: i64| hi.is_some_and(|h| h <= v);
+    match kind {
+        CompareKind::Equal if above(0) || below(0) => Some(false),
+        CompareKind::Greater if above(0) => Some(true),
+        CompareKind::Greater if at_most(0) => Some(false),
+        CompareKind::GreaterOrEqual if at_least(0) => Some(true),
+        CompareKind::GreaterOrEqual if below(0) => Some(false),
+        CompareKind::Less if below(0) => Some(true),
+        CompareKind::Less if at_least(0) => Some(false),
+        CompareKind::LessOrEqual if at_most(0) => Some(true),
+        CompareKind::LessOrEqual if above(0) => Some(false),
+        _ => None,
     }
 }
 
@@ -470,6 +496,25 @@ mod tests {
         let out = infer(&*gt, &[n1, Fact::symbolic(vec![n()], true)]).unwrap();
         assert_eq!(out[0].rank(), 0);
         assert_eq!(out[0].konst.as_ref().unwrap().to_i64_vec(), vec![1]);
+    }
+
+    #[test]
+    fn sizes_are_never_negative() {
+        // PyTorch's `Where(Equal(shape, -1), 1, shape)` before an Expand: a size is never -1.
+        let eq = parse("Equal", 13, &[], &[true, true], 1).unwrap();
+        let shape = Fact::symbolic(vec![n(), Dim::known(-1), Dim::sym("S").mul(&Dim::known(2))], false);
+        let minus_one = Fact::symbolic(vec![Dim::known(-1); 3], false);
+        let out = infer(&*eq, &[shape, minus_one]).unwrap();
+        assert_eq!(out[0].konst.as_ref().unwrap().to_i64_vec(), vec![0, 1, 0]);
+        let ge = parse("GreaterOrEqual", 16, &[], &[true, true], 1).unwrap();
+        let out = infer(&*ge, &[Fact::symbolic(vec![n()], true), Fact::symbolic(vec![Dim::known(0)], true)]).unwrap();
+        assert_eq!(out[0].konst.as_ref().unwrap().to_i64_vec(), vec![1]);
+        // N > 0 is not settled (a size may be 0), nor N == S.
+        let gt = parse("Greater", 13, &[], &[true, true], 1).unwrap();
+        let out = infer(&*gt, &[Fact::symbolic(vec![n()], true), Fact::symbolic(vec![Dim::known(0)], true)]).unwrap();
+        assert!(out[0].konst.is_none());
+        let out = infer(&*eq, &[Fact::symbolic(vec![n()], true), Fact::symbolic(vec![Dim::sym("S")], true)]).unwrap();
+        assert!(out[0].konst.is_none());
     }
 
     #[test]

@@ -1,0 +1,146 @@
+//! Real PyTorch exports of transformers, as users make them (`onnx_models/exports/`, written by
+//! `scripts/gpu/export_transformers.py --size tiny`): Hugging Face `BertModel` (input ids and an
+//! attention mask, dynamic `batch` and `seq`) and torchvision's `VisionTransformer` (dynamic
+//! `batch`), each from both PyTorch exporters — the TorchScript-based one (`dynamo=False`,
+//! opset 17), whose shape subgraphs (`Shape → Gather → Unsqueeze → Concat`, `Where(Equal(shape,
+//! -1), 1, shape)` before `Expand`) must be tracked symbolically, and the `torch.export`-based
+//! default (opset 18).
+//!
+//! Each export must (1) infer its outputs in the model's own dims, (2) agree with ONNX Runtime
+//! through the reference executor at several (batch, seq) points, a non-power-of-two sequence
+//! included, (3) compute the same after optimisation, and (4) generate CUDA code once `seq` is
+//! bound (`--dim seq=16`); the generated trees are insta snapshots.
+
+use onnx2ait::codegen::generate_cuda;
+use onnx2ait::egraph::{optimize, OptimizeOptions};
+use onnx2ait::ir::{DType, Tensor};
+use onnx2ait::lower::LowerOptions;
+use onnx2ait::validate::inputs::random_tensor;
+use onnx2ait::validate::{validate, Options};
+use rand::SeedableRng;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// (file stem, expected output types).
+const EXPORTS: &[(&str, &[&str])] = &[
+    ("bert_tiny_torchscript", &["float32[batch,seq,64]", "float32[batch,64]"]),
+    ("bert_tiny_dynamo", &["float32[batch,seq,64]", "float32[batch,64]"]),
+    ("vit_tiny_torchscript", &["float32[batch,10]"]),
+    ("vit_tiny_dynamo", &["float32[batch,10]"]),
+];
+
+fn path(stem: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models").join("exports").join(format!("{stem}.onnx"))
+}
+
+/// The symbolic dims of an export's inputs: BERT has `batch` and `seq`, ViT only `batch`.
+fn dims(stem: &str, batch: i64, seq: i64) -> BTreeMap<String, i64> {
+    let mut d = BTreeMap::from([("batch".to_string(), batch)]);
+    if stem.starts_with("bert") {
+        d.insert("seq".to_string(), seq);
+    }
+    d
+}
+
+#[test]
+fn exports_infer_outputs_in_the_models_own_dims() {
+    for (stem, want) in EXPORTS {
+        let g = onnx2ait::onnx::load_model(&path(stem)).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let got: Vec<String> = g.outputs.iter().map(|&v| g.ty(v).to_string()).collect();
+        assert_eq!(&got, want, "{stem}");
+    }
+}
+
+/// Reference executor against ONNX Runtime (fp32, `onnx2ait validate`'s default tolerance) at
+/// (batch, seq) points inside and at the edges of what the tiny models take (128 positions).
+#[test]
+fn exports_match_onnxruntime_at_several_shapes() {
+    let points = [(1, 1), (2, 7), (3, 16), (1, 100)];
+    let mut failures = Vec::new();
+    for (stem, _) in EXPORTS {
+        for &(batch, seq) in &points {
+            let mut opts = Options::default();
+            opts.inputs.dims = dims(stem, batch, seq);
+            opts.inputs.seed = (batch * 1000 + seq) as u64;
+            match validate(&path(stem), &opts) {
+                Ok(r) if r.passed() => {}
+                Ok(r) => failures.push(format!("{stem} at batch {batch}, seq {seq}: {:?}", r.failures())),
+                Err(e) => failures.push(format!("{stem} at batch {batch}, seq {seq}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The optimised graph computes what the imported one computes (reference executor, 1e-4).
+#[test]
+fn optimised_exports_match_the_original() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    for (stem, _) in EXPORTS {
+        let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
+        let (opt, report) = optimize(&g, &opts).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let bound = dims(stem, 2, 7);
+        let inputs: BTreeMap<String, Tensor> = g
+            .inputs
+            .iter()
+            .map(|&v| {
+                let ty = g.ty(v);
+                let shape: Vec<usize> =
+                    ty.shape.iter().map(|d| d.eval(&bound).as_known().expect("bound") as usize).collect();
+                // Integer inputs (ids, mask) come out in 0..4: valid ids, and a mask of zeros
+                // and non-zeros, which the exports cast to bool.
+                (g.values[v].name.clone(), random_tensor(ty.dtype, &shape, &mut rng))
+            })
+            .collect();
+        let want = onnx2ait::reference::run(&g, &inputs).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let got = onnx2ait::reference::run(&opt, &inputs).unwrap_or_else(|e| panic!("{stem} optimised: {e}"));
+        for ((name, w), (_, o)) in want.iter().zip(&got) {
+            assert_eq!(w.shape(), o.shape(), "{stem}: {name}");
+            assert_eq!(w.dtype(), DType::F32);
+            let (w, o) = (w.to_f64_vec(), o.to_f64_vec());
+            let scale = w.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
+            let err = w.iter().zip(&o).fold(0f64, |m, (a, b)| m.max((a - b).abs() / scale));
+            assert!(err <= 1e-4, "{stem}: output {name} differs by {err:e}\n{report}");
+        }
+    }
+}
+
+/// Every generated file but the weights blob, in name order, as one text.
+fn tree_text(out: &Path) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out).expect("out dir").flatten().map(|e| e.path()).collect();
+    files.sort();
+    let mut s = String::new();
+    for f in files {
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name == "weights.bin" || f.is_dir() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        s.push_str(&format!("=== {name} ===\n{text}\n"));
+    }
+    s
+}
+
+/// With `seq` bound at compile time the exports lower and render; the trees are snapshots
+/// (`snapshots/exports__*.snap`; regenerate with `INSTA_UPDATE=always cargo test --release
+/// --test exports` and review the diff).
+#[test]
+fn exports_generate_cuda_snapshots() {
+    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    for (stem, _) in EXPORTS {
+        let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
+        let (opt, _) = optimize(&g, &opts).unwrap();
+        let out = std::env::temp_dir().join(format!("onnx2ait-exports-{}-{stem}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let mut bound = dims(stem, 1, 16);
+        bound.remove("batch");
+        let lower = LowerOptions { dims: bound, max_batch: 8, ..LowerOptions::default() };
+        generate_cuda(&opt, &lower, onnx2ait::build::nvcc::Arch::Sm90, &out).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let text = tree_text(&out);
+        let _ = std::fs::remove_dir_all(&out);
+        insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+            insta::assert_snapshot!(format!("exports__{stem}"), text);
+        });
+    }
+}
