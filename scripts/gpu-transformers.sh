@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The transformer check of issue 14, in one command on the GPU machine (from the repository root):
+# Hugging Face BertModel (bert-base shape) and torchvision vit_b_16 with random weights, exported
+# by both PyTorch exporters (TorchScript-based, opset 17; torch.export-based, opset 18) with
+# dynamic batch (and sequence) axes; each export compiled by onnx2ait (heuristic kernel choice,
+# `--dim seq=SEQ` for the first exporter, `--dim seq=SEQ2`, a non-power-of-two length, for the
+# others), validated against ONNX Runtime on the GPU at batch 1 and 8, and timed at every
+# --batches next to PyTorch fp16 eager and CUDA graph (scripts/gpu/bench_transformers.py, at --seq)
+# in the same run.
+# Writes $OUT/BENCHMARKS.md: this run's section on top of the repository's BENCHMARKS.md.
+#
+#   scripts/gpu-transformers.sh [--seq 128] [--seq2 77] [--batches 1,8,32] [--max-batch 32]
+#                               [--exporters torchscript,dynamo] [--models bert,vit] [--budget 560]
+#                               [--size base|tiny]   (tiny: the small test configurations, for a dry run)
+#
+# Prepare first on the CPU machine with scripts/gpu-prepare.sh (it builds .gpu/bin/onnx2ait and
+# packs the CUTLASS headers). Results go to $OUT (default ./gpu-out): gpu-transformers.log,
+# results.json, BENCHMARKS.md.
+set -uo pipefail
+
+SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+cd "$(dirname "$SELF")/.."
+ROOT=$PWD
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base
+while (($#)); do
+  case $1 in
+    --seq) SEQ=$2; shift ;;
+    --seq2) SEQ2=$2; shift ;;
+    --batches) BATCHES=$2; shift ;;
+    --max-batch) MAX_BATCH=$2; shift ;;
+    --exporters) EXPORTERS=$2; shift ;;
+    --models) MODELS=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
+    --size) SIZE=$2; shift ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-transformers.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+W=$ROOT/out/gpu-transformers
+mkdir -p "$W"
+LOG=$OUT/gpu-transformers.log
+exec > >(tee -a "$LOG") 2>&1
+START=$(date +%s)
+elapsed() { echo $(($(date +%s) - START)); }
+say() { echo "[$(date -u +%H:%M:%S) +$(elapsed)s] $*"; }
+PY=${PYTHON:-python3}
+BIN=$ROOT/.gpu/bin/onnx2ait
+[[ -x $BIN ]] || { say "error: $BIN is missing: run scripts/gpu-prepare.sh on the CPU machine first"; exit 1; }
+# shellcheck source=scripts/gpu/toolchain.sh
+source scripts/gpu/toolchain.sh
+gpu_toolchain_env "$PY" "$ROOT" "$W"
+say "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null); CUTLASS_DIR=$CUTLASS_DIR; ORT=$ORT_DYLIB_PATH"
+say "commit: $(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)"
+JOBS=$(nproc)
+RESULTS=$W/results.jsonl
+: >"$RESULTS"
+record() { echo "$1" >>"$RESULTS"; }
+# A JSON file as one line (json.dump escapes newlines inside strings, so raw ones are layout).
+json_of() { if [[ -s $1 ]]; then tr -d '\n' <"$1"; else echo null; fi; }
+within_budget() { (($(elapsed) + $1 < BUDGET)); }
+
+# 1. Exports, in parallel (CPU only).
+IFS=, read -ra MODEL_LIST <<<"$MODELS"
+IFS=, read -ra EXPORTER_LIST <<<"$EXPORTERS"
+PIDS=()
+for m in "${MODEL_LIST[@]}"; do
+  for e in "${EXPORTER_LIST[@]}"; do
+    "$PY" scripts/gpu/export_transformers.py "$m" "$W/${m}_$e.onnx" --size "$SIZE" --exporter "$e" \
+      --meta-out "$W/${m}_$e.export.json" >"$W/${m}_$e.export.log" 2>&1 &
+    PIDS+=($!)
+  done
+done
+# By pid: a bare `wait` would also wait for the log's `tee` process substitution, forever.
+wait "${PIDS[@]}"
+for m in "${MODEL_LIST[@]}"; do for e in "${EXPORTER_LIST[@]}"; do
+  say "export $m/$e: $(grep export_transformers "$W/${m}_$e.export.log" | tail -1)"
+  record "{\"kind\":\"export\",\"model\":\"$m\",\"exporter\":\"$e\",\"meta\":$(json_of "$W/${m}_$e.export.json")}"
+done; done
+
+# 2. Builds (the object cache is shared: the exporters' variants reuse each other's instances).
+build() { # name onnx seq
+  local name=$1 onnx=$2 seq=$3 t0 dims=()
+  [[ $name == bert* ]] && dims=(--dim "seq=$seq")
+  t0=$(date +%s.%N)
+  "$BIN" compile "$onnx" -o "$W/build_$name" "${dims[@]}" --max-batch "$MAX_BATCH" --no-profile \
+    --jobs "$JOBS" >"$W/build_$name.log" 2>&1
+  local rc=$?
+  local secs
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  local kernels
+  kernels=$(grep -m1 '^generated:' "$W/build_$name/summary.txt" 2>/dev/null | sed 's/"/\\"/g')
+  say "build $name (seq $seq): rc $rc, ${secs}s; $kernels"
+  ((rc == 0)) || tail -20 "$W/build_$name.log"
+  record "{\"kind\":\"build\",\"name\":\"$name\",\"seq\":$seq,\"rc\":$rc,\"seconds\":$secs,\"generated\":\"$kernels\"}"
+  return $rc
+}
+validate() { # name onnx seq batch
+  local name=$1 onnx=$2 seq=$3 batch=$4 dims=(--dim "batch=$batch")
+  [[ $name == bert* ]] && dims+=(--dim "seq=$seq")
+  "$BIN" validate "$onnx" --build "$W/build_$name" --batch "$batch" "${dims[@]}" --gpu-rtol 2e-2 --json \
+    >"$W/validate_${name}_b$batch.json" 2>"$W/validate_${name}_b$batch.err"
+  local rc=$?
+  say "validate $name batch $batch seq $seq: rc $rc"
+  ((rc == 0)) || tail -5 "$W/validate_${name}_b$batch.err"
+  record "{\"kind\":\"validate\",\"name\":\"$name\",\"seq\":$seq,\"batch\":$batch,\"rc\":$rc,\"report\":$(json_of "$W/validate_${name}_b$batch.json")}"
+}
+# BERT's first exporter is built at --seq, the others at --seq2 (a non-power-of-two length), so
+# one run covers both exporters and both kinds of sequence length without a third build.
+declare -A BUILT SEQ_OF
+for m in "${MODEL_LIST[@]}"; do
+  first=1
+  for e in "${EXPORTER_LIST[@]}"; do
+    [[ -f $W/${m}_$e.onnx ]] || continue
+    seq=$SEQ; ((first)) || seq=$SEQ2
+    first=0
+    within_budget 120 || { say "build ${m}_$e: not run (time budget)"; continue; }
+    build "${m}_$e" "$W/${m}_$e.onnx" "$seq" && { BUILT[${m}_$e]=1; SEQ_OF[${m}_$e]=$seq; }
+  done
+done
+
+# 3. Timing, one thing at a time on the GPU: onnx2ait, then the PyTorch peers.
+for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
+  within_budget 40 || { say "bench $name: not run (time budget)"; continue; }
+  "$BIN" bench "$W/build_$name" --batch "$BATCHES" --json >"$W/bench_$name.json" 2>"$W/bench_$name.err"
+  say "bench $name: rc $? $(tr -d '\n ' <"$W/bench_$name.json" | head -c 400)"
+  record "{\"kind\":\"bench\",\"name\":\"$name\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_$name.json")}"
+done
+for m in "${MODEL_LIST[@]}"; do
+  within_budget 60 || { say "PyTorch $m: not run (time budget)"; continue; }
+  "$PY" scripts/gpu/bench_transformers.py "$m" --size "$SIZE" --batch "$BATCHES" --seq "$SEQ" --json-out "$W/torch_$m.json" 2>&1 | grep bench_transformers
+  record "{\"kind\":\"torch\",\"model\":\"$m\",\"result\":$(json_of "$W/torch_$m.json")}"
+done
+
+# 4. Validation on the GPU (batch 1 and 8).
+for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
+  onnx=$W/$name.onnx
+  seq=${SEQ_OF[$name]}
+  for b in 1 8; do
+    within_budget 40 && validate "$name" "$onnx" "$seq" "$b" || say "validate $name batch $b: not run (time budget)"
+  done
+done
+# 5. The report.
+"$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
+  --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
+  --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS"
+cp "$RESULTS" "$OUT/results.jsonl"
+say "done in $(elapsed)s"

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Times a transformer in PyTorch on the GPU: eager and CUDA graph replay, fp16. The peer of
+`onnx2ait bench` in scripts/gpu-transformers.sh, measured in the same run on the same GPU.
+
+    bench_transformers.py MODEL [--size base] [--batch 1,8,32] [--seq 128] [--warmup 10]
+        [--iters 50] [--json-out FILE]
+
+MODEL is `bert` or `vit`, built by export_transformers.py's specs (the weights of
+torch.manual_seed(0), so the same weights as the ONNX export onnx2ait compiles), in fp16 on the
+GPU, under torch.inference_mode(). BERT's inputs: random token ids and an all-ones attention mask
+of [batch, seq]; ViT's: random [batch, 3, 224, 224] images. For each batch: `--warmup` untimed
+runs, then `--iters` runs each timed with a pair of CUDA events; the median is reported (and min,
+p90). CUDA graph: captured on a side stream after the eager warm-up, each timed replay on the
+graph's static inputs.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export_transformers  # noqa: E402  (the model specs: same weights as the export)
+
+
+def timed(torch, fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return {"median_ms": statistics.median(times), "min_ms": times[0], "p90_ms": times[int(0.9 * (len(times) - 1))]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", choices=("bert", "vit"))
+    p.add_argument("--size", choices=("base", "tiny"), default="base")
+    p.add_argument("--batch", default="1,8,32")
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--json-out")
+    a = p.parse_args()
+
+    import torch
+
+    spec = {"bert": export_transformers.BertSpec, "vit": export_transformers.VitSpec}[a.model](a.size)
+    model = spec.wrap(torch, spec.build(torch)).half().cuda().eval()
+    results = {"model": a.model, "size": a.size, "seq": a.seq if a.model == "bert" else None,
+               "torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "batches": {}}
+    for batch in [int(b) for b in a.batch.split(",")]:
+        args = spec.example(torch, batch, a.seq, seed=5)
+        if a.model == "bert":
+            args = (args[0], torch.ones_like(args[1]))
+        args = tuple(x.cuda() if x.dtype == torch.int64 else x.half().cuda() for x in args)
+        row = {}
+        with torch.inference_mode():
+            row["eager"] = timed(torch, lambda: model(*args), a.warmup, a.iters)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    model(*args)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                model(*args)
+            row["cuda_graph"] = timed(torch, graph.replay, a.warmup, a.iters)
+            del graph
+        results["batches"][str(batch)] = row
+        print(f"bench_transformers: {a.model} batch {batch}: eager {row['eager']['median_ms']:.3f} ms, "
+              f"CUDA graph {row['cuda_graph']['median_ms']:.3f} ms", flush=True)
+    text = json.dumps(results, indent=2)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Writes the transformer section of BENCHMARKS.md from scripts/gpu-transformers.sh's results.
+
+    write_transformer_benchmarks.py RESULTS.jsonl --previous BENCHMARKS.md --out BENCHMARKS.md
+        --commit SHA --command TEXT
+
+RESULTS.jsonl holds one JSON record per line (kind: export, build, validate, bench, torch). The new
+section goes on top of the previous file's sections (newest first), under the file's header.
+Every figure comes from the records; a step that did not run or failed says so.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+
+
+def load(path):
+    recs = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    recs.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    recs.append({"kind": "broken", "error": str(e), "line": line[:200]})
+    return recs
+
+
+def gpu_name():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # no nvidia-smi: the section says unknown
+        return "unknown GPU"
+
+
+def fmt(v, spec=".3f"):
+    return "—" if v is None else format(v, spec)
+
+
+def section(recs, commit, command):
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    gpu = gpu_name()
+    lines = [f"## {now} · {gpu.split(',')[0]} · `{commit[:12]}` · transformers (scripts/gpu-transformers.sh)", ""]
+    lines += [f"- GPU: {gpu}; Python {platform.python_version()}",
+              f"- Commit: `{commit}`", f"- Command: `{command}`",
+              "- Models: Hugging Face `BertModel` (bert-base shape: 12 layers, hidden 768, 12 heads) and torchvision "
+              "`vit_b_16`, random weights of torch.manual_seed(0), fp32 ONNX; onnx2ait builds with the heuristic "
+              "kernel choice (no profile), fp16 compute with fp32 accumulation.", ""]
+    exports = [r for r in recs if r["kind"] == "export"]
+    lines += ["### Exports", "", "| model | exporter | opset | nodes | ORT vs PyTorch (CPU, fp32) | result |", "|---|---|---|---|---|---|"]
+    for r in exports:
+        m = r.get("meta") or {}
+        lines.append(f"| {r['model']} | {r['exporter']} | {m.get('opset', '—')} | {m.get('nodes', '—')} | "
+                     f"{fmt(m.get('ort_vs_torch'), '.2g')} | {'ok' if m.get('ok') else 'FAILED: ' + str(m.get('error'))} |")
+    lines += ["", "### Builds", "", "| build | seq | wall time | result | kernels |", "|---|---|---|---|---|"]
+    for r in recs:
+        if r["kind"] == "build":
+            lines.append(f"| {r['name']} | {r['seq']} | {r['seconds']:.1f} s | {'ok' if r['rc'] == 0 else 'FAILED'} | "
+                         f"{r.get('generated', '')} |")
+    lines += ["", "### Validation on the GPU against ONNX Runtime (CPU, fp32)", "",
+              "Rel err = max |gpu − ort| / max |ort| per output (bound 2e-2, `--gpu-rtol 2e-2`); top-1 for logits.", "",
+              "| build | seq | batch | output | GPU rel err | GPU top-1 | CPU reference rel err | result |", "|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        if r["kind"] != "validate":
+            continue
+        rep = r.get("report")
+        if not rep:
+            lines.append(f"| {r['name']} | {r['seq']} | {r['batch']} | — | — | — | — | FAILED (no report) |")
+            continue
+        for o in rep["outputs"]:
+            by = {x["engine"]: x for x in o["results"]}
+            g, c = by.get("gpu", {}), by.get("reference", {})
+            t = g.get("top1")
+            top1 = f"{t['agree']}/{t['rows']}" if isinstance(t, dict) else "—"
+            lines.append(f"| {r['name']} | {r['seq']} | {r['batch']} | {o['name']} | {fmt(g.get('rel_to_max'), '.2e')} | "
+                         f"{top1} | {fmt(c.get('rel_to_max'), '.2e')} | {g.get('status', '—')} |")
+    torch = {r["model"]: r.get("result") or {} for r in recs if r["kind"] == "torch"}
+    lines += ["", "### Latency (median ms; CUDA graph replay for both; ratio = PyTorch CUDA graph / onnx2ait)", "",
+              "| build | seq | batch | onnx2ait (graph) | onnx2ait (plain launches) | PyTorch eager | PyTorch + CUDA graph | ratio |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        if r["kind"] != "bench":
+            continue
+        model = r["name"].split("_")[0]
+        peer_run = torch.get(model) or {}
+        # A peer at another sequence length is no peer: BERT's second build runs at --seq2.
+        same_seq = model != "bert" or peer_run.get("seq") == r["seq"]
+        peer = peer_run.get("batches", {}) if same_seq else {}
+        for b in r.get("result") or []:
+            p = peer.get(str(b["batch"]), {})
+            eager = (p.get("eager") or {}).get("median_ms")
+            graph = (p.get("cuda_graph") or {}).get("median_ms")
+            ours = b.get("graph_median_ms")
+            ratio = f"{graph / ours:.2f}×" if graph and ours else "—"
+            lines.append(f"| {r['name']} | {r['seq'] if model == 'bert' else '—'} | {b['batch']} | {fmt(ours)} | "
+                         f"{fmt(b.get('median_ms'))} | {fmt(eager)} | {fmt(graph)} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results")
+    p.add_argument("--previous", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--commit", default="unknown")
+    p.add_argument("--command", default="scripts/gpu-transformers.sh")
+    a = p.parse_args()
+    new = section(load(a.results), a.commit, a.command)
+    prev = open(a.previous).read() if os.path.exists(a.previous) else "# Benchmarks\n\n"
+    head, sep, rest = prev.partition("\n## ")
+    text = head.rstrip("\n") + "\n\n" + new + ("\n## " + rest if sep else "")
+    with open(a.out, "w") as f:
+        f.write(text)
+    print(new)
+
+
+if __name__ == "__main__":
+    main()
