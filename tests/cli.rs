@@ -285,3 +285,147 @@ fn bench_checks_its_arguments_before_the_gpu() {
     assert!(help.contains("--kernels") && help.contains("--kernel-top <N>"), "{help}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Top-level names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// `O2A_BUILD_HASH` of `OUT/model.h` ("" when it has none).
+fn header_hash(out: &Path) -> String {
+    let h = std::fs::read_to_string(out.join("model.h")).expect("model.h");
+    let line = h.lines().find(|l| l.starts_with("#define O2A_BUILD_HASH")).unwrap_or_default();
+    line.trim_start_matches("#define O2A_BUILD_HASH").trim().trim_matches('"').to_string()
+}
+
+/// Issue 16, point 1: compiling into a folder with a user's files never deletes them. A
+/// non-empty folder that onnx2ait did not write is refused (naming it) unless --force, and with
+/// --force, or into a folder onnx2ait wrote, the user's files survive every later compile.
+#[test]
+fn compile_never_touches_files_it_did_not_write() {
+    let dir = scratch("user-files");
+    let out = dir.join("project");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("my_project.cu"), "// mine\n").unwrap();
+    std::fs::write(out.join("config.h"), "#define MINE 1\n").unwrap();
+    let (m, o) = (convnet(), out.to_str().unwrap());
+    let (_, err) = expect_code(&run(&[m.to_str().unwrap(), "-o", o, "--no-build"]), 1);
+    assert!(err.contains(o) && err.contains("not written by onnx2ait") && err.contains("--force"), "{err}");
+    assert_eq!(names(&out), ["config.h", "my_project.cu"], "a refused compile writes nothing");
+    assert_eq!(names(&dir), ["project"], "and leaves no staging folder");
+
+    expect_code(&run(&[m.to_str().unwrap(), "-o", o, "--no-build", "--force"]), 0);
+    assert!(out.join("model.cu").is_file() && out.join("onnx2ait-manifest.json").is_file());
+    // A folder onnx2ait wrote takes another model without --force; the user's files stay.
+    let other = bundled("indexing_pad_opset9.onnx");
+    expect_code(&run(&[other.to_str().unwrap(), "-o", o, "--no-build"]), 0);
+    assert_eq!(std::fs::read_to_string(out.join("my_project.cu")).unwrap(), "// mine\n");
+    assert_eq!(std::fs::read_to_string(out.join("config.h")).unwrap(), "#define MINE 1\n");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("onnx2ait-manifest.json")).unwrap()).unwrap();
+    let owned: Vec<&str> = manifest["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert!(!owned.contains(&"my_project.cu") && !owned.contains(&"config.h"), "{owned:?}");
+    // Exactly the new model's files and the user's: nothing of the first model is left.
+    let mut expected: Vec<String> = owned.iter().map(|s| s.to_string()).collect();
+    expected.extend(["config.h", "my_project.cu", "onnx2ait-manifest.json"].map(String::from));
+    expected.sort();
+    assert_eq!(names(&out), expected);
+    assert_eq!(names(&dir), ["project"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Marks OUT's files as the output of a build of its model, as a successful build leaves it: a
+/// library listed in the manifest as onnx2ait's own (the bytes are not a real library: this test
+/// needs no nvcc, `a_real_build_is_replaced_by_the_next_model` builds one).
+fn pretend_built(out: &Path, tag: &str) {
+    std::fs::write(out.join("libmodel.so"), format!("library of {tag}")).unwrap();
+    let path = out.join("onnx2ait-manifest.json");
+    let mut m: serde_json::Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| serde_json::json!({ "format_version": 1, "generator": "onnx2ait", "files": [] }));
+    m["library"] = serde_json::json!("libmodel.so");
+    m["build_hash"] = serde_json::json!(header_hash(out));
+    m["files"] =
+        serde_json::json!(names(out).into_iter().filter(|n| n != "onnx2ait-manifest.json").collect::<Vec<_>>());
+    std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+}
+
+/// Issue 16, point 2: after --no-build or a failed build OUT holds no library of a previous
+/// model, and what it holds is one build (headers, weights and manifest share the build hash).
+#[test]
+fn no_build_and_failed_builds_leave_no_stale_library() {
+    let dir = scratch("stale-lib");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let (a, b) = (convnet(), bundled("indexing_pad_opset9.onnx"));
+    expect_code(&run(&[a.to_str().unwrap(), "-o", o, "--no-build"]), 0);
+    let hash_a = header_hash(&out);
+    pretend_built(&out, "A");
+
+    expect_code(&run(&[b.to_str().unwrap(), "-o", o, "--no-build"]), 0);
+    assert!(!out.join("libmodel.so").exists(), "--no-build of B left A's library beside B's sources");
+    let hash_b = header_hash(&out);
+    assert!(hash_a.len() == 16 && hash_b.len() == 16 && hash_a != hash_b, "{hash_a} {hash_b}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("onnx2ait-manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["build_hash"], hash_b.as_str());
+    assert!(manifest["library"].is_null(), "{manifest}");
+    let weights = std::fs::read(out.join("weights.bin")).unwrap();
+    assert!(weights.ends_with(format!("onnx2ait build {hash_b}\n").as_bytes()), "weights.bin carries the hash");
+    let build: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("build.json")).unwrap()).unwrap();
+    assert_eq!(build["build_hash"], hash_b.as_str());
+
+    // A failed build (no nvcc) of A over B's "built" output: A's sources, no library.
+    pretend_built(&out, "B");
+    let fail = Command::new(BIN)
+        .args([a.to_str().unwrap(), "-o", o])
+        .env("NVCC", dir.join("missing/nvcc"))
+        .output()
+        .expect("run onnx2ait");
+    let (_, err) = expect_code(&fail, 1);
+    assert!(err.contains("no library was built") && err.contains(o), "{err}");
+    assert!(!out.join("libmodel.so").exists(), "a failed build left B's library beside A's sources");
+    assert_eq!(header_hash(&out), hash_a);
+    assert_eq!(names(&dir), ["out"], "no staging folder is left");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Point 2 with a real build (nvcc; skipped without it outside CI): the library of model A is
+/// loadable and matches its folder; a --no-build compile of model B removes it.
+#[test]
+fn a_real_build_is_replaced_by_the_next_model() {
+    use onnx2ait::build::nvcc::{Arch, Nvcc};
+    if Nvcc::discover_for_test(Arch::Sm90, "the real-build output test").is_none() {
+        return;
+    }
+    let dir = scratch("real-build");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let (a, b) = (bundled("indexing_slice_opset9.onnx"), bundled("indexing_pad_opset9.onnx"));
+    expect_code(&run(&[a.to_str().unwrap(), "-o", o, "--arch", "sm_90", "--no-profile"]), 0);
+    let lib = onnx2ait::runtime::Library::open(&out).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(lib.model_name(), "indexing_slice_opset9");
+    drop(lib);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("build_report.json")).unwrap()).unwrap();
+    assert_eq!(
+        report["lib"],
+        out.join("libmodel.so").to_str().unwrap(),
+        "the report names OUT, not the staging folder"
+    );
+    // Again, unchanged: nothing recompiles, nothing relinks.
+    let (_, err) = expect_code(&run(&[a.to_str().unwrap(), "-o", o, "--arch", "sm_90", "--no-profile"]), 0);
+    assert!(err.contains("libmodel.so up to date"), "{err}");
+
+    expect_code(&run(&[b.to_str().unwrap(), "-o", o, "--no-build"]), 0);
+    assert!(!out.join("libmodel.so").exists(), "A's library outlived A");
+    let e = onnx2ait::runtime::Library::open(&out).err().unwrap().to_string();
+    assert!(e.contains("the library was not built"), "{e}");
+    assert_eq!(names(&dir), ["out"]);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -7,11 +7,17 @@
 //! timestamps, sorted maps) so they can be diffed between versions; only `build_report.json`
 //! (timings) changes from build to build. Without nvcc the sources are still written and the
 //! error says what to install.
+//!
+//! OUT is rendered and built in a staging folder and swapped into place
+//! (`onnx2ait::codegen::outdir`): files onnx2ait did not write are never touched, a folder it did
+//! not write is refused unless `--force`, and a library only ever sits beside its own sources
+//! and weights.
 
 use super::{Failure, ModelArg};
 use clap::Args;
 use onnx2ait::build::nvcc::{Arch, Nvcc};
 use onnx2ait::build::BuildOptions;
+use onnx2ait::codegen::outdir::Staging;
 use onnx2ait::egraph::{optimize, OptimizeOptions};
 use onnx2ait::ir::dim::fmt_shape;
 use onnx2ait::ir::{Dim, Graph, ValueId};
@@ -32,9 +38,14 @@ pub struct CompileArgs {
     /// The .onnx model file.
     #[arg(value_name = "MODEL")]
     pub model: PathBuf,
-    /// Output directory (created if missing).
+    /// Output directory (created if missing). A non-empty folder that onnx2ait did not write is
+    /// refused unless --force.
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     pub out: PathBuf,
+    /// Write into a non-empty OUT that onnx2ait did not write: files of the names onnx2ait writes
+    /// are replaced, every other file is left alone.
+    #[arg(long)]
+    pub force: bool,
     /// GPU architecture: sm_80 (A100), sm_90 (H100/H200 with the sm80-style kernels only),
     /// sm_90a (H100/H200 with the Hopper TMA + wgmma kernels too).
     #[arg(long, default_value = "sm_90a")]
@@ -243,11 +254,12 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
         optimised.nodes.len(),
         kernels.join(", ")
     );
-    std::fs::create_dir_all(&a.out)
-        .map_err(|e| Failure::new(1, format!("{}: cannot create directory: {e}", a.out.display())))?;
-
     let (target, sharing) = onnx2ait::lower::sharing::share(target, &optimised, &lower_opts, a.reuse_within / 100.0)?;
-    let generated = onnx2ait::codegen::generate_cuda_with(&optimised, &lower_opts, &target, &a.out)?;
+    // Everything is written into a staging folder next to OUT and swapped in at the end; until
+    // then OUT keeps the previous output, and an error drops the staging folder.
+    let stage = Staging::begin(&a.out, a.force)?;
+    let generated = onnx2ait::codegen::generate_cuda_with(&optimised, &lower_opts, &target, stage.dir())?;
+    let hash = generated.files.build_hash.clone();
     let _ = writeln!(summary, "{}", generated.summary());
     let _ = writeln!(summary, "{}", choice_summary(&generated.program, &choice));
     if let Some(plan) = sharing {
@@ -270,22 +282,26 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
         ("summary.txt", summary.clone()),
     ];
     for (file, text) in &files {
-        let p = a.out.join(file);
+        let p = stage.dir().join(file);
         std::fs::write(&p, text).map_err(|e| Failure::new(1, format!("{}: cannot write: {e}", p.display())))?;
     }
-    super::emit(&format!("{summary}wrote the sources to {}\n", a.out.display()));
+    super::emit(&summary);
+    let wrote = |what: &str| super::emit(&format!("wrote {what} to {}\n", a.out.display()));
     if a.no_build {
+        stage.commit(&hash, false)?;
+        wrote("the sources");
         return Ok(0);
     }
-    let compiler = Nvcc::discover(arch).map_err(|e| {
-        Failure::new(
-            1,
-            format!(
+    let compiler = match Nvcc::discover(arch) {
+        Ok(c) => c,
+        Err(e) => {
+            let message = format!(
                 "the CUDA sources are in {} but no library was built: {e}\n(run with --no-build to write sources only)",
                 a.out.display()
-            ),
-        )
-    })?;
+            );
+            return Err(commit_failed(stage, &hash, message));
+        }
+    };
     // The profiler compiled every candidate it timed into its own object cache (beside the
     // profile cache, unless --cache-dir / ONNX2AIT_CACHE_DIR gave both the same one): the chosen
     // instances are taken from there instead of being compiled again.
@@ -294,13 +310,41 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
         _ => Vec::new(),
     };
     let opts = BuildOptions { jobs: a.jobs, cache_dir, progress: true, seed_caches };
-    let built =
-        onnx2ait::build::build(&a.out, &generated.files.sources, &generated.files.headers, &compiler, &opts, LIB_NAME)?;
+    // The previous library comes along, so an unchanged model is not linked again.
+    stage.carry_library();
+    let built = onnx2ait::build::build(
+        stage.dir(),
+        &generated.files.sources,
+        &generated.files.headers,
+        &compiler,
+        &opts,
+        LIB_NAME,
+    );
+    let mut built = match built {
+        Ok(b) => b,
+        Err(e) => {
+            // The new sources and build.log go to OUT, without a library.
+            let message = stage.rewrite_paths(&e.to_string());
+            return Err(commit_failed(stage, &hash, message));
+        }
+    };
+    built.lib = a.out.join(LIB_NAME);
     let report_json = serde_json::to_string_pretty(&built).map_err(|e| Failure::new(1, e.to_string()))? + "\n";
-    let rp = a.out.join("build_report.json");
+    let rp = stage.dir().join("build_report.json");
     std::fs::write(&rp, report_json).map_err(|e| Failure::new(1, format!("{}: cannot write: {e}", rp.display())))?;
+    stage.commit(&hash, true)?;
     // build() has printed its summary line (progress is on).
+    wrote(&format!("the sources and {LIB_NAME}"));
     Ok(0)
+}
+
+/// After a build that produced no library: OUT gets the new sources (and build.log) without one,
+/// and the error is `message` (with the swap's error, if that failed too).
+fn commit_failed(stage: Staging, hash: &str, message: String) -> Failure {
+    match stage.commit(hash, false) {
+        Ok(_) => Failure::new(1, message),
+        Err(e) => Failure::new(1, format!("{message}\n{e}")),
+    }
 }
 
 /// The target, with profiled times when a profile cache has them for this toolchain, and a line

@@ -6,15 +6,16 @@
 //! instance), the model-level files (`model.cu`, `model.h`, `common.cuh`, `kernels.h`) at the top,
 //! and partials under `partials/`. Rendering is strict: a field a template names but the context
 //! lacks is an error, never an empty string in C++. Output is deterministic: the same program
-//! renders byte-identical files, and files of an earlier render that this one does not produce
-//! are removed, so the folder holds exactly one model.
+//! renders byte-identical files. Writing the output folder safely (staging, the manifest of
+//! onnx2ait's own files, the swap that never touches a user's files) is [`outdir`]'s job.
 
 use crate::error::{Error, Result};
 use crate::lower::{ctype, dim_expr, json_dims, Program, Storage};
 use handlebars::Handlebars;
 use serde_json::{json, Map, Value as Json};
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+pub mod outdir;
 
 include!(concat!(env!("OUT_DIR"), "/template_files.rs"));
 
@@ -34,6 +35,9 @@ pub struct Generated {
     pub sources: Vec<PathBuf>,
     /// Headers every source includes (part of every object's cache key).
     pub headers: Vec<PathBuf>,
+    /// Content hash of the render (sources, headers, weights), in `model.h` (`O2A_BUILD_HASH`),
+    /// returned by the library's `o2a_build_hash()` and at the end of `weights.bin`.
+    pub build_hash: String,
 }
 
 /// A target's template set, ready to render.
@@ -122,6 +126,8 @@ pub fn model_context(p: &Program, arch: &str) -> Json {
         .collect();
     json!({
         "model_name": p.model_name,
+        // Set by `generate` once the other files are rendered (it is their hash).
+        "build_hash": "",
         "source": Path::new(&p.source).file_name().and_then(|s| s.to_str()).unwrap_or(&p.source),
         "arch": arch,
         "has_batch": p.batch.is_some(),
@@ -157,30 +163,55 @@ fn weights_index(p: &Program) -> Json {
     json!({ "format_version": 1, "file": "weights.bin", "bytes": p.weights.len(), "tensors": entries })
 }
 
-fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
-    if std::fs::read(path).ok().as_deref() == Some(bytes) {
-        return Ok(());
+/// Bytes at the end of `weights.bin` after the weights: `onnx2ait build <hash>\n`, so the library
+/// can tell its own weights from those of another build (model.cu checks them in `o2a_create`,
+/// [`crate::runtime::Library::open`] before loading anything).
+pub const WEIGHTS_TRAILER_PREFIX: &str = "onnx2ait build ";
+
+/// Hex digits of a build hash.
+pub const BUILD_HASH_DIGITS: usize = 16;
+
+/// Length of the trailer of `weights.bin`.
+pub const WEIGHTS_TRAILER_BYTES: usize = WEIGHTS_TRAILER_PREFIX.len() + BUILD_HASH_DIGITS + 1;
+
+/// The trailer of `weights.bin` for a build hash.
+pub fn weights_trailer(build_hash: &str) -> String {
+    format!("{WEIGHTS_TRAILER_PREFIX}{build_hash}\n")
+}
+
+/// The build hash of a render: SHA-256 (first [`BUILD_HASH_DIGITS`] hex digits) of the generator
+/// version and every file's name and bytes, the model-level files rendered with an empty hash.
+fn build_hash(files: &[(String, Vec<u8>)], weights: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut feed = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    feed(concat!("onnx2ait ", env!("CARGO_PKG_VERSION")).as_bytes());
+    for (name, bytes) in files {
+        feed(name.as_bytes());
+        feed(bytes);
     }
+    feed(b"weights.bin");
+    feed(weights);
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()[..BUILD_HASH_DIGITS].to_string()
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).map_err(|e| Error::Other(format!("writing {}: {e}", path.display())))
 }
 
-/// Renders `program` into `out` for the templates' target. Files are rewritten only when their
-/// bytes change, so the build's object cache and file times stay meaningful.
+/// Renders `program` into `out` for the templates' target and returns the files with their build
+/// hash (in `model.h`, `model.cu` and at the end of `weights.bin`). Writes into `out` as it is and
+/// deletes nothing: `onnx2ait compile` renders into a fresh staging folder and swaps it into
+/// place ([`outdir::Staging`]).
 pub fn generate(p: &Program, templates: &Templates, arch: &str, out: &Path) -> Result<Generated> {
     std::fs::create_dir_all(out).map_err(|e| Error::Other(format!("creating {}: {e}", out.display())))?;
-    let mut written = BTreeSet::new();
     let mut gen = Generated::default();
-    let model = model_context(p, arch);
-    for (template, file) in MODEL_FILES {
-        let text = templates.render(template, &model)?;
-        write_if_changed(&out.join(file), text.as_bytes())?;
-        written.insert(file.to_string());
-        if file.ends_with(".cu") {
-            gen.sources.push(PathBuf::from(file));
-        } else {
-            gen.headers.push(PathBuf::from(file));
-        }
-    }
+    let mut model = model_context(p, arch);
+    // Every file but the model-level ones, in the order they are written.
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for k in &p.kernels {
         let mut ctx: Map<String, Json> = k.context.clone();
         ctx.insert("node".into(), json!(k.node));
@@ -188,10 +219,7 @@ pub fn generate(p: &Program, templates: &Templates, arch: &str, out: &Path) -> R
         let text = templates
             .render(&format!("kernels/{}.cu", k.template), &Json::Object(ctx))
             .map_err(|e| Error::Other(format!("kernel {} (node '{}'): {e}", k.name, k.node)))?;
-        let file = format!("{}.cu", k.name);
-        write_if_changed(&out.join(&file), text.as_bytes())?;
-        gen.sources.push(PathBuf::from(&file));
-        written.insert(file);
+        files.push((format!("{}.cu", k.name), text.into_bytes()));
     }
     // Library instances go first: they take a minute of nvcc each against a few seconds for any
     // other source, and the build starts its sources in this order, so the long ones start at once
@@ -202,24 +230,41 @@ pub fn generate(p: &Program, templates: &Templates, arch: &str, out: &Path) -> R
             .render(&format!("library/{}.cu", l.template), &Json::Object(l.context.clone()))
             .map_err(|e| Error::Other(format!("library instance {} ({}): {e}", l.name, l.config)))?;
         let file = format!("{}.cu", l.name);
-        write_if_changed(&out.join(&file), text.as_bytes())?;
         library_sources.push(PathBuf::from(&file));
-        written.insert(file);
+        files.push((file, text.into_bytes()));
     }
-    gen.sources.splice(0..0, library_sources);
-    write_if_changed(&out.join("weights.bin"), &p.weights)?;
     let index = serde_json::to_string_pretty(&weights_index(p)).map_err(|e| Error::Other(e.to_string()))? + "\n";
-    write_if_changed(&out.join("weights.json"), index.as_bytes())?;
-    // Sources of an earlier render that this one does not produce would otherwise be built too.
-    if let Ok(rd) = std::fs::read_dir(out) {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            let generated_kind = name.ends_with(".cu") || name.ends_with(".cuh") || name.ends_with(".h");
-            if generated_kind && !written.contains(&name) {
-                let _ = std::fs::remove_file(e.path());
-            }
+    files.push(("weights.json".to_string(), index.into_bytes()));
+    // The hash covers the model-level files too, rendered with an empty hash.
+    model["build_hash"] = json!("");
+    let mut hashed = files.clone();
+    for (template, file) in MODEL_FILES {
+        hashed.push((file.to_string(), templates.render(template, &model)?.into_bytes()));
+    }
+    hashed.sort();
+    let hash = build_hash(&hashed, &p.weights);
+    model["build_hash"] = json!(hash);
+    for (template, file) in MODEL_FILES {
+        let text = templates.render(template, &model)?;
+        write_file(&out.join(file), text.as_bytes())?;
+        if file.ends_with(".cu") {
+            gen.sources.push(PathBuf::from(file));
+        } else {
+            gen.headers.push(PathBuf::from(file));
         }
     }
+    for (file, bytes) in &files {
+        write_file(&out.join(file), bytes)?;
+        if file.ends_with(".cu") && !library_sources.iter().any(|l| l.as_os_str() == file.as_str()) {
+            gen.sources.push(PathBuf::from(file));
+        }
+    }
+    gen.sources.splice(0..0, library_sources);
+    let mut weights = Vec::with_capacity(p.weights.len() + WEIGHTS_TRAILER_BYTES);
+    weights.extend_from_slice(&p.weights);
+    weights.extend_from_slice(weights_trailer(&hash).as_bytes());
+    write_file(&out.join("weights.bin"), &weights)?;
+    gen.build_hash = hash;
     Ok(gen)
 }
 
@@ -279,6 +324,7 @@ fn build_metadata(p: &Program, target: &str, arch: &str, files: &Generated) -> J
         "target": target,
         "arch": arch,
         "library": "libmodel.so",
+        "build_hash": files.build_hash,
         "batch": p.batch,
         "sources": files.sources,
         "headers": files.headers,
@@ -313,6 +359,6 @@ pub fn generate_cuda_with(
     let files = generate(&program, &templates, arch.as_str(), out)?;
     let meta = build_metadata(&program, "cuda", arch.as_str(), &files);
     let text = serde_json::to_string_pretty(&meta).map_err(|e| Error::Other(e.to_string()))? + "\n";
-    write_if_changed(&out.join("build.json"), text.as_bytes())?;
+    write_file(&out.join("build.json"), text.as_bytes())?;
     Ok(GeneratedModel { program, files })
 }

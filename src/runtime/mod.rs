@@ -37,8 +37,9 @@ pub const LIB_NAME: &str = "libmodel.so";
 
 /// The C API version this runtime speaks (`O2A_ABI_VERSION` of model.h).
 /// Version 2 added the kernel list and per-kernel timing (`o2a_num_kernels`, `o2a_kernel_name`,
-/// `o2a_kernel_node`, `o2a_kernel_times`).
-pub const ABI_VERSION: i32 = 2;
+/// `o2a_kernel_node`, `o2a_kernel_times`); version 3 the build hash (`o2a_build_hash`,
+/// `O2A_BUILD_HASH`, the trailer of `weights.bin`).
+pub const ABI_VERSION: i32 = 3;
 
 /// Status codes of the C API (the `O2A_ERR_*` of model.h / common.cuh).
 fn status_name(code: c_int) -> &'static str {
@@ -54,6 +55,7 @@ fn status_name(code: c_int) -> &'static str {
 }
 
 type FnVersion = unsafe extern "C" fn() -> c_int;
+type FnBuildHash = unsafe extern "C" fn() -> *const c_char;
 type FnCreate = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int;
 type FnDestroy = unsafe extern "C" fn(*mut c_void);
 type FnLastError = unsafe extern "C" fn() -> *const c_char;
@@ -163,6 +165,58 @@ unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str, path: &Path) ->
     }
 }
 
+/// Refuses a library beside the header, weights or manifest of another build: `model.h`'s
+/// `O2A_BUILD_HASH`, the trailer of `weights.bin` and the manifest's hash (each when present) must
+/// be the library's `build_hash`.
+fn check_same_build(dir: &Path, build_hash: &str) -> Result<()> {
+    let mixed = |what: &str, theirs: &str| {
+        Error::Other(format!(
+            "{}: {LIB_NAME} is build {build_hash} but {what} is {theirs}: the folder mixes two builds; \
+             compile the model again (`onnx2ait MODEL -o OUT`)",
+            dir.display()
+        ))
+    };
+    if let Ok(header) = std::fs::read_to_string(dir.join("model.h")) {
+        let found = header.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("#define O2A_BUILD_HASH")?.trim();
+            Some(rest.trim_matches('"').to_string())
+        });
+        match found {
+            Some(h) if h == build_hash => {}
+            Some(h) => return Err(mixed("the model.h next to it", &format!("build {h}"))),
+            None => return Err(mixed("the model.h next to it", "of an onnx2ait without build hashes")),
+        }
+    }
+    let weights = dir.join("weights.bin");
+    if let Ok(mut f) = std::fs::File::open(&weights) {
+        use std::io::{Read, Seek, SeekFrom};
+        let n = crate::codegen::WEIGHTS_TRAILER_BYTES;
+        let mut tail = vec![0u8; n];
+        let read = f.seek(SeekFrom::End(-(n as i64))).and_then(|_| f.read_exact(&mut tail));
+        if read.is_err() || tail != crate::codegen::weights_trailer(build_hash).as_bytes() {
+            let theirs = String::from_utf8_lossy(&tail);
+            let theirs = match theirs.trim_end().strip_prefix(crate::codegen::WEIGHTS_TRAILER_PREFIX) {
+                Some(h) if read.is_ok() => format!("build {h}"),
+                _ => "of another build".to_string(),
+            };
+            return Err(mixed("the weights.bin next to it", &theirs));
+        }
+    }
+    if let Some(m) = crate::codegen::outdir::Manifest::read(dir)? {
+        if m.library.is_none() || m.build_hash != build_hash {
+            let theirs = if m.build_hash.is_empty() {
+                "being rewritten".to_string()
+            } else if m.library.is_none() {
+                format!("build {} without a library", m.build_hash)
+            } else {
+                format!("build {}", m.build_hash)
+            };
+            return Err(mixed(&format!("the output ({})", crate::codegen::outdir::MANIFEST), &theirs));
+        }
+    }
+    Ok(())
+}
+
 /// A C string from the library as a Rust string (`None` for NULL).
 ///
 /// # Safety
@@ -213,6 +267,10 @@ impl Library {
                 path.display()
             )));
         }
+        // SAFETY: o2a_build_hash returns a static string.
+        let build_hash: FnBuildHash = unsafe { symbol(&lib, "o2a_build_hash", &path)? };
+        let build_hash = unsafe { c_str(build_hash()) }.unwrap_or_default();
+        check_same_build(dir, &build_hash)?;
         let api = unsafe {
             Api {
                 create: symbol(&lib, "o2a_create", &path)?,

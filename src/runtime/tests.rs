@@ -152,12 +152,16 @@ int k003_add_one(void* const* t, int64_t batch, void*, size_t, cudaStream_t stre
 }
 "#;
 
+/// The build hash the tiny model's files are rendered with.
+const TINY_HASH: &str = "0123456789abcdef";
+
 /// Renders the model-level files (library.cuh, common.cuh, kernels.h, model.cu, model.h) of `p`
 /// into `out` with the embedded CUDA templates, as `codegen::generate` does, without the kernel
-/// templates (the test supplies its own kernels).
+/// templates (the test supplies its own kernels), with the build hash [`TINY_HASH`].
 fn render_model_files(p: &Program, out: &Path) {
     let templates = crate::codegen::Templates::for_target("cuda").expect("cuda templates");
-    let ctx = crate::codegen::model_context(p, "sm_90");
+    let mut ctx = crate::codegen::model_context(p, "sm_90");
+    ctx["build_hash"] = serde_json::json!(TINY_HASH);
     for file in ["library.cuh", "common.cuh", "kernels.h", "model.cu", "model.h"] {
         let text = templates.render(file, &ctx).unwrap_or_else(|e| panic!("rendering {file}: {e}"));
         std::fs::write(out.join(file), text).unwrap();
@@ -217,8 +221,11 @@ fn templates_render_tables_and_run_sequence() {
         "int o2a_run(o2a_model* m, int64_t batch, const void* const* inputs, void* const* outputs, void* stream);"
     ));
     assert!(!h.contains("cuda_runtime.h"), "model.h needs no CUDA header");
-    assert!(h.contains("#define O2A_ABI_VERSION 2") && ABI_VERSION == 2, "{h}");
+    assert!(h.contains("#define O2A_ABI_VERSION 3") && ABI_VERSION == 3, "{h}");
+    assert!(h.contains(&format!("#define O2A_BUILD_HASH \"{TINY_HASH}\"")), "{h}");
+    assert!(cu.contains("const char* o2a_build_hash(void) { return O2A_BUILD_HASH; }"), "{cu}");
     for decl in [
+        "const char* o2a_build_hash(void);",
         "int o2a_num_kernels(const o2a_model* m);",
         "const char* o2a_kernel_name(const o2a_model* m, int k);",
         "const char* o2a_kernel_node(const o2a_model* m, int k);",
@@ -276,8 +283,8 @@ fn tensor_bytes_round_trip() {
 ///
 /// `ONNX2AIT_RUNTIME_TEST_LIB=DIR` takes the library from DIR instead (a folder this test left
 /// with `ONNX2AIT_KEEP_TEST_BUILD=1`), for GPU machines without nvcc.
-fn tiny_library() -> Option<PathBuf> {
-    let dir = temp_dir("build");
+fn tiny_library(tag: &str) -> Option<PathBuf> {
+    let dir = temp_dir(tag);
     let p = tiny_program(true);
     if let Some(prebuilt) = std::env::var_os("ONNX2AIT_RUNTIME_TEST_LIB") {
         for f in [LIB_NAME, "weights.bin"] {
@@ -287,7 +294,7 @@ fn tiny_library() -> Option<PathBuf> {
     }
     let nvcc = nvcc()?;
     render_model_files(&p, &dir);
-    std::fs::write(dir.join("weights.bin"), &p.weights).unwrap();
+    write_weights(&dir, &p.weights, TINY_HASH);
     std::fs::write(dir.join("k_test.cu"), TINY_KERNELS).unwrap();
     let objs = vec![compile_clean(&nvcc, &dir, "model.cu"), compile_clean(&nvcc, &dir, "k_test.cu")];
     let out = nvcc.link_command(&objs, &dir.join(LIB_NAME)).output().unwrap();
@@ -295,9 +302,63 @@ fn tiny_library() -> Option<PathBuf> {
     Some(dir)
 }
 
+/// weights.bin as `codegen::generate` writes it: the weights, then the build hash.
+fn write_weights(dir: &Path, weights: &[u8], hash: &str) {
+    let mut bytes = weights.to_vec();
+    bytes.extend_from_slice(crate::codegen::weights_trailer(hash).as_bytes());
+    std::fs::write(dir.join("weights.bin"), bytes).unwrap();
+}
+
+/// The library refuses a header, weights or output manifest of another build (issue 16, point 2):
+/// the runtime checks before loading anything, and o2a_create checks the weights itself (run on
+/// a GPU by `run_on_gpu`).
+#[test]
+fn library_refuses_files_of_another_build() {
+    let Some(dir) = tiny_library("mixed") else { return };
+    if std::env::var_os("ONNX2AIT_RUNTIME_TEST_LIB").is_some() {
+        return; // a prebuilt library comes without its model.h
+    }
+    let weights = tiny_program(true).weights;
+    Library::open(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let header = std::fs::read_to_string(dir.join("model.h")).unwrap();
+    std::fs::write(dir.join("model.h"), header.replace(TINY_HASH, "fedcba9876543210")).unwrap();
+    let e = Library::open(&dir).err().unwrap().to_string();
+    assert!(
+        e.contains("libmodel.so is build 0123456789abcdef but the model.h next to it is build fedcba9876543210")
+            && e.contains("mixes two builds"),
+        "{e}"
+    );
+    std::fs::write(dir.join("model.h"), &header).unwrap();
+    write_weights(&dir, &weights, "fedcba9876543210");
+    let e = Library::open(&dir).err().unwrap().to_string();
+    assert!(e.contains("the weights.bin next to it is build fedcba9876543210"), "{e}");
+    std::fs::write(dir.join("weights.bin"), &weights).unwrap();
+    let e = Library::open(&dir).err().unwrap().to_string();
+    assert!(e.contains("the weights.bin next to it is of another build"), "{e}");
+    write_weights(&dir, &weights, TINY_HASH);
+    let manifest = |hash: &str, library: Option<&str>| crate::codegen::outdir::Manifest {
+        format_version: 1,
+        generator: "onnx2ait".into(),
+        build_hash: hash.into(),
+        library: library.map(str::to_string),
+        files: vec![],
+    };
+    let write_manifest = |m: &crate::codegen::outdir::Manifest| {
+        std::fs::write(dir.join(crate::codegen::outdir::MANIFEST), serde_json::to_string(m).unwrap()).unwrap()
+    };
+    write_manifest(&manifest(TINY_HASH, None));
+    let e = Library::open(&dir).err().unwrap().to_string();
+    assert!(e.contains("is build 0123456789abcdef without a library"), "{e}");
+    write_manifest(&manifest("fedcba9876543210", Some(LIB_NAME)));
+    assert!(Library::open(&dir).is_err());
+    write_manifest(&manifest(TINY_HASH, Some(LIB_NAME)));
+    Library::open(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn model_library_compiles_links_and_loads() {
-    let Some(dir) = tiny_library() else { return };
+    let Some(dir) = tiny_library("build") else { return };
 
     let lib = Library::open(&dir).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(lib.model_name(), "tiny_model");
@@ -376,7 +437,16 @@ fn run_on_gpu(m: &mut Model, dir: &Path) {
     let out = m.run_host(1, &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();
     assert_eq!(out[0], Tensor::from_f32s(&[1, 2, 2], vec![2.0, 4.0, 6.0, 1.0]));
 
+    // o2a_create itself refuses weights of the wrong size or of another build.
+    let lib = Library::open(dir).unwrap();
     std::fs::write(dir.join("weights.bin"), [0u8; 6]).unwrap();
-    let e = Model::load(dir).err().unwrap().to_string();
-    assert!(e.contains("weights.bin has 6 bytes but the model expects 8"), "{e}");
+    let e = Model::create(lib).err().unwrap().to_string();
+    assert!(e.contains("weights.bin has 6 bytes but the model expects 40"), "{e}");
+    let lib = Library::open(dir).unwrap();
+    write_weights(dir, &tiny_program(true).weights, "fedcba9876543210");
+    let e = Model::create(lib).err().unwrap().to_string();
+    assert!(
+        e.contains("weights.bin belongs to another build (it ends with 'onnx2ait build fedcba9876543210', this library is build 0123456789abcdef)"),
+        "{e}"
+    );
 }
