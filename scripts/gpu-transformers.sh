@@ -82,7 +82,8 @@ done; done
 
 # 2. Builds (the object cache is shared: the exporters' variants reuse each other's instances).
 build() { # name onnx seq
-  local name=$1 onnx=$2 seq=$3 t0 dims=()
+  local name=$1 onnx=$2 seq=$3 t0
+  local dims=()
   [[ $name == bert* ]] && dims=(--dim "seq=$seq")
   t0=$(date +%s.%N)
   "$BIN" compile "$onnx" -o "$W/build_$name" "${dims[@]}" --max-batch "$MAX_BATCH" --no-profile \
@@ -98,7 +99,8 @@ build() { # name onnx seq
   return $rc
 }
 validate() { # name onnx seq batch
-  local name=$1 onnx=$2 seq=$3 batch=$4 dims=(--dim "batch=$batch")
+  local name=$1 onnx=$2 seq=$3 batch=$4
+  local dims=(--dim "batch=$batch")
   [[ $name == bert* ]] && dims+=(--dim "seq=$seq")
   "$BIN" validate "$onnx" --build "$W/build_$name" --batch "$batch" "${dims[@]}" --gpu-rtol 2e-2 --json \
     >"$W/validate_${name}_b$batch.json" 2>"$W/validate_${name}_b$batch.err"
@@ -128,9 +130,20 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   say "bench $name: rc $? $(tr -d '\n ' <"$W/bench_$name.json" | head -c 400)"
   record "{\"kind\":\"bench\",\"name\":\"$name\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_$name.json")}"
 done
+# Where the time goes: per-kernel times of the first exporter's builds at the smallest and largest batch.
+for m in "${MODEL_LIST[@]}"; do
+  name=${m}_${EXPORTER_LIST[0]}
+  [[ -n ${BUILT[$name]:-} ]] || continue
+  within_budget 90 || { say "kernel times $name: not run (time budget)"; continue; }
+  "$BIN" bench "$W/build_$name" --batch "${BATCHES%%,*},${BATCHES##*,}" --kernels --kernel-top 15 \
+    >"$OUT/kernels_$name.txt" 2>&1
+  say "kernel times $name: rc $? ($OUT/kernels_$name.txt)"
+done
 for m in "${MODEL_LIST[@]}"; do
   within_budget 60 || { say "PyTorch $m: not run (time budget)"; continue; }
-  "$PY" scripts/gpu/bench_transformers.py "$m" --size "$SIZE" --batch "$BATCHES" --seq "$SEQ" --json-out "$W/torch_$m.json" 2>&1 | grep bench_transformers
+  "$PY" scripts/gpu/bench_transformers.py "$m" --size "$SIZE" --batch "$BATCHES" --seq "$SEQ" --json-out "$W/torch_$m.json" \
+    >"$W/torch_$m.log" 2>&1
+  grep bench_transformers "$W/torch_$m.log" || tail -5 "$W/torch_$m.log"
   record "{\"kind\":\"torch\",\"model\":\"$m\",\"result\":$(json_of "$W/torch_$m.json")}"
 done
 
@@ -145,6 +158,6 @@ done
 # 5. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS"
+  --kernel-times "$OUT"/kernels_*.txt --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

@@ -82,6 +82,7 @@ def section(recs, commit, command):
     lines += ["", "### Latency (median ms; CUDA graph replay for both; ratio = PyTorch CUDA graph / onnx2ait)", "",
               "| build | seq | batch | onnx2ait (graph) | onnx2ait (plain launches) | PyTorch eager | PyTorch + CUDA graph | ratio |",
               "|---|---|---|---|---|---|---|---|"]
+    notes = []
     for r in recs:
         if r["kind"] != "bench":
             continue
@@ -96,8 +97,12 @@ def section(recs, commit, command):
             graph = (p.get("cuda_graph") or {}).get("median_ms")
             ours = b.get("graph_median_ms")
             ratio = f"{graph / ours:.2f}×" if graph and ours else "—"
+            if p.get("cuda_graph_note"):
+                notes.append(f"PyTorch {model} batch {b['batch']}: {p['cuda_graph_note']}")
             lines.append(f"| {r['name']} | {r['seq'] if model == 'bert' else '—'} | {b['batch']} | {fmt(ours)} | "
                          f"{fmt(b.get('median_ms'))} | {fmt(eager)} | {fmt(graph)} | {ratio} |")
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
@@ -108,8 +113,13 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--commit", default="unknown")
     p.add_argument("--command", default="scripts/gpu-transformers.sh")
+    p.add_argument("--kernel-times", nargs="*", default=[], help="`onnx2ait bench --kernels` outputs to include")
     a = p.parse_args()
     new = section(load(a.results), a.commit, a.command)
+    for path in a.kernel_times:
+        if os.path.exists(path):
+            name = os.path.basename(path).removeprefix("kernels_").removesuffix(".txt")
+            new += f"\n### Where the time goes: {name} (`onnx2ait bench --kernels`)\n\n```\n{open(path).read().strip()}\n```\n"
     prev = open(a.previous).read() if os.path.exists(a.previous) else "# Benchmarks\n\n"
     head, sep, rest = prev.partition("\n## ")
     text = head.rstrip("\n") + "\n\n" + new + ("\n## " + rest if sep else "")
