@@ -39,12 +39,18 @@ def timed(torch, fn, warmup, iters):
     return {"median_ms": statistics.median(times), "min_ms": times[0], "p90_ms": times[int(0.9 * (len(times) - 1))]}
 
 
-def capture(torch, model, args):
-    """A CUDA graph of one forward pass, or (None, why) when capture fails."""
-    graph = torch.cuda.CUDAGraph()
+def capture(torch, forward):
+    """A CUDA graph of one call of `forward` (warmed up on a side stream first), or (None, why)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
     try:
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                forward()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            model(*args)
+            forward()
         return graph, None
     except Exception as e:  # report and let the caller decide
         print(f"bench_transformers: CUDA graph capture failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
@@ -77,20 +83,26 @@ def main():
         row = {}
         with torch.inference_mode():
             row["eager"] = timed(torch, lambda: model(*args), a.warmup, a.iters)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    model(*args)
-            torch.cuda.current_stream().wait_stream(side)
-            graph, note = capture(torch, model, args)
+            graph, note = capture(torch, lambda: model(*args))
             if graph is None and a.model == "bert":
-                # Some transformers versions test the mask on the host (`mask.all()`: a sync that
-                # capture forbids). Without the mask the peer does less work, so its time is a
-                # lower bound of the masked run's: the comparison stays conservative.
-                args = (args[0], None)
-                graph, note2 = capture(torch, model, args)
-                note = f"captured without the attention mask ({note}); {note2 or 'ok'}"
+                # Some transformers versions make host tensors inside forward (a copy that capture
+                # forbids) unless token types and positions are given, or test the mask on the host
+                # (`mask.all()`, a sync). Try the explicit inputs first, then without the mask: the
+                # peer then does less work, so its time is a lower bound of the masked run's and
+                # the comparison stays conservative.
+                ids, mask = args
+                extra = dict(token_type_ids=torch.zeros_like(ids),
+                             position_ids=torch.arange(ids.shape[1], device=ids.device).unsqueeze(0).expand_as(ids))
+                tries = [("with explicit token_type_ids and position_ids", mask),
+                         ("with explicit token_type_ids and position_ids, without the attention mask", None)]
+                notes = [f"plain call: {note}"]
+                for label, m in tries:
+                    graph, why = capture(torch, lambda m=m: model.m(input_ids=ids, attention_mask=m, **extra))
+                    if graph is not None:
+                        notes.append(f"captured {label}")
+                        break
+                    notes.append(f"{label}: {why}")
+                note = "; ".join(notes)
             if graph is not None:
                 row["cuda_graph"] = timed(torch, graph.replay, a.warmup, a.iters)
             row["cuda_graph_note"] = note

@@ -11,7 +11,8 @@ MODEL:
         `seq` are symbolic. `--size base` is bert-base (12 layers, hidden 768, 12 heads, FFN 3072,
         vocabulary 30522); `--size tiny` keeps the topology with 2 layers, hidden 64, 4 heads, FFN
         128 and a 1000-word vocabulary (the test models in onnx_models/transformers/).
-  vit   torchvision `VisionTransformer` (random weights from torch.manual_seed(0)). Input `input`
+  vit   torchvision `VisionTransformer` (random weights from torch.manual_seed(0); the classifier
+        head, which torchvision initialises to zeros, gets N(0, 0.02) weights). Input `input`
         [batch, 3, S, S], output `logits` [batch, classes], `batch` symbolic. `--size base` is
         `vit_b_16` (224x224, patch 16, 12 layers, hidden 768, 1000 classes); `--size tiny` is 32x32,
         patch 8, 2 layers, hidden 64, 4 heads, MLP 128, 10 classes.
@@ -119,6 +120,13 @@ class VitSpec:
             model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64,
                                       mlp_dim=128, num_classes=10)
             self.image = 32
+        # torchvision initialises the classifier head to zeros: every logit would be 0 and any
+        # comparison of outputs would pass on nothing. A trained head's scale instead.
+        gen = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            head = model.heads.head
+            head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.02)
+            head.bias.copy_(torch.randn(head.bias.shape, generator=gen) * 0.02)
         return model.eval()
 
     def wrap(self, torch, model):

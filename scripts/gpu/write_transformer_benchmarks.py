@@ -41,15 +41,23 @@ def fmt(v, spec=".3f"):
     return "—" if v is None else format(v, spec)
 
 
-def section(recs, commit, command):
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    gpu = gpu_name()
+def seq_of(rec):
+    """The sequence length of a BERT record; ViT has none (its builds take --seq2 only by position)."""
+    return rec["seq"] if rec["name"].startswith("bert") else "—"
+
+
+def section(recs, commit, command, when=None, gpu=None, regenerated=None):
+    now = when or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    gpu = gpu or gpu_name()
     lines = [f"## {now} · {gpu.split(',')[0]} · `{commit[:12]}` · transformers (scripts/gpu-transformers.sh)", ""]
-    lines += [f"- GPU: {gpu}; Python {platform.python_version()}",
+    lines += [f"- GPU: {gpu}" + ("" if regenerated else f"; Python {platform.python_version()}"),
               f"- Commit: `{commit}`", f"- Command: `{command}`",
               "- Models: Hugging Face `BertModel` (bert-base shape: 12 layers, hidden 768, 12 heads) and torchvision "
               "`vit_b_16`, random weights of torch.manual_seed(0), fp32 ONNX; onnx2ait builds with the heuristic "
-              "kernel choice (no profile), fp16 compute with fp32 accumulation.", ""]
+              "kernel choice (no profile), fp16 compute with fp32 accumulation."]
+    if regenerated:
+        lines.append(f"- {regenerated}")
+    lines.append("")
     exports = [r for r in recs if r["kind"] == "export"]
     lines += ["### Exports", "", "| model | exporter | opset | nodes | ORT vs PyTorch (CPU, fp32) | result |", "|---|---|---|---|---|---|"]
     for r in exports:
@@ -59,25 +67,36 @@ def section(recs, commit, command):
     lines += ["", "### Builds", "", "| build | seq | wall time | result | kernels |", "|---|---|---|---|---|"]
     for r in recs:
         if r["kind"] == "build":
-            lines.append(f"| {r['name']} | {r['seq']} | {r['seconds']:.1f} s | {'ok' if r['rc'] == 0 else 'FAILED'} | "
+            lines.append(f"| {r['name']} | {seq_of(r)} | {r['seconds']:.1f} s | {'ok' if r['rc'] == 0 else 'FAILED'} | "
                          f"{r.get('generated', '')} |")
     lines += ["", "### Validation on the GPU against ONNX Runtime (CPU, fp32)", "",
               "Rel err = max |gpu − ort| / max |ort| per output (bound 2e-2, `--gpu-rtol 2e-2`); top-1 for logits.", "",
               "| build | seq | batch | output | GPU rel err | GPU top-1 | CPU reference rel err | result |", "|---|---|---|---|---|---|---|---|"]
+    degenerate = set()
     for r in recs:
         if r["kind"] != "validate":
             continue
         rep = r.get("report")
         if not rep:
-            lines.append(f"| {r['name']} | {r['seq']} | {r['batch']} | — | — | — | — | FAILED (no report) |")
+            lines.append(f"| {r['name']} | {seq_of(r)} | {r['batch']} | — | — | — | — | FAILED (no report) |")
             continue
         for o in rep["outputs"]:
             by = {x["engine"]: x for x in o["results"]}
             g, c = by.get("gpu", {}), by.get("reference", {})
             t = g.get("top1")
             top1 = f"{t['agree']}/{t['rows']}" if isinstance(t, dict) else "—"
-            lines.append(f"| {r['name']} | {r['seq']} | {r['batch']} | {o['name']} | {fmt(g.get('rel_to_max'), '.2e')} | "
-                         f"{top1} | {fmt(c.get('rel_to_max'), '.2e')} | {g.get('status', '—')} |")
+            status = g.get("status", "—")
+            scale = g.get("ref_max_abs")
+            if scale is not None and not scale > 1e-2:
+                # All (near) zeros: any engine passes; say so instead of claiming a pass.
+                status = f"not meaningful: max \\|ort\\| = {scale:.2g}"
+                degenerate.add(r["name"])
+            lines.append(f"| {r['name']} | {seq_of(r)} | {r['batch']} | {o['name']} | {fmt(g.get('rel_to_max'), '.2e')} | "
+                         f"{top1} | {fmt(c.get('rel_to_max'), '.2e')} | {status} |")
+    if degenerate:
+        lines += ["", f"- {', '.join(sorted(degenerate))}: ONNX Runtime's output is all zeros, so the comparison proves "
+                  "nothing (torchvision initialises vit_b_16's classifier head to zeros; export_transformers.py gives "
+                  "the head N(0, 0.02) weights since this run)."]
     torch = {r["model"]: r.get("result") or {} for r in recs if r["kind"] == "torch"}
     lines += ["", "### Latency (median ms; CUDA graph replay for both; ratio = PyTorch CUDA graph / onnx2ait)", "",
               "| build | seq | batch | onnx2ait (graph) | onnx2ait (plain launches) | PyTorch eager | PyTorch + CUDA graph | ratio |",
@@ -114,8 +133,11 @@ def main():
     p.add_argument("--commit", default="unknown")
     p.add_argument("--command", default="scripts/gpu-transformers.sh")
     p.add_argument("--kernel-times", nargs="*", default=[], help="`onnx2ait bench --kernels` outputs to include")
+    p.add_argument("--when", help="the run's time (default now)")
+    p.add_argument("--gpu", help="the run's GPU (default: nvidia-smi here)")
+    p.add_argument("--regenerated", help="a note that the section was written again from a run's results")
     a = p.parse_args()
-    new = section(load(a.results), a.commit, a.command)
+    new = section(load(a.results), a.commit, a.command, a.when, a.gpu, a.regenerated)
     for path in a.kernel_times:
         if os.path.exists(path):
             name = os.path.basename(path).removeprefix("kernels_").removesuffix(".txt")
