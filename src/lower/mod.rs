@@ -467,12 +467,11 @@ fn bind_dims(g: &mut Graph, opts: &LowerOptions) -> Result<Option<Batch>> {
         }
     }
     let symbols: Vec<String> = symbols.into_iter().collect();
+    if let Some(s) = symbols.iter().find(|s| is_data_dependent(s)) {
+        return Err(data_dependent_error(g, s));
+    }
     match symbols.as_slice() {
         [] => Ok(None),
-        [s] if s.contains(':') || s == "?" || s == "overflow" => Err(Error::model(
-            &path,
-            format!("a shape depends on run-time data ('{s}'); code generation needs shapes known up to the batch"),
-        )),
         [s] => {
             if opts.max_batch < 1 {
                 return Err(Error::model(&path, format!("--max-batch must be ≥ 1, found {}", opts.max_batch)));
@@ -487,6 +486,32 @@ fn bind_dims(g: &mut Graph, opts: &LowerOptions) -> Result<Option<Batch>> {
                 many.join(", ")
             ),
         )),
+    }
+}
+
+/// Symbols inference made for dims it could not express in the model's own dims: named after a
+/// value and axis (`y:0`) when they depend on run-time data, `?` or `overflow`.
+fn is_data_dependent(s: &str) -> bool {
+    s.contains(':') || s == "?" || s == "overflow"
+}
+
+/// The error for a shape that depends on run-time data, naming the first node (in graph order)
+/// whose output has such a dim: the node that introduced it.
+fn data_dependent_error(g: &Graph, symbol: &str) -> Error {
+    let path = &g.info.source;
+    let why = format!(
+        "its output shape depends on run-time data ('{symbol}': computed from tensor values, not from the \
+         input dims); code generation needs every shape known at compile time up to the batch (bind \
+         symbolic dims with --dim NAME=VALUE)"
+    );
+    let producer = g.nodes.iter().find(|n| {
+        n.outputs
+            .iter()
+            .any(|&v| g.values[v].ty.as_ref().is_some_and(|t| t.shape.iter().any(|d| d.symbols().any(|x| x == symbol))))
+    });
+    match producer {
+        Some(n) => Error::node(path, &n.name, &n.op_type, why),
+        None => Error::model(path, format!("a graph input's shape depends on run-time data ('{symbol}')")),
     }
 }
 
@@ -610,6 +635,20 @@ mod tests {
     use crate::ir::ops::kernel::{Act, Conv2d, ConvGeom, Gemm, Layout};
     use crate::lower::cuda::CudaTarget;
     use crate::lower::ops::conv::tests::G;
+
+    /// An `Expand` to a shape read from an input: the error names the node and its op.
+    #[test]
+    fn data_dependent_shapes_name_their_node() {
+        use crate::ir::ops::testutil::GraphBuilder;
+        let mut b = GraphBuilder::new(17);
+        let x = b.input("x", DType::F32, "3,1");
+        let shape = b.input("shape", DType::I64, "2");
+        let y = b.node("Expand", vec![], &[x, shape], 1)[0];
+        b.g.outputs.push(y);
+        crate::ir::infer::infer_graph(&mut b.g).unwrap();
+        let e = lower(&b.g, &CudaTarget::new(Arch::Sm90), &LowerOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("Expand_0") && e.contains("Expand") && e.contains("depends on run-time data"), "{e}");
+    }
 
     #[test]
     fn precision_names_and_device_dtypes() {
