@@ -1,6 +1,8 @@
 //! Code generation without a GPU: snapshots of the generated tree of every bundled model,
 //! determinism, and the compile-only build of a whole ResNet-50 with the pinned nvcc + CUTLASS.
 
+mod common;
+use common::tree_text;
 use onnx2ait::build::nvcc::{Arch, Nvcc};
 use onnx2ait::build::BuildOptions;
 use onnx2ait::codegen::generate_cuda;
@@ -32,22 +34,6 @@ fn generate(model: &Path, out: &Path, max_batch: i64) -> Result<(), String> {
     let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).map_err(|e| e.to_string())?;
     let opts = LowerOptions { max_batch, ..LowerOptions::default() };
     generate_cuda(&opt, &opts, Arch::Sm90, out).map(|_| ()).map_err(|e| e.to_string())
-}
-
-/// Every generated file but the weights blob, in name order, as one text.
-fn tree_text(out: &Path) -> String {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(out).expect("out dir").flatten().map(|e| e.path()).collect();
-    files.sort();
-    let mut s = String::new();
-    for f in files {
-        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if name == "weights.bin" || f.is_dir() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        s.push_str(&format!("=== {name} ===\n{text}\n"));
-    }
-    s
 }
 
 /// insta snapshots (snapshots/codegen__*.snap) of the generated tree of every bundled model —

@@ -11,6 +11,8 @@
 //! included, (3) compute the same after optimisation, and (4) generate CUDA code once `seq` is
 //! bound (`--dim seq=16`); the generated trees are insta snapshots.
 
+mod common;
+use common::tree_text;
 use onnx2ait::codegen::generate_cuda;
 use onnx2ait::egraph::{optimize, OptimizeOptions};
 use onnx2ait::ir::{DType, Tensor};
@@ -117,22 +119,6 @@ fn optimised_exports_match_the_original() {
             assert!(err <= 1e-4, "{stem}: output {name} differs by {err:e}\n{report}");
         }
     }
-}
-
-/// Every generated file but the weights blob, in name order, as one text.
-fn tree_text(out: &Path) -> String {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(out).expect("out dir").flatten().map(|e| e.path()).collect();
-    files.sort();
-    let mut s = String::new();
-    for f in files {
-        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if name == "weights.bin" || f.is_dir() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        s.push_str(&format!("=== {name} ===\n{text}\n"));
-    }
-    s
 }
 
 /// With `seq` bound at compile time the exports lower and render; the trees are snapshots
