@@ -12,6 +12,8 @@
 #   scripts/gpu-transformers.sh [--seq 128] [--seq2 77] [--batches 1,8,32] [--max-batch 32]
 #                               [--exporters torchscript,dynamo] [--models bert,vit] [--budget 560]
 #                               [--size base|tiny]   (tiny: the small test configurations, for a dry run)
+#                               [--rowwise]          (also the softmax / layernorm bandwidth sweep of
+#                                                     scripts/gpu/bench_rowwise.py, K = 32..16384)
 #
 # Prepare first on the CPU machine with scripts/gpu-prepare.sh (it builds .gpu/bin/onnx2ait and
 # packs the CUTLASS headers). Results go to $OUT (default ./gpu-out): gpu-transformers.log,
@@ -21,7 +23,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -32,6 +34,7 @@ while (($#)); do
     --models) MODELS=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --size) SIZE=$2; shift ;;
+    --rowwise) ROWWISE=1 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-transformers.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -155,9 +158,21 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
     within_budget 40 && validate "$name" "$onnx" "$seq" "$b" || say "validate $name batch $b: not run (time budget)"
   done
 done
-# 5. The report.
+# 5. Softmax and layernorm bandwidth (optional).
+if ((ROWWISE)); then
+  if within_budget 200; then
+    "$PY" scripts/gpu/bench_rowwise.py --bin "$BIN" --work "$W/rowwise" --json-out "$W/rowwise.json" \
+      >"$OUT/rowwise.txt" 2>&1
+    say "rowwise sweep: rc $? ($OUT/rowwise.txt)"
+    record "{\"kind\":\"rowwise\",\"result\":$(json_of "$W/rowwise.json")}"
+  else
+    say "rowwise sweep: not run (time budget)"
+  fi
+fi
+
+# 6. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --kernel-times "$OUT"/kernels_*.txt --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS"
+  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

@@ -133,11 +133,15 @@ def main():
     p.add_argument("--commit", default="unknown")
     p.add_argument("--command", default="scripts/gpu-transformers.sh")
     p.add_argument("--kernel-times", nargs="*", default=[], help="`onnx2ait bench --kernels` outputs to include")
+    p.add_argument("--rowwise", help="bench_rowwise.py's table (softmax / layernorm bandwidth) to include")
     p.add_argument("--when", help="the run's time (default now)")
     p.add_argument("--gpu", help="the run's GPU (default: nvidia-smi here)")
     p.add_argument("--regenerated", help="a note that the section was written again from a run's results")
     a = p.parse_args()
     new = section(load(a.results), a.commit, a.command, a.when, a.gpu, a.regenerated)
+    if a.rowwise and os.path.exists(a.rowwise):
+        new += ("\n### Softmax and layernorm bandwidth (scripts/gpu/bench_rowwise.py: fp16 [rows, K], 64 Mi elements, "
+                "read + write bytes / kernel time)\n\n```\n" + open(a.rowwise).read().strip() + "\n```\n")
     for path in a.kernel_times:
         if os.path.exists(path):
             name = os.path.basename(path).removeprefix("kernels_").removesuffix(".txt")
