@@ -49,18 +49,21 @@ gen() {
 # $2 is 1, verifying: quiet, and full-size networks only where they exist in place).
 generate_all() {
     local out="$1" verifying="$2"
-    local sink=/dev/stdout
-    [[ "$verifying" == 1 ]] && sink=/dev/null
+    # Generators print to the caller's stdout as it is: never reopen /dev/stdout, which truncates
+    # a log the caller redirected into a file (its start became NUL bytes).
+    run_gen() {
+        if [[ "$verifying" == 1 ]]; then gen "$@" >/dev/null; else gen "$@"; fi
+    }
     mkdir -p "$out/rules" "$out/generated"
-    gen generate.py --out "$out" >"$sink"
-    gen generate_extra.py --out "$out" >"$sink"
-    gen rule_models.py --out "$out/rules" >"$sink"
+    run_gen generate.py --out "$out"
+    run_gen generate_extra.py --out "$out"
+    run_gen rule_models.py --out "$out/rules"
     if [[ "$large" == 1 ]]; then
         if [[ "$verifying" == 0 || -f "$models/generated/resnet50.onnx" ]]; then
-            gen resnet50.py --out "$out/generated/resnet50.onnx" >"$sink"
+            run_gen resnet50.py --out "$out/generated/resnet50.onnx"
         fi
         if [[ "$verifying" == 0 || -f "$models/generated/bert12.onnx" ]]; then
-            gen bert_encoder.py --out "$out/generated/bert12.onnx" >"$sink"
+            run_gen bert_encoder.py --out "$out/generated/bert12.onnx"
         fi
     fi
 }

@@ -32,18 +32,8 @@ cargo test --release "$@" 2>&1 | tee "$LOG"
 STATUS=${PIPESTATUS[0]}
 set -e
 
-# Sum the per-binary "test result:" lines into one line.
-awk '
-  /^test result:/ {
-    for (i = 1; i <= NF; i++) {
-      if ($(i) ~ /^passed;?$/)  passed  += $(i-1)
-      if ($(i) ~ /^failed;?$/)  failed  += $(i-1)
-      if ($(i) ~ /^ignored;?$/) ignored += $(i-1)
-    }
-    suites++
-  }
-  END { printf "\n== summary: %d passed, %d failed, %d ignored in %d test binaries\n", passed, failed, ignored, suites }
-' "$LOG"
+# One summary line, and which tests skipped their GPU part (no GPU or no nvcc here).
+scripts/test-summary.sh "$LOG"
 if [[ $STATUS -ne 0 ]]; then
   echo "== FAILED (cargo test exit status $STATUS)"
   grep -E '^(test .* FAILED|failures:|error(\[|:))' "$LOG" | sort -u | head -n 50 || true

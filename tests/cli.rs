@@ -429,3 +429,293 @@ fn a_real_build_is_replaced_by_the_next_model() {
     assert_eq!(names(&dir), ["out"]);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A one-node model: `op` from input `x` (float32 `x_dims`) and the initializers to `y`.
+fn write_one_node_model(
+    path: &Path,
+    opset: i64,
+    n: NodeProto,
+    x_dims: &[&str],
+    y_dims: &[&str],
+    initializer: Vec<onnx2ait::onnx::proto::TensorProto>,
+) {
+    let model = ModelProto {
+        ir_version: Some(8),
+        producer_name: Some("onnx2ait-tests".into()),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
+        graph: Some(GraphProto {
+            name: Some("one_node".into()),
+            node: vec![n],
+            initializer,
+            input: vec![tensor_value("x", 1, x_dims)],
+            output: vec![tensor_value("y", 1, y_dims)],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    std::fs::write(path, model.encode_to_vec()).expect("write model");
+}
+
+/// Issue 16, point 3: compile checks every option against the model and the GPU: an unknown or
+/// repeated --dim, a batch whose sizes overflow or exceed the largest GPU of --arch, a library
+/// beyond --max-memory, a zero --max-batch or --jobs. Each is one clear error, exit 1.
+#[test]
+fn compile_checks_every_option() {
+    let dir = scratch("strict-compile");
+    let (m, out) = (convnet(), dir.join("out"));
+    let (m, o) = (m.to_str().unwrap(), out.to_str().unwrap());
+    let compile = |extra: &[&str]| run(&[&["compile", m, "-o", o, "--no-build"], extra].concat());
+
+    let (_, err) = expect_code(&compile(&["--dim", "nosuch=4"]), 1);
+    assert!(err.contains("--dim nosuch=4") && err.contains("no symbolic dim 'nosuch'") && err.contains("N"), "{err}");
+    let (_, err) = expect_code(&compile(&["--dim", "N=4", "--dim", "N=5"]), 1);
+    assert!(err.contains("--dim N is given more than once"), "{err}");
+
+    let (out_text, err) = expect_code(&compile(&["--max-batch", "1000000000000000"]), 1);
+    assert!(!out_text.contains("arena"), "no arena is reported for an impossible batch: {out_text}");
+    assert!(err.contains("--max-batch 1000000000000000") && err.contains("H200") && err.contains("141 GB"), "{err}");
+    let (_, err) = expect_code(&compile(&["--max-batch", "100000000", "--arch", "sm_80"]), 1);
+    assert!(err.contains("A100 80GB") && err.contains("value 'x'"), "{err}");
+    let (_, err) = expect_code(&compile(&["--max-batch", "9223372036854775807"]), 1);
+    assert!(err.contains("64-bit") || err.contains("more than the 141 GB"), "{err}");
+    // Every tensor fits but the library's arena, workspace and weights together do not.
+    let (_, err) = expect_code(&compile(&["--max-batch", "1000", "--max-memory", "16MiB"]), 1);
+    assert!(err.contains("activation arena") && err.contains("more than --max-memory (16.0 MiB)"), "{err}");
+    assert!(!out.exists(), "a refused compile writes nothing");
+    expect_code(&compile(&["--max-batch", "1000", "--max-memory", "1GiB"]), 0);
+
+    for bad in [
+        &["--max-batch", "0"][..],
+        &["--max-batch=-3"],
+        &["--jobs", "0"],
+        &["--max-memory", "lots"],
+        &["--reuse-within", "200"],
+    ] {
+        let (_, err) = expect_code(&compile(bad), 1);
+        let option = bad[0].split('=').next().unwrap();
+        assert!(err.contains(option) && err.contains("invalid value"), "{bad:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Point 3: validate computes the sizes of --dim and --batch with checked arithmetic and refuses
+/// what cannot fit, instead of "capacity overflow" or an abort (exit 134).
+#[test]
+fn validate_refuses_sizes_that_overflow_or_cannot_fit() {
+    let m = convnet();
+    let m = m.to_str().unwrap();
+    let (_, err) = expect_code(&run(&["validate", m, "--dim", "N=9223372036854775807"]), 1);
+    assert!(err.contains("--dim N=9223372036854775807") && err.contains("64-bit"), "{err}");
+    let (_, err) = expect_code(&run(&["validate", m, "--batch", "100000000000"]), 1);
+    assert!(err.contains("--batch 100000000000") && err.contains("available memory"), "{err}");
+    let (_, err) = expect_code(&run(&["profile", m, "--max-batch", "1000000000000000", "--build-only"]), 1);
+    assert!(err.contains("H200"), "{err}");
+    let (_, err) = expect_code(&run(&["explain", m, "--dim", "nosuch=1", "--profile-cache", "/nonexistent.json"]), 1);
+    assert!(err.contains("no symbolic dim 'nosuch'"), "{err}");
+}
+
+/// Point 3: a misspelled subcommand gets clap's suggestion instead of being taken for a model.
+#[test]
+fn misspelled_subcommands_get_a_suggestion() {
+    let m = convnet();
+    for (typo, meant) in [("inspct", "inspect"), ("valdate", "validate"), ("explian", "explain")] {
+        let (_, err) = expect_code(&run(&[typo, m.to_str().unwrap()]), 1);
+        assert!(err.contains(&format!("unrecognized subcommand '{typo}'")), "{err}");
+        assert!(err.contains(&format!("similar subcommand exists: '{meant}'")), "{err}");
+    }
+    // The default command still takes a model whose name is close to a subcommand.
+    let dir = scratch("typo-model");
+    let model = dir.join("inspct");
+    std::fs::copy(convnet(), &model).unwrap();
+    let out = dir.join("out");
+    let o = Command::new(BIN)
+        .current_dir(&dir)
+        .args(["inspct", "-o", out.to_str().unwrap(), "--no-build"])
+        .output()
+        .expect("run onnx2ait");
+    expect_code(&o, 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Point 3: a model stamped with an opset newer than the newest supported imports with a warning
+/// naming both; one at the newest gets none.
+#[test]
+fn a_newer_opset_is_a_warning_naming_both() {
+    let dir = scratch("new-opset");
+    let (new, ok) = (dir.join("opset23.onnx"), dir.join("opset21.onnx"));
+    for (path, opset) in [(&new, 23), (&ok, onnx2ait::onnx::NEWEST_OPSET)] {
+        write_one_node_model(path, opset, node("Relu", "", "relu", &["x"], &["y"]), &["N", "4"], &["N", "4"], vec![]);
+    }
+    let out = dir.join("out");
+    let (_, err) = expect_code(&run(&["compile", new.to_str().unwrap(), "-o", out.to_str().unwrap(), "--no-build"]), 0);
+    assert!(err.contains("warning:") && err.contains("opset 23") && err.contains("opset 21"), "{err}");
+    let (text, _) = expect_code(&run(&["inspect", new.to_str().unwrap()]), 0);
+    assert!(text.contains("opset 23") && text.contains("opset 21, the newest onnx2ait supports"), "{text}");
+    let (_, err) = expect_code(&run(&["explain", new.to_str().unwrap()]), 0);
+    assert!(err.contains("opset 23"), "{err}");
+    let (_, err) = expect_code(&run(&["explain", ok.to_str().unwrap()]), 0);
+    assert!(!err.contains("warning"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Point 3: a constant Gather index outside [-dim, dim) is an import error naming the node, not a
+/// kernel that silently returns 0.
+#[test]
+fn constant_out_of_range_gather_index_is_an_import_error() {
+    let dir = scratch("gather-range");
+    let model = dir.join("gather.onnx");
+    let indices = onnx2ait::onnx::proto::TensorProto {
+        name: Some("idx".into()),
+        dims: vec![1],
+        data_type: Some(7),
+        int64_data: vec![5],
+        ..Default::default()
+    };
+    write_one_node_model(
+        &model,
+        17,
+        node("Gather", "", "gather_bad", &["x", "idx"], &["y"]),
+        &["3", "N"],
+        &["1", "N"],
+        vec![indices],
+    );
+    let out = dir.join("out");
+    let (_, err) =
+        expect_code(&run(&["compile", model.to_str().unwrap(), "-o", out.to_str().unwrap(), "--no-build"]), 1);
+    assert!(err.contains("gather_bad") && err.contains("index 5 is out of range for an axis of size 3"), "{err}");
+    assert!(!out.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Point 5: `explain --dot` says which files it wrote, and that Graphviz was not found.
+#[test]
+fn explain_dot_names_its_files_and_a_missing_graphviz() {
+    let dir = scratch("dot");
+    let empty_path = dir.join("bin");
+    std::fs::create_dir_all(&empty_path).unwrap();
+    let dots = dir.join("dots");
+    let o = Command::new(BIN)
+        .args(["explain", convnet().to_str().unwrap(), "--dot", dots.to_str().unwrap()])
+        .env("PATH", &empty_path)
+        .output()
+        .expect("run onnx2ait");
+    let (_, err) = expect_code(&o, 0);
+    for f in ["before.dot", "after.dot"] {
+        assert!(dots.join(f).is_file() && err.contains(dots.join(f).to_str().unwrap()), "{f}: {err}");
+    }
+    assert!(err.contains("Graphviz `dot` was not found") && !err.contains(".svg,"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Point 5: after --no-build, the library's absence is explained as such, not as a missing nvcc.
+#[test]
+fn validate_build_after_no_build_says_no_build() {
+    let dir = scratch("no-build-validate");
+    let (m, out) = (convnet(), dir.join("out"));
+    expect_code(&run(&["compile", m.to_str().unwrap(), "-o", out.to_str().unwrap(), "--no-build"]), 0);
+    let (_, err) = expect_code(&run(&["validate", m.to_str().unwrap(), "--build", out.to_str().unwrap()]), 1);
+    assert!(err.contains("--no-build") && !err.contains("where nvcc is available"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A stand-in CUDA toolchain: an `nvcc` that reports CUDA 12.8 and "compiles" by writing its
+/// `-o` file, and a CUTLASS 4.2 folder with only what discovery checks.
+fn fake_toolchain(dir: &Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let nvcc = dir.join("fake-cuda/bin/nvcc");
+    std::fs::create_dir_all(nvcc.parent().unwrap()).unwrap();
+    std::fs::write(
+        &nvcc,
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Cuda compilation tools, release 12.8, V12.8.93'; exit 0; fi\n\
+         while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then echo fake > \"$2\"; fi; shift; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cutlass = dir.join("fake-cutlass");
+    std::fs::create_dir_all(cutlass.join("include/cutlass")).unwrap();
+    std::fs::create_dir_all(cutlass.join("tools/util/include/cutlass/util")).unwrap();
+    std::fs::write(cutlass.join("include/cutlass/cutlass.h"), "").unwrap();
+    std::fs::write(
+        cutlass.join("include/cutlass/version.h"),
+        "#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n#define CUTLASS_PATCH 0\n",
+    )
+    .unwrap();
+    (nvcc, cutlass)
+}
+
+/// Point 5: when stderr is not a terminal (here a pipe) the build prints a line per finished
+/// source, with counts and elapsed time, instead of nothing for minutes.
+#[test]
+fn build_progress_is_printed_as_lines_when_stderr_is_not_a_terminal() {
+    let dir = scratch("progress-lines");
+    let (nvcc, cutlass) = fake_toolchain(&dir);
+    let out = dir.join("out");
+    let o = Command::new(BIN)
+        .args([convnet().to_str().unwrap(), "-o", out.to_str().unwrap(), "--no-profile", "--arch", "sm_80"])
+        .env("NVCC", &nvcc)
+        .env("CUTLASS_DIR", &cutlass)
+        .env_remove("ONNX2AIT_CACHE_DIR")
+        .output()
+        .expect("run onnx2ait");
+    let (_, err) = expect_code(&o, 0);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("build_report.json")).unwrap()).unwrap();
+    let n = report["compiled"].as_u64().unwrap();
+    assert!(n >= 2, "{report}");
+    assert!(err.contains(&format!("compiling {n} sources with nvcc")), "{err}");
+    for k in 1..=n {
+        let line = err.lines().find(|l| l.starts_with(&format!("compiled {k}/{n} ")));
+        assert!(line.is_some_and(|l| l.contains(".cu (") && l.ends_with(" s elapsed)")), "source {k}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Point 5: the test summary says which tests skipped their GPU part, and says so when none did.
+#[test]
+fn test_summary_reports_gpu_skips() {
+    let dir = scratch("summary");
+    let log = dir.join("log");
+    let summary = |text: &str| {
+        std::fs::write(&log, text).unwrap();
+        let o = Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/test-summary.sh"))
+            .arg(&log)
+            .output()
+            .expect("run bash");
+        expect_code(&o, 0).0
+    };
+    let results = "test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out\n\
+                   test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n";
+    let text = summary(&format!(
+        "test a::gpu ... GPU-SKIPPED: a::gpu (no GPU here: no CUDA device: 100)\nok\n{results}\
+         GPU-SKIPPED: b::gpu (no nvcc to build the test library)\n"
+    ));
+    assert!(text.contains("== summary: 5 passed, 0 failed, 1 ignored in 2 test binaries"), "{text}");
+    assert!(text.contains("== GPU: 2 tests skipped their GPU part (no GPU here"), "{text}");
+    assert!(text.contains("a::gpu (no GPU here") && text.contains("b::gpu (no nvcc"), "{text}");
+    let text = summary(results);
+    assert!(text.contains("no test skipped its GPU part"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Point 5: no script reopens /dev/stdout, which truncates a log its caller redirected to a file.
+#[test]
+fn scripts_never_reopen_dev_stdout() {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    let mut offenders = Vec::new();
+    let mut dirs = vec![scripts];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "sh") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                if text.lines().any(|l| !l.trim_start().starts_with('#') && l.contains("/dev/stdout")) {
+                    offenders.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "scripts writing to /dev/stdout: {offenders:?}");
+}

@@ -13,6 +13,7 @@
 //! not write is refused unless `--force`, and a library only ever sits beside its own sources
 //! and weights.
 
+use super::checks::Bound;
 use super::{Failure, ModelArg};
 use clap::Args;
 use onnx2ait::build::nvcc::{Arch, Nvcc};
@@ -20,7 +21,7 @@ use onnx2ait::build::BuildOptions;
 use onnx2ait::codegen::outdir::Staging;
 use onnx2ait::egraph::{optimize, OptimizeOptions};
 use onnx2ait::ir::dim::fmt_shape;
-use onnx2ait::ir::{Dim, Graph, ValueId};
+use onnx2ait::ir::{DType, Dim, Graph, ValueId};
 use onnx2ait::lower::cuda::CudaTarget;
 use onnx2ait::lower::{LowerOptions, Precision};
 use onnx2ait::profile::cache::ProfileCache;
@@ -51,8 +52,13 @@ pub struct CompileArgs {
     #[arg(long, default_value = "sm_90a")]
     pub arch: String,
     /// Largest run-time batch (when the model's batch dim is symbolic); sizes the activation arena.
-    #[arg(long = "max-batch", default_value_t = 64)]
+    #[arg(long = "max-batch", default_value_t = 64, value_parser = super::validate::parse_batch)]
     pub max_batch: i64,
+    /// GPU memory the library may take (arena, workspace and weights at --max-batch), e.g. 40GiB;
+    /// more is an error at compile time. Default: the largest GPU of --arch (sm_80: A100 80GB,
+    /// 80 GiB; sm_90/sm_90a: H200, 141 GB).
+    #[arg(long = "max-memory", value_name = "SIZE", value_parser = super::checks::parse_size)]
+    pub max_memory: Option<u64>,
     /// Fixes a symbolic dim at compile time (repeatable): --dim seq=128.
     #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim)]
     pub dims: Vec<(String, i64)>,
@@ -60,7 +66,7 @@ pub struct CompileArgs {
     #[arg(long = "no-build")]
     pub no_build: bool,
     /// Parallel nvcc jobs (default: cores, limited by available memory).
-    #[arg(long)]
+    #[arg(long, value_parser = super::parse_jobs)]
     pub jobs: Option<usize>,
     /// Object cache shared between builds (default: OUT/obj; env ONNX2AIT_CACHE_DIR).
     #[arg(long = "cache-dir", value_name = "DIR")]
@@ -216,11 +222,13 @@ fn summary_text(j: &GraphJson) -> String {
 
 pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     ModelArg { model: a.model.clone() }.check()?;
-    let g = onnx2ait::onnx::load_model(&a.model)?;
-    let j = graph_json(&g);
     let arch: Arch = a.arch.parse()?;
-    let lower_opts =
-        LowerOptions { dims: a.dims.iter().cloned().collect(), max_batch: a.max_batch, precision: a.precision };
+    let g = super::checks::load_model(&a.model)?;
+    let j = graph_json(&g);
+    let dims = super::checks::check_dims(&g, &a.dims)?;
+    let bound = memory_bound(a, arch);
+    check_batch_sizes(&g, &dims, a.max_batch, a.precision, &bound)?;
+    let lower_opts = LowerOptions { dims, max_batch: a.max_batch, precision: a.precision };
     let cache_dir = a.cache_dir.clone().or_else(|| std::env::var_os("ONNX2AIT_CACHE_DIR").map(PathBuf::from));
     let (optimised, report) = optimize(&g, &OptimizeOptions::standard()?)?;
     let (target, choice) = kernel_choice(a, arch, &g, &lower_opts, cache_dir.clone())?;
@@ -259,6 +267,7 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     // then OUT keeps the previous output, and an error drops the staging folder.
     let stage = Staging::begin(&a.out, a.force)?;
     let generated = onnx2ait::codegen::generate_cuda_with(&optimised, &lower_opts, &target, stage.dir())?;
+    check_device_memory(&generated.program.memory, a.max_batch, &bound)?;
     let hash = generated.files.build_hash.clone();
     let _ = writeln!(summary, "{}", generated.summary());
     let _ = writeln!(summary, "{}", choice_summary(&generated.program, &choice));
@@ -288,6 +297,10 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     super::emit(&summary);
     let wrote = |what: &str| super::emit(&format!("wrote {what} to {}\n", a.out.display()));
     if a.no_build {
+        // build.log says why there is no library (`onnx2ait run`/`validate --build` read it).
+        let log = stage.dir().join(onnx2ait::build::LOG_NAME);
+        std::fs::write(&log, format!("{}\n", onnx2ait::build::NO_BUILD_LOG))
+            .map_err(|e| Failure::new(1, format!("{}: cannot write: {e}", log.display())))?;
         stage.commit(&hash, false)?;
         wrote("the sources");
         return Ok(0);
@@ -336,6 +349,63 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     // build() has printed its summary line (progress is on).
     wrote(&format!("the sources and {LIB_NAME}"));
     Ok(0)
+}
+
+/// The GPU memory bound: `--max-memory`, else the largest GPU of the architecture.
+fn memory_bound(a: &CompileArgs, arch: Arch) -> Bound {
+    match a.max_memory {
+        Some(bytes) => Bound { bytes, what: format!("--max-memory ({})", super::checks::fmt_bytes(bytes)) },
+        None => super::checks::gpu_memory_bound(arch),
+    }
+}
+
+/// Every value of the graph at `--max-batch` (the one symbol `--dim` leaves is the batch) fits
+/// the GPU, its size computed without overflow: checked before lowering, which sizes the arena
+/// from these shapes.
+fn check_batch_sizes(
+    g: &Graph,
+    dims: &BTreeMap<String, i64>,
+    max_batch: i64,
+    precision: Precision,
+    bound: &Bound,
+) -> Result<(), Failure> {
+    let mut env = dims.clone();
+    let free: Vec<String> = super::checks::symbols(g).into_iter().filter(|s| !dims.contains_key(s)).collect();
+    // Several free symbols: lowering refuses the model and says which to bind.
+    if let [batch] = free.as_slice() {
+        env.insert(batch.clone(), max_batch);
+    }
+    let context = match free.as_slice() {
+        [batch] => format!("at --max-batch {max_batch} (batch dim '{batch}')"),
+        _ => "at the dims given".to_string(),
+    };
+    // Float values are stored in the --precision type on the GPU.
+    let elem_bytes = |t: DType| match (t.is_float(), precision) {
+        (true, Precision::Fp16) => 2,
+        _ => t.size_bytes() as u64,
+    };
+    super::checks::check_sizes(g, &env, None, elem_bytes, bound, &context).map(|_| ())
+}
+
+/// The library's device memory (arena, workspace, weights) fits the bound, summed with checked
+/// arithmetic.
+fn check_device_memory(m: &onnx2ait::lower::program::MemoryPlan, max_batch: i64, bound: &Bound) -> Result<(), Failure> {
+    let fmt = super::checks::fmt_bytes;
+    let total = m.arena_bytes.checked_add(m.workspace_bytes).and_then(|t| t.checked_add(m.weights_bytes));
+    match total {
+        Some(t) if t <= bound.bytes => Ok(()),
+        _ => Err(Failure::new(
+            1,
+            format!(
+                "the library would need {} of GPU memory at --max-batch {max_batch} (activation arena {}, workspace {}, weights {}), more than {}; lower --max-batch",
+                total.map_or_else(|| "more bytes than a 64-bit size can count".to_string(), fmt),
+                fmt(m.arena_bytes),
+                fmt(m.workspace_bytes),
+                fmt(m.weights_bytes),
+                bound.what
+            ),
+        )),
+    }
 }
 
 /// After a build that produced no library: OUT gets the new sources (and build.log) without one,

@@ -13,17 +13,21 @@
 //! `--json` prints the report in its stable JSON form (documented in README.md, "Optimiser");
 //! with `--profile-cache` it has one more key, `kernel_costs` (see `profile::cost::CostReport`).
 //! `--dot DIR` writes `DIR/before.dot` and `DIR/after.dot` (and `.svg` next to them when
-//! Graphviz `dot` is installed).
+//! Graphviz `dot` is installed), and says on stderr which files it wrote and when `dot` was not
+//! found.
 
 use super::{emit, Failure, ModelArg};
 use clap::Args;
 use onnx2ait::build::nvcc::{Arch, Nvcc};
-use onnx2ait::egraph::{optimize, optimize_with_cost, write_dot, ExplainReport, OptimizeOptions};
+use onnx2ait::egraph::explain::to_dot;
+use onnx2ait::egraph::{optimize, optimize_with_cost, ExplainReport, OptimizeOptions};
+use onnx2ait::ir::Graph;
 use onnx2ait::lower::cuda::CudaTarget;
 use onnx2ait::profile::cache::ProfileCache;
 use onnx2ait::profile::cost::{CostReport, MeasuredCost};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 /// The JSON report with the kernel costs after its own keys (their order kept).
 #[derive(Serialize)]
@@ -67,7 +71,8 @@ pub struct ExplainArgs {
 
 pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
     a.model.check()?;
-    let g = onnx2ait::onnx::load_model(&a.model.model)?;
+    let g = super::checks::load_model(&a.model.model)?;
+    let dims = super::checks::check_dims(&g, &a.dims)?;
     let opts = OptimizeOptions::standard()?;
     let (optimised, report, costs) = match &a.profile_cache {
         None => {
@@ -78,18 +83,14 @@ pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
             let arch: Arch = a.arch.parse()?;
             let (target, source) = measured_target(file, arch, a.profile_gpu.as_deref())?;
             let batch = a.batch.unwrap_or(DEFAULT_PRICING_BATCH);
-            let cost = MeasuredCost::new(&target, batch).with_dims(a.dims.iter().cloned().collect());
+            let cost = MeasuredCost::new(&target, batch).with_dims(dims.clone());
             let (optimised, report) = optimize_with_cost(&g, &opts, &cost)?;
             let costs = CostReport { source, ..cost.kernel_costs(&optimised) };
             (optimised, report, Some(costs))
         }
     };
     if let Some(dir) = &a.dot {
-        std::fs::create_dir_all(dir).map_err(|e| Failure::new(1, format!("{}: {e}", dir.display())))?;
-        for (name, graph) in [("before", &g), ("after", &optimised)] {
-            let path = dir.join(format!("{name}.dot"));
-            write_dot(graph, &path).map_err(|e| Failure::new(1, format!("{}: {e}", path.display())))?;
-        }
+        write_dots(dir, &[("before", &g), ("after", &optimised)])?;
     }
     if a.json {
         let text = match &costs {
@@ -106,6 +107,51 @@ pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
         emit(&text);
     }
     Ok(0)
+}
+
+/// Writes `DIR/<name>.dot` for each graph and, when Graphviz `dot` is installed, `DIR/<name>.svg`;
+/// says on stderr (stdout may be the JSON report) which files it wrote, and when `dot` was not
+/// found.
+fn write_dots(dir: &Path, graphs: &[(&str, &Graph)]) -> Result<(), Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::new(1, format!("--dot {}: {e}", dir.display())))?;
+    let mut wrote: Vec<String> = Vec::new();
+    let mut no_dot: Option<String> = None;
+    for (name, graph) in graphs {
+        let path = dir.join(format!("{name}.dot"));
+        std::fs::write(&path, to_dot(graph))
+            .map_err(|e| Failure::new(1, format!("{}: cannot write: {e}", path.display())))?;
+        wrote.push(path.display().to_string());
+        if no_dot.is_some() {
+            continue;
+        }
+        let svg = path.with_extension("svg");
+        match std::process::Command::new("dot").arg("-Tsvg").arg(&path).arg("-o").arg(&svg).output() {
+            Ok(o) if o.status.success() => wrote.push(svg.display().to_string()),
+            Ok(o) => {
+                return Err(Failure::new(
+                    1,
+                    format!(
+                        "Graphviz dot failed on {} ({}): {}",
+                        path.display(),
+                        o.status,
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    ),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                no_dot = Some(
+                    "Graphviz `dot` was not found on PATH: no .svg files written (install graphviz for them)".into(),
+                )
+            }
+            Err(e) => no_dot = Some(format!("Graphviz `dot` could not be run ({e}): no .svg files written")),
+        }
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "wrote {}", wrote.join(", "));
+    if let Some(why) = no_dot {
+        let _ = writeln!(err, "{why}");
+    }
+    Ok(())
 }
 
 /// The target with the cache's times for `arch` and this machine's nvcc and CUTLASS (the times

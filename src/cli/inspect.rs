@@ -119,7 +119,8 @@ pub fn run(a: &InspectArgs) -> Result<u8, Failure> {
         import_error,
         warnings: match &imported {
             Some(Ok(g)) => g.info.warnings.clone(),
-            _ => Vec::new(),
+            // Without an imported graph, the warnings read from the file alone.
+            _ => onnx2ait::onnx::opset_warning(&mf.opsets()).into_iter().collect(),
         },
     };
     if a.json {

@@ -5,6 +5,7 @@
 //! "broken"). Errors print as `error: <message>` on stderr, never as a panic.
 
 mod bench;
+mod checks;
 mod compile;
 mod explain;
 mod inspect;
@@ -128,8 +129,45 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// A parallel job count: a whole number from 1 to 1024.
+pub fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("'{s}' is not a job count (a whole number from 1 to 1024)")),
+    }
+}
+
+/// Only the subcommands: what the command line would mean without the default command. Parsing
+/// with it gives clap's own "unrecognized subcommand … a similar subcommand exists" error.
+#[derive(Parser, Debug)]
+#[command(name = "onnx2ait")]
+struct SubcommandsOnly {
+    #[command(subcommand)]
+    _command: Command,
+}
+
+/// clap's error for a misspelled subcommand (`onnx2ait inspct MODEL`: "tip: a similar subcommand
+/// exists: 'inspect'"), when the first argument is not a subcommand nor an existing file but
+/// close to a subcommand's name. The default command (`onnx2ait MODEL -o OUT`) would otherwise
+/// take the word for a model file.
+fn misspelled_subcommand(args: &[std::ffi::OsString]) -> Option<clap::Error> {
+    let first = args.get(1)?.to_str()?;
+    // A word, not a file name: `onnx2ait inspect.onnx -o OUT` is a missing model, not a typo.
+    if first.starts_with('-') || first.contains(['.', '/']) || std::path::Path::new(first).exists() {
+        return None;
+    }
+    let e = SubcommandsOnly::try_parse_from(args).err()?;
+    let suggested = e.get(clap::error::ContextKind::SuggestedSubcommand).is_some();
+    (e.kind() == clap::error::ErrorKind::InvalidSubcommand && suggested).then_some(e)
+}
+
 fn run_cli() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(e) = misspelled_subcommand(&args) {
+        let _ = e.print();
+        return ExitCode::from(1);
+    }
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             // Help and version go to stdout with status 0; usage errors print clap's

@@ -88,6 +88,34 @@ fn to_map<V: Clone>(pairs: &[(String, V)], what: &str) -> Result<BTreeMap<String
     Ok(m)
 }
 
+/// Every value of the model at the `--dim` and `--batch` values (other dims 1, as the inputs
+/// take them) is counted with checked arithmetic and must fit this machine's available memory:
+/// ONNX Runtime and the reference executor hold them on the host.
+fn check_input_sizes(
+    graph: &onnx2ait::ir::Graph,
+    dims: &BTreeMap<String, i64>,
+    a: &ValidateArgs,
+) -> Result<(), Failure> {
+    let mut env = dims.clone();
+    // With a library the batch is its batch dim; without one it is the only symbolic input dim
+    // (the error, when there is not exactly one, is the one validation itself would give).
+    if a.build.is_none() {
+        onnx2ait::validate::gpu::bind_dims(graph, None, a.batch, &mut env)?;
+    }
+    let bound = match onnx2ait::build::mem_available_bytes() {
+        Some(bytes) => super::checks::Bound {
+            bytes,
+            what: format!("this machine's available memory ({})", super::checks::fmt_bytes(bytes)),
+        },
+        None => super::checks::Bound { bytes: u64::MAX, what: "a 64-bit size".into() },
+    };
+    let mut given: Vec<String> = dims.iter().map(|(k, v)| format!("--dim {k}={v}")).collect();
+    given.extend(a.batch.map(|b| format!("--batch {b}")));
+    let context = format!("at {}", given.join(" "));
+    let default = Some(onnx2ait::validate::inputs::DEFAULT_DIM);
+    super::checks::check_sizes(graph, &env, default, super::checks::host_bytes, &bound, &context).map(|_| ())
+}
+
 pub fn run(a: &ValidateArgs) -> Result<u8, Failure> {
     a.model.check()?;
     for (name, file) in &a.inputs {
@@ -95,8 +123,14 @@ pub fn run(a: &ValidateArgs) -> Result<u8, Failure> {
             return Err(Failure::new(1, format!("--input {name}={}: no such file", file.display())));
         }
     }
+    let dims = to_map(&a.dims, "--dim")?;
+    let graph = super::checks::load_model(&a.model.model)?;
+    if !dims.is_empty() || a.batch.is_some() {
+        check_input_sizes(&graph, &dims, a)?;
+    }
+    drop(graph);
     let options = Options {
-        inputs: InputOptions { seed: a.seed, dims: to_map(&a.dims, "--dim")?, files: to_map(&a.inputs, "--input")? },
+        inputs: InputOptions { seed: a.seed, dims, files: to_map(&a.inputs, "--input")? },
         rtol: a.rtol,
         atol: a.atol,
         gpu_rtol: a.gpu_rtol,

@@ -160,7 +160,7 @@ impl<'a> Importer<'a> {
             .to_string(),
             graph_name: gp.name.clone().unwrap_or_default(),
             opsets: opsets.clone(),
-            warnings: Vec::new(),
+            warnings: super::opset_warning(&opsets).into_iter().collect(),
         };
         if gp.node.is_empty() {
             return Err(self.err("the graph is empty (no nodes)"));

@@ -16,6 +16,24 @@ use crate::ir::{Graph, Tensor};
 use prost::Message;
 use std::path::Path;
 
+/// The newest opset of the default ONNX domain whose op definitions onnx2ait implements (see
+/// README.md, "What the importer accepts").
+pub const NEWEST_OPSET: i64 = 21;
+
+/// The warning for a model that imports a newer opset of the default domain than
+/// [`NEWEST_OPSET`]: its nodes are read with the newest definitions onnx2ait knows, which an op
+/// changed since may not match. `None` for every other model.
+pub fn opset_warning(opsets: &std::collections::BTreeMap<String, i64>) -> Option<String> {
+    let v = *opsets.get("")?;
+    (v > NEWEST_OPSET).then(|| {
+        format!(
+            "the model imports opset {v} of the default ONNX domain, newer than opset {NEWEST_OPSET}, the newest \
+             onnx2ait supports: its ops are read as opset {NEWEST_OPSET} defines them, so an op changed since \
+             may compute something else (check with onnx2ait validate)"
+        )
+    })
+}
+
 /// Reads an ONNX model file and returns the inferred, constant-folded IR graph.
 pub fn load_model(path: &Path) -> Result<Graph> {
     ModelFile::open(path)?.to_graph()

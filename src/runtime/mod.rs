@@ -245,7 +245,10 @@ impl Library {
         }
         let path = dir.join(LIB_NAME);
         if !path.is_file() {
-            let hint = if dir.join("model.cu").is_file() {
+            let hint = if crate::build::written_without_build(dir) {
+                "the library was not built: the folder was written with --no-build (sources only); \
+                 run `onnx2ait MODEL -o OUT` without --no-build to build it"
+            } else if dir.join("model.cu").is_file() {
                 "the sources are there but the library was not built; run `onnx2ait MODEL -o OUT` again \
                  where nvcc is available (its error says what is missing)"
             } else {

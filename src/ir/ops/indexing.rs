@@ -561,6 +561,14 @@ impl Op for Gather {
         check_index_dtype(idx.dtype(), "indices")?;
         op_ensure!(x.rank() > 0, "cannot gather from a 0-D tensor");
         let axis = normalize_axis(self.axis, x.rank())?;
+        // Constant indices are checked here, at import: a kernel cannot report an index out of
+        // range (it would read nothing and return 0), so the model is refused instead.
+        if let (Some(k), Some(dim)) = (&idx.konst, x.shape()[axis].as_known()) {
+            let dim = usize::try_from(dim).unwrap_or(0);
+            normalize_indices(&k.to_i64_vec(), dim, "Gather").map_err(|e| {
+                OpError(format!("{} (constant indices, data axis {axis} of {})", e.0, fmt_shape(x.shape())))
+            })?;
+        }
         let mut out = x.shape()[..axis].to_vec();
         out.extend_from_slice(idx.shape());
         out.extend_from_slice(&x.shape()[axis + 1..]);
@@ -1039,6 +1047,16 @@ mod tests {
         assert_eq!(out.to_f64_vec(), vec![2.0, 0.0, 5.0, 3.0]);
         let bad = op.eval(&[Some(&iota(&[2, 3])), Some(&t_ints(&[3]))]).unwrap_err().0;
         assert!(bad.contains("out of range"), "{bad}");
+        // Constant indices out of range are refused by inference (no kernel can report them);
+        // in range, negative, or on a symbolic axis they pass.
+        let bad = op.infer(&[Some(&fact(DType::F32, "N,3")), Some(&ints(&[0, 3]))]).unwrap_err().0;
+        assert!(
+            bad.contains("index 3 is out of range for an axis of size 3 (constant indices, data axis 1 of [N,3])"),
+            "{bad}"
+        );
+        assert!(op.infer(&[Some(&fact(DType::F32, "N,3")), Some(&ints(&[-4]))]).is_err());
+        assert!(op.infer(&[Some(&fact(DType::F32, "N,3")), Some(&ints(&[-3, 2]))]).is_ok());
+        assert!(op.infer(&[Some(&fact(DType::F32, "3,S")), Some(&ints(&[7]))]).is_ok());
         let f_idx = op.infer(&[Some(&fact(DType::F32, "2,3")), Some(&fact(DType::F32, "1"))]).unwrap_err().0;
         assert!(f_idx.contains("int32 or int64"), "{f_idx}");
         // Gather(Shape(x), 0) is the symbol N, a scalar.
