@@ -19,9 +19,11 @@ figures as JSON to --json-out. Exit status 0 when every figure was measured.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_transformers import timed  # noqa: E402  (one timing loop for every PyTorch peer)
 
 DEFAULT_KS = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 
@@ -68,18 +70,8 @@ def onnx2ait_kernel_ms(binary, model, out, iters):
 
 
 def torch_ms(torch, fn, iters):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    """Median ms of `fn` over `iters` CUDA-event-timed calls (bench_transformers' timing)."""
+    return timed(torch, fn, 10, iters)["median_ms"]
 
 
 def main():
