@@ -146,5 +146,6 @@ Ready. Device call (one H200; 10-minute limit per command):
 Variants: 'bash scripts/gpu-check.sh --quick' (no bundled-model loop);
 'bash scripts/gpu-check.sh --models-only' (finish the model loop: a warm machine reuses the kernel cache).
 What comes back: gpu-check.log, results.json, BENCHMARKS.md, models.json, validate.json.
-Copy BENCHMARKS.md from the returned files to the repository root to record the run.
+Copy BENCHMARKS.md from the returned files to the repository root to record the run: it is the
+repository's BENCHMARKS.md with this run's figures replacing those of the benchmarks it measured.
 EOF

@@ -7,7 +7,8 @@
 # others), validated against ONNX Runtime on the GPU at batch 1 and 8, and timed at every
 # --batches next to PyTorch fp16 eager and CUDA graph (scripts/gpu/bench_transformers.py, at --seq)
 # in the same run.
-# Writes $OUT/BENCHMARKS.md: this run's section on top of the repository's BENCHMARKS.md.
+# Writes $OUT/BENCHMARKS.md: the repository's BENCHMARKS.md with this run's figures replacing those
+# of the benchmarks it measured (scripts/gpu/bench_store.py).
 #
 #   scripts/gpu-transformers.sh [--seq 128] [--seq2 77] [--batches 1,8,32] [--max-batch 32]
 #                               [--exporters torchscript,dynamo] [--models bert,vit] [--budget 560]

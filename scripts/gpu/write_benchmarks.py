@@ -3,10 +3,15 @@
 
     write_benchmarks.py --results results.json --out BENCHMARKS.md [--previous BENCHMARKS.md]
         [--print-section]
+    write_benchmarks.py --migrate OLD_BENCHMARKS.md --out BENCHMARKS.md
 
-The new run becomes the first section; the sections of --previous (an earlier file written by
-this script, usually the repository's BENCHMARKS.md) follow unchanged, newest first. Parts of
-results.json that are missing (a step failed or was skipped) show as "—" with the reason.
+The run's section is rendered from results.json (below), its figures are read back from that
+section and replace, in the store of --previous (the repository's BENCHMARKS.md), the figures of
+the benchmarks this run measured; every other benchmark keeps its latest figure and the run it
+came from, and --out is rendered from the store (scripts/gpu/bench_store.py says how). --migrate
+builds the store once from a BENCHMARKS.md of the older format (every run a section, newest
+first); a --previous of that format is migrated the same way. Parts of results.json that are
+missing (a step failed or was skipped) show as "—" with the reason in the run's report.
 Standard library only.
 
 A gpu-check.sh run (validation and latency of the ResNet-50 build, bundled models) and a
@@ -36,12 +41,13 @@ fp16 GEMM rate bench_torch.py --gemm-ceiling measured in the same run.
 """
 import argparse
 import json
+
+import bench_store
 import math
 import os
 import re
 import sys
 
-TITLE = "# Benchmarks"
 DASH = "—"
 
 
@@ -1014,46 +1020,25 @@ def render_section(res):
     return "\n".join(lines).rstrip() + "\n"
 
 
-def earlier_sections(text):
-    """The run sections of an earlier file (from its first '## ' line), or its body."""
-    lines = text.splitlines()
-    for i, l in enumerate(lines):
-        if l.startswith("## "):
-            return "\n".join(lines[i:]).rstrip() + "\n"
-    body = [l for l in lines if not l.startswith("# ")]
-    return "\n".join(body).strip() + "\n" if "".join(body).strip() else ""
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", required=True)
+    p.add_argument("--results", help="the run's results.json")
     p.add_argument("--out", required=True)
-    p.add_argument("--previous", help="an earlier BENCHMARKS.md whose sections are kept below the new one")
+    p.add_argument("--previous", help="the BENCHMARKS.md whose store this run updates (default: none, a new store)")
+    p.add_argument("--migrate", metavar="OLD", help="write --out from a BENCHMARKS.md of the older format (one section "
+                   "per run, newest first): the latest figure of every benchmark, with its run")
     p.add_argument("--print-section", action="store_true", help="also print the new section")
     a = p.parse_args()
+    if bool(a.results) == bool(a.migrate):
+        p.error("give --results or --migrate")
+    if a.migrate:
+        with open(a.migrate) as f:
+            bench_store.write(a.out, bench_store.migrate(f.read()))
+        return 0
     with open(a.results) as f:
         res = json.load(f)
     section = render_section(res)
-    date = (res.get("env") or {}).get("date_utc", "unknown date")
-    doc = [
-        TITLE,
-        "",
-        f"Written by scripts/gpu/write_benchmarks.py for scripts/gpu-check.sh and scripts/gpu-bench.sh, last on "
-        f"{date}; do not edit. Each run adds a section at the top; earlier runs follow, newest first. Raw numbers: "
-        "the run's results.json.",
-        "",
-        section,
-    ]
-    if a.previous and os.path.isfile(a.previous):
-        with open(a.previous) as f:
-            old = earlier_sections(f.read())
-        if old.strip():
-            doc += [old]
-    text = "\n".join(doc).rstrip() + "\n"
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, a.out)
+    bench_store.record_run(a.previous if a.previous and os.path.isfile(a.previous) else None, a.out, section)
     if a.print_section:
         print(section)
     return 0

@@ -4,9 +4,12 @@
     write_transformer_benchmarks.py RESULTS.jsonl --previous BENCHMARKS.md --out BENCHMARKS.md
         --commit SHA --command TEXT
 
-RESULTS.jsonl holds one JSON record per line (kind: export, build, validate, bench, torch). The new
-section goes on top of the previous file's sections (newest first), under the file's header.
-Every figure comes from the records; a step that did not run or failed says so.
+RESULTS.jsonl holds one JSON record per line (kind: export, build, validate, bench, torch). The
+run's section is rendered from the records; its figures (builds, validation, latency) replace
+those of the same benchmarks in the store of --previous, every other benchmark keeps its latest
+figure, and --out is rendered from the store (scripts/gpu/bench_store.py). The section itself is
+kept whole as the latest transformer run's report. Every figure comes from the records; a step
+that did not run or failed says so.
 """
 import argparse
 import datetime
@@ -14,6 +17,8 @@ import json
 import os
 import platform
 import subprocess
+
+import bench_store
 
 
 def load(path):
@@ -146,11 +151,7 @@ def main():
         if os.path.exists(path):
             name = os.path.basename(path).removeprefix("kernels_").removesuffix(".txt")
             new += f"\n### Where the time goes: {name} (`onnx2ait bench --kernels`)\n\n```\n{open(path).read().strip()}\n```\n"
-    prev = open(a.previous).read() if os.path.exists(a.previous) else "# Benchmarks\n\n"
-    head, sep, rest = prev.partition("\n## ")
-    text = head.rstrip("\n") + "\n\n" + new + ("\n## " + rest if sep else "")
-    with open(a.out, "w") as f:
-        f.write(text)
+    bench_store.record_run(a.previous if os.path.exists(a.previous) else None, a.out, new)
     print(new)
 
 
