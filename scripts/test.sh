@@ -2,7 +2,8 @@
 # The project's test command (CI runs exactly this, see .ci/run and README.md):
 #   1. the pinned Python environment (ONNX Runtime is the oracle of the model tests),
 #   2. the generated models, ResNet-50 included, when missing,
-#   3. `cargo test --release`. Release, because the model tests run whole networks through the
+#   3. the Python tests of scripts/gpu/ (the BENCHMARKS.md writers; CPU only, about a second),
+#   4. `cargo test --release`. Release, because the model tests run whole networks through the
 #      CPU reference executor and ONNX Runtime; an unoptimised build makes them minutes slower.
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh models -- --nocapture).
 set -euo pipefail
@@ -23,6 +24,9 @@ else
   echo "generating models with scripts/gen-models.sh"
   scripts/gen-models.sh
 fi
+
+echo "== python tests of scripts/gpu"
+python3 -m unittest discover -s scripts/gpu -p 'test_*.py'
 
 echo "== cargo test --release $*"
 LOG="$(mktemp)"

@@ -1,0 +1,200 @@
+"""Tests of the BENCHMARKS.md writers (CPU only, standard library):
+
+    python3 -m unittest discover -s scripts/gpu -p 'test_*.py'
+
+Fake runs go through write_benchmarks.py and write_transformer_benchmarks.py as the GPU scripts
+call them; a later run must replace the figures of the benchmarks it measured and keep the others.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import bench_store  # noqa: E402
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def check_run(date, commit, batches, graph_ms, command="scripts/gpu-check.sh --quick"):
+    """A gpu-check results.json: ResNet-50 built with the profile cache, benched at `batches`."""
+    return {
+        "env": {"date_utc": date, "gpu": "NVIDIA H200", "commit": commit, "command": command},
+        "overall": "passed",
+        "steps": [{"step": "build scratch", "status": "ok", "seconds": 60.0, "required": True}],
+        "build_scratch": {"rc": 0, "seconds": 61.5, "report": {"seconds": 60.0, "compiled": 73, "cached": 0},
+                          "command": ["onnx2ait", "compile", "M", "-o", "OUT", "--arch", "sm_90a", "--profile-cache",
+                                      "p.json"]},
+        "validate_b1": {"batch": 1, "runs": [{}], "passed": True, "max_err": 0.01,
+                        "engines": {"gpu": {"worst_err": 7e-4, "top1_agree": 8, "top1_rows": 8}}},
+        "bench_onnx2ait": {"results": [{"batch": b, "graph_median_ms": graph_ms[b], "median_ms": graph_ms[b] * 1.5}
+                                       for b in batches]},
+        "bench_torch": {"model": "resnet50", "results": [{"batch": b, "eager_ms": 4.0, "graph_ms": 1.0} for b in batches]},
+    }
+
+
+def bench_run(date, commit):
+    """A gpu-bench results.json: ResNet-50 at batch 1 next to torch.compile."""
+    return {
+        "env": {"date_utc": date, "gpu": "NVIDIA H200", "commit": commit},
+        "overall": "complete",
+        "plan": {"script": "gpu-bench", "models": ["resnet50"], "batches": [1], "compile_batches": [1],
+                 "command": "scripts/gpu-bench.sh --batches 1", "torch_compile": {"enabled": True, "mode": "max-autotune"}},
+        "final_resnet50": {"kind": "profiled kernels (profile cache of this run)"},
+        "bench_onnx2ait_resnet50": {"results": [{"batch": 1, "graph_median_ms": 0.5, "median_ms": 0.7}]},
+        "bench_torch_resnet50": {"results": [{"batch": 1, "eager_ms": 5.0, "graph_ms": 0.9}]},
+        "torch_compile_resnet50_b1": {"results": [{"batch": 1, "compile_ms": 0.45, "compile_seconds": 300.0}]},
+        "compile_resnet50": {"rc": 0, "seconds": 70.0, "report": {"compiled": 80, "cached": 3}},
+    }
+
+
+def transformer_records(bert_ms):
+    recs = []
+    for name, seq in (("bert_torchscript", 128), ("vit_torchscript", 0)):
+        recs.append({"kind": "build", "name": name, "seq": seq, "seconds": 60.0, "rc": 0,
+                     "generated": "generated: 200 kernels"})
+        ours = bert_ms if name.startswith("bert") else 2.0
+        recs.append({"kind": "bench", "name": name, "seq": seq,
+                     "result": [{"batch": 1, "graph_median_ms": ours, "median_ms": ours * 2}]})
+    recs.append({"kind": "torch", "model": "vit", "result": {"batches": {"1": {"eager": {"median_ms": 3.0},
+                                                                                "cuda_graph": {"median_ms": 1.0}}}}})
+    return recs
+
+
+class Writers(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.md = os.path.join(self.tmp.name, "BENCHMARKS.md")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write_cnn(self, res):
+        path = os.path.join(self.tmp.name, "results.json")
+        with open(path, "w") as f:
+            json.dump(res, f)
+        prev = ["--previous", self.md] if os.path.exists(self.md) else []
+        subprocess.run([sys.executable, os.path.join(HERE, "write_benchmarks.py"), "--results", path,
+                        "--out", self.md] + prev, check=True, capture_output=True)
+        return bench_store.load(self.md)
+
+    def write_transformers(self, recs, commit, when):
+        path = os.path.join(self.tmp.name, "results.jsonl")
+        with open(path, "w") as f:
+            f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+        subprocess.run([sys.executable, os.path.join(HERE, "write_transformer_benchmarks.py"), path,
+                        "--previous", self.md, "--out", self.md, "--commit", commit, "--when", when,
+                        "--gpu", "NVIDIA H200, 580", "--command", "scripts/gpu-transformers.sh"],
+                       check=True, capture_output=True)
+        return bench_store.load(self.md)
+
+    @staticmethod
+    def row(store, model, batch, build=None):
+        rows = [r for r in store["latency"] if r["model"] == model and r["batch"] == batch
+                and (build is None or r["build"] == build)]
+        assert len(rows) == 1, rows
+        return rows[0]["cells"]
+
+    def test_second_run_replaces_its_benchmarks_and_keeps_the_others(self):
+        a = "2026-12-01 10:00 UTC"
+        self.write_cnn(check_run(a, "a" * 40, [1, 8], {1: 0.40, 8: 0.60}))
+        store = self.write_cnn(check_run("2026-12-02 10:00 UTC", "b" * 40, [1], {1: 0.35}))
+        one, eight = self.row(store, "resnet50", 1), self.row(store, "resnet50", 8)
+        self.assertEqual(one["onnx2ait"]["ms"], 0.35)
+        self.assertTrue(one["onnx2ait"]["run"].endswith("bbbbbbbbbbbb"))
+        self.assertEqual(eight["onnx2ait"]["ms"], 0.60)
+        self.assertTrue(eight["onnx2ait"]["run"].endswith("aaaaaaaaaaaa"))
+        self.assertEqual(len(store["latency"]), 2)
+        # Build and validation of the same benchmark: replaced, not added.
+        self.assertEqual(len(store["builds"]), 1)
+        self.assertTrue(store["builds"][0]["run"].endswith("bbbbbbbbbbbb"))
+        self.assertEqual([v["batch"] for v in store["validation"]], [1])
+        text = read(self.md)
+        self.assertEqual(text.count("0.400"), 0)  # the superseded figure is gone
+        self.assertIn("| 0.350 |", text)
+        self.assertIn("| 0.600 |", text)
+        self.assertEqual(text.count("## ResNet-50"), 1)
+        # Both runs are named: batch 8 still comes from the first.
+        self.assertEqual(len(store["runs"]), 2)
+
+    def test_run_without_a_figure_left_is_dropped(self):
+        self.write_cnn(check_run("2026-12-01 10:00 UTC", "a" * 40, [1], {1: 0.40}))
+        store = self.write_cnn(check_run("2026-12-02 10:00 UTC", "b" * 40, [1], {1: 0.35}))
+        self.assertEqual([r["id"] for r in store["runs"].values()], ["2026-12-02T1000Z-bbbbbbbbbbbb"])
+        self.assertNotIn("aaaaaaaaaaaa", read(self.md))
+
+    def test_torch_compile_of_an_older_run_is_kept_and_marked(self):
+        self.write_cnn(bench_run("2026-12-01 10:00 UTC", "a" * 40))
+        store = self.write_cnn(check_run("2026-12-02 10:00 UTC", "b" * 40, [1], {1: 0.35}))
+        cells = self.row(store, "resnet50", 1)
+        self.assertEqual(cells["onnx2ait"]["ms"], 0.35)
+        self.assertEqual(cells["torch_compile"]["ms"], 0.45)
+        self.assertTrue(cells["torch_compile"]["run"].endswith("aaaaaaaaaaaa"))
+        text = read(self.md)
+        self.assertIn("1.29×†", text)  # 0.45 / 0.35, figures of two runs
+        # Build times of both scripts are distinct benchmarks: both kept.
+        self.assertEqual(sorted(b["step"] for b in store["builds"]),
+                         ["onnx2ait build after profiling", "onnx2ait compile: from scratch (empty cache)",
+                          "torch.compile batch 1"])
+
+    def test_transformer_runs(self):
+        self.write_cnn(check_run("2026-12-01 10:00 UTC", "a" * 40, [1], {1: 0.40}))
+        self.write_transformers(transformer_records(1.0), "c" * 40, "2026-12-02 10:00 UTC")
+        recs = [r for r in transformer_records(0.8) if not r.get("name", "").startswith("vit")
+                and r.get("model") != "vit"]
+        store = self.write_transformers(recs, "d" * 40, "2026-12-03 10:00 UTC")
+        bert = self.row(store, "bert", 1)
+        vit = self.row(store, "vit", 1)
+        self.assertEqual(bert["onnx2ait"]["ms"], 0.8)
+        self.assertTrue(bert["onnx2ait"]["run"].endswith("dddddddddddd"))
+        self.assertEqual(vit["onnx2ait"]["ms"], 2.0)
+        self.assertEqual(vit["cuda_graph"]["ms"], 1.0)
+        self.assertTrue(vit["onnx2ait"]["run"].endswith("cccccccccccc"))
+        self.assertEqual(self.row(store, "resnet50", 1)["onnx2ait"]["ms"], 0.40)
+        text = read(self.md)
+        # The newest transformer run keeps its whole report; the older one its header.
+        self.assertIn("#### Builds", text)
+        self.assertEqual(text.count("#### Latency (median ms"), 1)
+
+    def test_render_load_round_trip(self):
+        self.write_cnn(bench_run("2026-12-01 10:00 UTC", "a" * 40))
+        self.write_cnn(check_run("2026-12-02 10:00 UTC", "b" * 40, [1, 8], {1: 0.35, 8: 0.5}))
+        text = read(self.md)
+        self.assertEqual(bench_store.render(bench_store.load_text(text)), text)
+
+    def test_migration_of_the_older_format(self):
+        # The older format: every run a section, newest first, as the writers rendered them.
+        import write_benchmarks
+        old = "\n".join(["# Benchmarks", "", "Each run adds a section at the top.", "",
+                         write_benchmarks.render_section(check_run("2026-12-02 10:00 UTC", "b" * 40, [1], {1: 0.35})),
+                         write_benchmarks.render_section(check_run("2026-12-01 10:00 UTC", "a" * 40, [1, 8],
+                                                                   {1: 0.40, 8: 0.60}))])
+        oldpath = os.path.join(self.tmp.name, "old.md")
+        with open(oldpath, "w") as f:
+            f.write(old)
+        subprocess.run([sys.executable, os.path.join(HERE, "write_benchmarks.py"), "--migrate", oldpath,
+                        "--out", self.md], check=True, capture_output=True)
+        store = bench_store.load(self.md)
+        self.assertEqual(self.row(store, "resnet50", 1)["onnx2ait"]["ms"], 0.35)
+        self.assertEqual(self.row(store, "resnet50", 8)["onnx2ait"]["ms"], 0.60)
+
+
+class Repository(unittest.TestCase):
+    def test_benchmarks_md_is_rendered_from_its_store(self):
+        """BENCHMARKS.md is exactly what its store renders: nobody edited a figure by hand."""
+        text = read(os.path.join(ROOT, "BENCHMARKS.md"))
+        self.assertIn(bench_store.STORE_HEAD, text)
+        self.assertTrue(bench_store.render(bench_store.load_text(text)) == text,
+                        "BENCHMARKS.md differs from what its store renders (edited by hand?)")
+
+
+if __name__ == "__main__":
+    unittest.main()
