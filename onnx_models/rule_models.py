@@ -226,12 +226,37 @@ def shared_producer():
     return b
 
 
+def attention():
+    b = ModelBuilder("attention", "The attention rules of fusion.rules: scaled dot-product attention as PyTorch "
+                     "exports it (heads split by Reshape and Transpose, scores multiplied or divided by a "
+                     "constant, with and without an additive mask), four blocks, each fused into one kernel.")
+    x = b.input("x", [2, 5, 16])
+    mask = b.input("mask", [2, 1, 1, 5])
+    heads = b.ints("heads", [0, 0, 2, 8])
+    merged = b.ints("merged", [0, 0, 16])
+    for how, masked in (("Mul", True), ("Div", True), ("Mul", False), ("Div", False)):
+        def proj(base):
+            return b.node("Reshape", [b.node("MatMul", [x, b.he(base, (16, 16), 16)]), heads])
+        q = b.node("Transpose", [proj("wq")], perm=[0, 2, 1, 3])
+        k = b.node("Transpose", [proj("wk")], perm=[0, 2, 3, 1])
+        v = b.node("Transpose", [proj("wv")], perm=[0, 2, 1, 3])
+        c = b.init("scale", np.array(0.35 if how == "Mul" else 2.8, np.float32))
+        s = b.node(how, [b.node("MatMul", [q, k]), c])
+        if masked:
+            s = b.node("Add", [s, mask])
+        o = b.node("MatMul", [b.node("Softmax", [s], axis=-1), v])
+        o = b.node("Reshape", [b.node("Transpose", [o], perm=[0, 2, 1, 3]), merged])
+        x = b.node("Add", [x, o])
+    b.output(x)
+    return b
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "rules")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for fn in (cleanup, layout, fusion, epilogue_acts, shared_producer):
+    for fn in (cleanup, layout, fusion, epilogue_acts, shared_producer, attention):
         m = fn().build()
         onnx.checker.check_model(m, full_check=True)
         smoke_run(m, None)

@@ -93,7 +93,10 @@ def main():
                 ids, mask = args
                 extra = dict(token_type_ids=torch.zeros_like(ids),
                              position_ids=torch.arange(ids.shape[1], device=ids.device).unsqueeze(0).expand_as(ids))
+                # A 4-D additive mask [B, 1, S, S] is used as given: no mask building at all.
+                additive = torch.zeros(ids.shape[0], 1, ids.shape[1], ids.shape[1], device=ids.device, dtype=torch.float16)
                 tries = [("with explicit token_type_ids and position_ids", mask),
+                         ("with explicit token_type_ids, position_ids and a 4-D additive mask", additive),
                          ("with explicit token_type_ids and position_ids, without the attention mask", None)]
                 notes = [f"plain call: {note}"]
                 for label, m in tries:

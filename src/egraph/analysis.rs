@@ -6,7 +6,7 @@
 use super::language::{leaf_kind, opaque_ref, LeafKind, ONode};
 use crate::ir::infer::FOLD_LIMIT;
 use crate::ir::ops::kernel::{
-    Act, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout, Pool,
+    Act, Attention, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout, Pool,
     ReduceMean, Transpose,
 };
 use crate::ir::ops::shape::{self, AxesFrom};
@@ -131,7 +131,7 @@ pub fn token_of(eg: &OGraph, id: Id) -> Option<String> {
     })
 }
 
-fn orig_index(eg: &OGraph, id: Id) -> Option<usize> {
+pub(super) fn orig_index(eg: &OGraph, id: Id) -> Option<usize> {
     eg[id].nodes.iter().find_map(|n| match n {
         ONode::Leaf(s) => match leaf_kind(s.as_str()) {
             LeafKind::Orig(k) => Some(k),
@@ -245,6 +245,27 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
         ONode::GapFlatNhwc(x) => d(Box::new(GlobalAvgPool { layout: Layout::Nhwc, flatten: true }), vec![Some(*x)]),
         ONode::LayerNorm([x, s, b, eps]) => {
             d(Box::new(LayerNorm { axis: -1, eps: konst_scalar(*eps)? }), vec![Some(*x), Some(*s), opt(*b)])
+        }
+        ONode::Softmax([x, orig]) => {
+            let k = orig_index(eg, *orig).ok_or_else(|| OpError("'softmax' without its original node".into()))?;
+            let o = eg.analysis.origs.get(k).ok_or_else(|| OpError(format!("original node {k} does not exist")))?;
+            d(o.op.clone(), vec![Some(*x)])
+        }
+        ONode::Attention([q, k, v, m, s, how]) => {
+            let c = eg[*s]
+                .data
+                .fact
+                .as_ref()
+                .and_then(|f| f.konst.as_ref())
+                .filter(|t| t.len() == 1)
+                .and_then(|t| t.scalar_f64())
+                .ok_or_else(|| OpError(format!("'{node}': the scale must be a one-element constant")))?;
+            let scale = match tok(*how)?.as_str() {
+                "mul" => c as f32,
+                "div" => (1.0 / c) as f32,
+                other => op_bail!("'{node}': scale mode must be mul or div, found '{other}'"),
+            };
+            d(Box::new(Attention { scale }), vec![Some(*q), Some(*k), Some(*v), opt(*m)])
         }
         ONode::Opaque(sym, children) => {
             let Some((k, j)) = opaque_ref(sym.as_str()) else { op_bail!("malformed opaque node '{sym}'") };

@@ -111,6 +111,17 @@ impl CostModel for AnalyticalCost {
                 };
                 self.kernel(2.0 * self.elems(out) * k, true, io_bytes)
             }
+            // Two products per score on tensor cores; the scores never leave the chip.
+            ONode::Attention(_) => {
+                let (q, k) = (inputs.first().copied().flatten(), inputs.get(1).copied().flatten());
+                let flops = match (q, k) {
+                    (Some(q), Some(k)) if q.rank() == 4 && k.rank() == 4 => {
+                        4.0 * self.elems(q) * self.dim(&k.shape()[1])
+                    }
+                    _ => self.elems(out),
+                };
+                self.kernel(flops, true, io_bytes)
+            }
             _ => {
                 let flops = op.and_then(|o| o.downcast_ref::<Elementwise>()).map(|e| e.expr.flops()).unwrap_or(1.0)
                     * self.elems(out);

@@ -131,9 +131,11 @@ fn value_class(b: &mut Builder, g: &Graph, class: &mut [Option<Id>], v: usize) -
 
 /// A Reshape whose target comes from a shape subgraph (`Shape → Gather → Unsqueeze → Concat`,
 /// as PyTorch exports `x.view(n, s, heads, d)` or `x.view(x.size(0), -1)`) reads a constant
-/// target instead when every target entry is either known or equal to the input dim at the
-/// same position (written 0, ONNX's "copy this dim"; `allowzero` must be off). The subgraph then has no reader left and disappears from the extracted
-/// graph, so no kernels are spent computing shapes at run time.
+/// target instead when every target entry is either known, equal to the input dim at the same
+/// position (written 0, ONNX's "copy this dim"; `allowzero` must be off), or the one entry left
+/// to -1 (`x.view(s, n * heads, d)`: `n·heads` follows from the element count; kept only when
+/// inference gives the same shape back). The subgraph then has no reader left and disappears
+/// from the extracted graph, so no kernels are spent computing shapes at run time.
 fn static_reshape_target(b: &mut Builder, node: &Node, ch: &[Option<Id>]) -> Option<Id> {
     let r = node.op.downcast_ref::<shape::Reshape>()?;
     if r.allowzero || r.attr_shape.is_some() || ch.len() != 2 {
@@ -146,13 +148,32 @@ fn static_reshape_target(b: &mut Builder, node: &Node, ch: &[Option<Id>]) -> Opt
     }
     let dims = target.sym.as_ref()?;
     let mut values = Vec::with_capacity(dims.len());
+    let mut inferred = None;
     for (i, d) in dims.iter().enumerate() {
-        // Known entries (sizes, -1, 0) keep their meaning verbatim; a symbolic entry must be the
-        // input's dim at the same position, which 0 copies.
+        // Known entries (sizes, -1, 0) keep their meaning verbatim; a symbolic entry that is the
+        // input's dim at the same position is copied by 0; one other symbolic entry (`n·heads` of
+        // `x.view(s, n * heads, d)`) is inferred from the element count by -1.
         match d.as_known() {
             Some(v) => values.push(v),
             None if x.shape().get(i) == Some(d) => values.push(0),
+            None if inferred.is_none() => {
+                inferred = Some(i);
+                values.push(-1);
+            }
             None => return None,
+        }
+    }
+    if inferred.is_some() {
+        // -1 must be the only one, and must give back the shape inference found (a zero-sized
+        // dim elsewhere would leave it undetermined).
+        if values.iter().filter(|&&v| v == -1).count() != 1 {
+            return None;
+        }
+        let now = Fact::constant(Arc::new(Tensor::from_i64s(&[values.len()], values.clone())));
+        let was = node.op.infer(&[Some(x), Some(target)]).ok()?;
+        let is = node.op.infer(&[Some(x), Some(&now)]).ok()?;
+        if was.first().map(|f| &f.ty) != is.first().map(|f| &f.ty) {
+            return None;
         }
     }
     let t = Tensor::from_i64s(&[values.len()], values);
@@ -325,6 +346,16 @@ fn recognise(b: &mut Builder, node: &Node, ni: usize, ch: &[Option<Id>]) -> Opti
         let bias = opt(b, 2);
         return Some(ONode::LayerNorm([x?, ch.get(1).copied().flatten()?, bias, eps]));
     }
+    // Softmax over the last axis: the attention rules look through it. (Before opset 13 the
+    // input is coerced to a matrix at `axis`, which is the same thing when `axis` is the last.)
+    if let Some(sm) = op.downcast_ref::<crate::ir::ops::softmax::Softmax>() {
+        let rank = fact_of(b, x)?.rank() as i64;
+        let axis = if sm.axis < 0 { sm.axis + rank } else { sm.axis };
+        if sm.log || !is_float || rank == 0 || axis != rank - 1 {
+            return None;
+        }
+        return Some(ONode::Softmax([x?, b.leaf(&format!("op{ni}"))]));
+    }
     if let Some(r) = op.downcast_ref::<reduce::Reduce>() {
         let reduce::ReduceAxes::Attr(axes) = &r.axes else { return None };
         if !matches!(r.kind, crate::reference::reduce::ReduceKind::Mean) || axes.is_empty() || !is_float {
@@ -460,6 +491,13 @@ fn recognise_kernel(
             (Layout::Nhwc, true) => ONode::GapFlatNhwc(x?),
             (Layout::Nchw, true) => return None,
         });
+    }
+    if let Some(a) = op.downcast_ref::<k::Attention>() {
+        let qf = fact_of(b, x)?.clone();
+        let s = b.scalar(a.scale, &qf);
+        let how = b.leaf("mul");
+        let m = opt(b, 3);
+        return Some(ONode::Attention([x?, ch.get(1).copied().flatten()?, ch.get(2).copied().flatten()?, m, s, how]));
     }
     if let Some(l) = op.downcast_ref::<k::LayerNorm>() {
         let xf = fact_of(b, x)?.clone();

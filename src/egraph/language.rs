@@ -62,6 +62,14 @@ define_language! {
         "concat" = Concat(Box<[Id]>),
         // x scale bias eps — layernorm over the last axis (bias may be `none`).
         "layernorm" = LayerNorm([Id; 4]),
+        // x orig — softmax over the last axis (ONNX Softmax at opset 13+, or earlier opsets when
+        // the coerced axis is the last one); orig is the original node, which implements it and
+        // names it when no rule rewrites it away.
+        "softmax" = Softmax([Id; 2]),
+        // q k v mask scale how — fused attention over heads-last `[B, S, H, D]` operands
+        // (kernel::Attention); mask is `none` or additive, scale a scalar constant the scores are
+        // multiplied (`how` = `mul`) or divided (`div`) by.
+        "attention" = Attention([Id; 6]),
         Leaf(Symbol),
         Opaque(Symbol, Vec<Id>),
     }

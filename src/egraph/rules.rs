@@ -426,6 +426,26 @@ fn p_beta_one(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
     token(eg, s, &a[0]).and_then(|t| super::analysis::parse_gemm_attrs(&t).ok()).is_some_and(|g| g.beta == 1.0)
 }
 
+/// `attention-fits(?q, ?k, ?v, ?m)`: heads-last q, k, v (and the mask `?m`, or the literal
+/// `none`) are operands the fused attention kernel accepts (equal batch, heads and head size, a
+/// mask that broadcasts to the scores), and its output has the matched class's type.
+fn p_attention_fits(eg: &OGraph, root: Id, s: &Subst, a: &[PredArg]) -> bool {
+    use crate::ir::Op;
+    let (Some(q), Some(k), Some(v)) = (fact(eg, s, &a[0]), fact(eg, s, &a[1]), fact(eg, s, &a[2])) else {
+        return false;
+    };
+    let m = match lit(&a[3]) {
+        Some("none") => None,
+        Some(_) => return false,
+        None => match fact(eg, s, &a[3]) {
+            Some(m) => Some(m),
+            None => return false,
+        },
+    };
+    let out = crate::ir::ops::kernel::Attention { scale: 1.0 }.infer(&[Some(q), Some(k), Some(v), m]);
+    matches!((out, eg[root].data.fact.as_ref()), (Ok(o), Some(r)) if o.len() == 1 && o[0].ty == r.ty)
+}
+
 /// Every condition rules may use. Names are kebab-case; arities are checked at load time.
 pub static PREDICATES: &[Predicate] = &[
     Predicate { name: "const", arity: 1, doc: "the class has a compile-time constant value", check: p_const },
@@ -491,6 +511,12 @@ pub static PREDICATES: &[Predicate] = &[
         arity: 2,
         doc: "scalar-const(?c, ?x): ?c is a one-element constant of ?x's dtype and at most its rank",
         check: p_scalar_const,
+    },
+    Predicate {
+        name: "attention-fits",
+        arity: 4,
+        doc: "attention-fits(?q, ?k, ?v, ?m|none): heads-last operands (and mask) the fused attention kernel accepts, giving the matched class's type",
+        check: p_attention_fits,
     },
     Predicate {
         name: "beta-one",

@@ -121,12 +121,20 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
                 let name = out_name.get(&c).cloned().unwrap_or_else(|| fresh(&mut names, "t"));
                 g.values.push(Value { name, ty: Some(fact.ty.clone()), konst: None, sym: None });
                 let v = g.values.len() - 1;
-                let node_name = fresh(&mut names, kind);
+                // A softmax no rule rewrote is its original node, under its own name.
+                let orig = match other {
+                    ONode::Softmax([_, o]) => super::analysis::orig_index(eg, *o).and_then(|k| eg.analysis.origs.get(k)),
+                    _ => None,
+                };
+                let (node_name, domain) = match orig {
+                    Some(o) if !g.nodes.iter().any(|n| n.name == o.name) => (o.name.clone(), o.domain.clone()),
+                    _ => (fresh(&mut names, kind), "onnx2ait".to_string()),
+                };
                 let op_type = den.op.op_type().to_string();
                 g.nodes.push(Node {
                     name: node_name,
                     op_type,
-                    domain: "onnx2ait".into(),
+                    domain,
                     op: den.op,
                     inputs,
                     outputs: vec![v],

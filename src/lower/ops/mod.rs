@@ -3,6 +3,7 @@
 //! [`FAMILIES`] lists the tables, and a lookup that finds nothing makes the node unsupported.
 
 pub mod act;
+pub mod attention;
 pub mod cast;
 pub mod conv;
 pub mod elementwise;
@@ -55,6 +56,7 @@ pub const FAMILIES: &[(&str, &[LowerSpec])] = &[
     ("misc", misc::OPS),
     ("pool", pool::OPS),
     ("norm", norm::OPS),
+    ("attention", attention::OPS),
     ("reduce", reduce::OPS),
 ];
 

@@ -9,12 +9,14 @@
 //! channels-last activations, with conv weights in KRSC order (`[K, R, S, C/group]`).
 
 mod act;
+mod attention;
 mod conv;
 mod elementwise;
 mod gemm;
 mod misc;
 
 pub use act::Act;
+pub use attention::Attention;
 pub use conv::{Conv2d, ConvGeom};
 pub use elementwise::{BinOp, Elementwise, EwExpr};
 pub use gemm::Gemm;
@@ -40,7 +42,7 @@ impl Layout {
 }
 
 /// The kernel family a kernel-level op belongs to, as named in `explain` reports
-/// (`conv`, `gemm`, `elementwise`, `pool`, `layernorm`, `transpose`, `reduce`, `reshape`).
+/// (`conv`, `gemm`, `elementwise`, `pool`, `layernorm`, `attention`, `transpose`, `reduce`, `reshape`).
 pub fn kernel_kind(op: &dyn crate::ir::Op) -> Option<&'static str> {
     let any = op.as_any();
     if any.is::<Conv2d>() {
@@ -53,6 +55,8 @@ pub fn kernel_kind(op: &dyn crate::ir::Op) -> Option<&'static str> {
         Some("pool")
     } else if any.is::<LayerNorm>() {
         Some("layernorm")
+    } else if any.is::<Attention>() {
+        Some("attention")
     } else if any.is::<Transpose>() {
         Some("transpose")
     } else if any.is::<ReduceMean>() {

@@ -1,0 +1,96 @@
+//! Fused attention (`kernel::Attention`, made by the attention rules of rewrites/fusion.rules):
+//! `attention.cu.hbs`. fp16 operands with a head size that is a multiple of 16 up to 128 (and
+//! equal for K and V) run on tensor cores with an online softmax, so any sequence length fits;
+//! anything else (fp32 storage, other head sizes, misaligned buffers) runs the per-row kernel,
+//! which keeps a row's scores in shared memory.
+
+use super::act::float_lit;
+use super::{require_float, LowerSpec};
+use crate::ir::dim::product;
+use crate::ir::ops::kernel::Attention;
+use crate::ir::{DType, Dim, Node};
+use crate::lower::{ctype, LowerCtx, LowerError, LowerResult};
+use serde_json::{json, Map};
+
+pub const OPS: &[LowerSpec] = &[LowerSpec::of::<Attention>("Attention", lower_attention)];
+
+fn lower_attention(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
+    let Some(op) = node.op.downcast_ref::<Attention>() else {
+        return Err(LowerError::Invalid("not an Attention node".into()));
+    };
+    let (q, k, v) = (cx.input(node, 0)?, cx.input(node, 1)?, cx.input(node, 2)?);
+    let mask = cx.opt_input(node, 3)?;
+    require_float(cx, q, "attention")?;
+    let o = cx.output(node, 0)?;
+    let (qs, ks, vs) = (cx.shape(q).to_vec(), cx.shape(k).to_vec(), cx.shape(v).to_vec());
+    if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 {
+        return Err(LowerError::Invalid("attention operands must be [B, S, H, D]".into()));
+    }
+    let dt = cx.dtype(q);
+    if cx.dtype(k) != dt || cx.dtype(v) != dt || cx.dtype(o) != dt {
+        return Err(LowerError::Invalid("attention operands must share one element type".into()));
+    }
+    let mut c = Map::new();
+    c.insert("ctype".into(), json!(ctype(dt)));
+    for (key, d) in [("b", &qs[0]), ("sq", &qs[1]), ("sk", &ks[1]), ("heads", &qs[2]), ("d", &qs[3]), ("dv", &vs[3])] {
+        c.insert(key.into(), json!(cx.expr(d)?));
+    }
+    c.insert("scale".into(), json!(float_lit(op.scale)));
+    let head = qs[3].as_known().filter(|&d| d > 0 && d % 16 == 0 && d <= 128 && vs[3] == qs[3]);
+    c.insert("fast".into(), json!(dt == DType::F16 && head.is_some()));
+    c.insert("head_dim".into(), json!(head.unwrap_or(0)));
+    let mut args = vec![q, k, v];
+    c.insert("has_mask".into(), json!(mask.is_some()));
+    let scores = [qs[0].clone(), qs[2].clone(), qs[1].clone(), ks[1].clone()];
+    let strides = match mask {
+        Some(m) => {
+            c.insert("mask_ctype".into(), json!(ctype(cx.dtype(m))));
+            c.insert("mask_arg".into(), json!(args.len()));
+            args.push(m);
+            broadcast_strides(cx.shape(m), &scores)?
+        }
+        None => vec![Dim::known(0); 4],
+    };
+    for (key, s) in ["mb", "mh", "mq", "mk"].iter().zip(&strides) {
+        c.insert((*key).into(), json!(cx.expr(s)?));
+    }
+    c.insert("o_arg".into(), json!(args.len()));
+    args.push(o);
+    let writes = vec![args.len() - 1];
+    cx.emit(&node.name, "attention", args, writes, c, 0)
+}
+
+/// Element strides of `shape` (right-aligned) read as `target`: 0 along broadcast axes.
+fn broadcast_strides(shape: &[Dim], target: &[Dim]) -> LowerResult<Vec<Dim>> {
+    if shape.len() > target.len() {
+        return Err(LowerError::Invalid(format!("mask of rank {} for scores of rank {}", shape.len(), target.len())));
+    }
+    let lead = target.len() - shape.len();
+    let one = Dim::known(1);
+    let mut out = Vec::with_capacity(target.len());
+    for i in 0..target.len() {
+        if i < lead || shape[i - lead] == one {
+            out.push(Dim::known(0));
+        } else if shape[i - lead] == target[i] {
+            out.push(product(&shape[i - lead + 1..]));
+        } else {
+            return Err(LowerError::Invalid(format!("mask dim {} does not broadcast to {}", shape[i - lead], target[i])));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_strides_skip_broadcast_axes() {
+        let s = |v: &[i64]| v.iter().map(|&d| Dim::known(d)).collect::<Vec<_>>();
+        let target = s(&[2, 12, 7, 7]);
+        assert_eq!(broadcast_strides(&s(&[2, 1, 7, 7]), &target).unwrap(), s(&[49, 0, 7, 1]));
+        assert_eq!(broadcast_strides(&s(&[2, 1, 1, 7]), &target).unwrap(), s(&[7, 0, 0, 1]));
+        assert_eq!(broadcast_strides(&s(&[7]), &target).unwrap(), s(&[0, 0, 0, 1]));
+        assert!(broadcast_strides(&s(&[3, 7]), &target).is_err());
+    }
+}
