@@ -15,6 +15,10 @@
 #                               [--size base|tiny]   (tiny: the small test configurations, for a dry run)
 #                               [--rowwise]          (also the softmax / layernorm bandwidth sweep of
 #                                                     scripts/gpu/bench_rowwise.py, K = 32..16384)
+#                               [--no-fused-attention] (by default the first exporter's BERT is also
+#                                                     built with `compile --attention fused`, as
+#                                                     bert_<exporter>_fusedattn, validated and timed
+#                                                     next to the default unfused build)
 #
 # Prepare first on the CPU machine with scripts/gpu-prepare.sh (it builds .gpu/bin/onnx2ait and
 # packs the CUTLASS headers). Results go to $OUT (default ./gpu-out): gpu-transformers.log,
@@ -24,7 +28,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 FUSED_ATTENTION=1
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -36,6 +40,7 @@ while (($#)); do
     --budget) BUDGET=$2; shift ;;
     --size) SIZE=$2; shift ;;
     --rowwise) ROWWISE=1 ;;
+    --no-fused-attention) FUSED_ATTENTION=0 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-transformers.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -85,13 +90,14 @@ for m in "${MODEL_LIST[@]}"; do for e in "${EXPORTER_LIST[@]}"; do
 done; done
 
 # 2. Builds (the object cache is shared: the exporters' variants reuse each other's instances).
-build() { # name onnx seq
+build() { # name onnx seq [extra compile options...]
   local name=$1 onnx=$2 seq=$3 t0
+  shift 3
   local dims=()
   [[ $name == bert* ]] && dims=(--dim "seq=$seq")
   t0=$(date +%s.%N)
   "$BIN" compile "$onnx" -o "$W/build_$name" "${dims[@]}" --max-batch "$MAX_BATCH" --no-profile \
-    --jobs "$JOBS" >"$W/build_$name.log" 2>&1
+    --jobs "$JOBS" "$@" >"$W/build_$name.log" 2>&1
   local rc=$?
   local secs
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
@@ -126,6 +132,18 @@ for m in "${MODEL_LIST[@]}"; do
     build "${m}_$e" "$W/${m}_$e.onnx" "$seq" && { BUILT[${m}_$e]=1; SEQ_OF[${m}_$e]=$seq; }
   done
 done
+# The fused attention kernel (opt-in) next to the default unfused build: BERT, first exporter, --seq.
+# (ViT's attention, sequence-first, is not matched by the attention rules yet.)
+e=${EXPORTER_LIST[0]}
+if ((FUSED_ATTENTION)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; then
+  name=bert_${e}_fusedattn
+  if within_budget 120; then
+    ln -sfn "bert_$e.onnx" "$W/$name.onnx"  # same folder: external data (if any) resolves alike
+    build "$name" "$W/$name.onnx" "$SEQ" --attention fused && { BUILT[$name]=1; SEQ_OF[$name]=$SEQ; }
+  else
+    say "build $name: not run (time budget)"
+  fi
+fi
 
 # 3. Timing, one thing at a time on the GPU: onnx2ait, then the PyTorch peers.
 for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
@@ -174,6 +192,6 @@ fi
 # 6. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')"
+  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((FUSED_ATTENTION)) || echo ' --no-fused-attention')"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

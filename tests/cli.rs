@@ -183,6 +183,27 @@ fn main_command_writes_graph_json_and_summary() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--attention fused` makes one attention kernel of the bundled attention block; by default
+/// the block stays unfused (softmax and score products as their own kernels).
+#[test]
+fn attention_option_fuses_attention_on_request() {
+    let dir = scratch("attention");
+    let m = bundled("pattern_attention.onnx");
+    let summary = |mode: &str| {
+        let out_dir = dir.join(mode);
+        let args = ["compile", m.to_str().unwrap(), "-o", out_dir.to_str().unwrap(), "--no-build", "--attention", mode];
+        expect_code(&run(&args), 0);
+        std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary.txt written")
+    };
+    let fused = summary("fused");
+    assert!(fused.contains("attention 1") && !fused.contains("softmax"), "{fused}");
+    let unfused = summary("unfused");
+    assert!(!unfused.contains("attention 1") && unfused.contains("softmax 1"), "{unfused}");
+    let (_, err) = expect_code(&run(&["compile", m.to_str().unwrap(), "-o", "x", "--attention", "fast"]), 1);
+    assert!(err.contains("fast"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Without a working nvcc the main command still writes the sources, fails, and says what is
 /// missing and how to get it.
 #[test]

@@ -30,8 +30,12 @@ fn fresh_dir(tag: &str) -> PathBuf {
 
 /// Generates `model` into `out`; the error text (paths made relative) when it does not lower.
 fn generate(model: &Path, out: &Path, max_batch: i64) -> Result<(), String> {
+    generate_with(model, out, max_batch, &OptimizeOptions::standard().expect("rules load"))
+}
+
+fn generate_with(model: &Path, out: &Path, max_batch: i64, opts: &OptimizeOptions) -> Result<(), String> {
     let g = onnx2ait::onnx::load_model(model).map_err(|e| e.to_string())?;
-    let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).map_err(|e| e.to_string())?;
+    let (opt, _) = optimize(&g, opts).map_err(|e| e.to_string())?;
     let opts = LowerOptions { max_batch, ..LowerOptions::default() };
     generate_cuda(&opt, &opts, Arch::Sm90, out).map(|_| ()).map_err(|e| e.to_string())
 }
@@ -55,6 +59,21 @@ fn generated_tree_snapshots() {
             insta::assert_snapshot!(format!("codegen__{name}"), text);
         });
     }
+}
+
+/// The fused attention kernel (opt-in, `compile --attention fused`) as generated for the bundled
+/// attention block: its template's changes are reviewed here.
+#[test]
+fn fused_attention_snapshot() {
+    let model = Path::new("onnx_models/pattern_attention.onnx");
+    let out = fresh_dir("pattern_attention_fused");
+    generate_with(model, &out, 8, &OptimizeOptions::pipeline(true).expect("rules load")).expect("lowers");
+    let text = tree_text(&out);
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(text.contains("attention"), "no attention kernel in the tree");
+    insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+        insta::assert_snapshot!("codegen__pattern_attention_fused", text);
+    });
 }
 
 /// The same model and options give byte-identical files, weights included.

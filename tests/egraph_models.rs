@@ -146,7 +146,8 @@ fn fired(r: &ExplainReport, phase: &str) -> BTreeMap<String, usize> {
 /// `epilogue_acts`, which counts for both layout.rules and fusion.rules.
 #[test]
 fn every_rule_fires_on_its_rule_model() {
-    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    // Every rule, the opt-in attention rules included.
+    let opts = OptimizeOptions::pipeline(true).expect("embedded rules load");
     let mut missing = Vec::new();
     for (file, models) in [
         ("cleanup", &["cleanup"][..]),
@@ -307,7 +308,7 @@ fn explain_snapshots() {
 /// decomposed layernorm → one layernorm kernel.
 #[test]
 fn transformer_patterns_fuse() {
-    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let opts = OptimizeOptions::pipeline(true).expect("embedded rules load");
     let mlp = check("onnx_models/pattern_mlp.onnx", &opts, 1e-4);
     assert_eq!(mlp.kernels_after, BTreeMap::from([("gemm".to_string(), 2)]), "{mlp}");
     assert!(mlp.fusions.iter().any(|f| f.detail == "gemm+bias+gelu"), "{mlp}");
@@ -319,6 +320,10 @@ fn transformer_patterns_fuse() {
     assert_eq!(att.kernels_after.get("gemm"), Some(&4), "{att}");
     assert_eq!(att.kernels_after.get("attention"), Some(&1), "{att}");
     assert_eq!(att.kernels_after.get("layernorm"), Some(&1), "{att}");
+    // By default (no --attention fused) the scores, softmax and weighted sum stay separate.
+    let unfused = check("onnx_models/pattern_attention.onnx", &OptimizeOptions::standard().unwrap(), 1e-4);
+    assert_eq!(unfused.kernels_after.get("attention"), None, "{unfused}");
+    assert_eq!(unfused.kernels_after.get("softmax"), Some(&1), "{unfused}");
 
     let ln = check("onnx_models/pattern_layernorm_decomposed.onnx", &opts, 1e-4);
     assert_eq!(ln.kernels_after.get("layernorm"), Some(&1), "{ln}");
@@ -337,7 +342,7 @@ fn bert12_structure() {
         eprintln!("skipped: {path} not generated (onnx_models/bert_encoder.py)");
         return;
     }
-    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let opts = OptimizeOptions::pipeline(true).expect("embedded rules load");
     let r = check(path, &opts, 1e-4);
     println!("{r}");
     // Per layer: Q, K, V, output and two feed-forward projections, and one fused attention.
@@ -399,10 +404,14 @@ fn shape_subgraphs_become_static_reshapes() {
 /// and no score products are left, and the result matches the original within 1e-5.
 #[test]
 fn attention_blocks_fuse_into_one_kernel_each() {
-    let opts = OptimizeOptions::standard().expect("embedded rules load");
+    let opts = OptimizeOptions::pipeline(true).expect("embedded rules load");
     let r = check("onnx_models/rules/attention.onnx", &opts, 1e-5);
     assert_eq!(r.kernels_after.get("attention"), Some(&4), "{r}");
     assert_eq!(r.kernels_after.get("transpose"), None, "{r}");
     // Only the 12 projections remain as products.
     assert_eq!(r.kernels_after.get("gemm"), Some(&12), "{r}");
+    // The attention rules are opt-in: the standard pipeline leaves the four blocks unfused.
+    let unfused = check("onnx_models/rules/attention.onnx", &OptimizeOptions::standard().unwrap(), 1e-5);
+    assert_eq!(unfused.kernels_after.get("attention"), None, "{unfused}");
+    assert_eq!(unfused.kernels_after.get("softmax"), Some(&4), "{unfused}");
 }

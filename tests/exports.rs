@@ -90,33 +90,36 @@ fn exports_match_onnxruntime_at_several_shapes() {
 /// The optimised graph computes what the imported one computes (reference executor, 1e-4).
 #[test]
 fn optimised_exports_match_the_original() {
-    let opts = OptimizeOptions::standard().expect("embedded rules load");
-    for (stem, _) in EXPORTS {
-        let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
-        let (opt, report) = optimize(&g, &opts).unwrap_or_else(|e| panic!("{stem}: {e}"));
-        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        let bound = dims(stem, 2, 7);
-        let inputs: BTreeMap<String, Tensor> = g
-            .inputs
-            .iter()
-            .map(|&v| {
-                let ty = g.ty(v);
-                let shape: Vec<usize> =
-                    ty.shape.iter().map(|d| d.eval(&bound).as_known().expect("bound") as usize).collect();
-                // Integer inputs (ids, mask) come out in 0..4: valid ids, and a mask of zeros
-                // and non-zeros, which the exports cast to bool.
-                (g.values[v].name.clone(), random_tensor(ty.dtype, &shape, &mut rng))
-            })
-            .collect();
-        let want = onnx2ait::reference::run(&g, &inputs).unwrap_or_else(|e| panic!("{stem}: {e}"));
-        let got = onnx2ait::reference::run(&opt, &inputs).unwrap_or_else(|e| panic!("{stem} optimised: {e}"));
-        for ((name, w), (_, o)) in want.iter().zip(&got) {
-            assert_eq!(w.shape(), o.shape(), "{stem}: {name}");
-            assert_eq!(w.dtype(), DType::F32);
-            let (w, o) = (w.to_f64_vec(), o.to_f64_vec());
-            let scale = w.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
-            let err = w.iter().zip(&o).fold(0f64, |m, (a, b)| m.max((a - b).abs() / scale));
-            assert!(err <= 1e-4, "{stem}: output {name} differs by {err:e}\n{report}");
+    // Both pipelines: the default, and the one with fused attention (--attention fused).
+    for fused in [false, true] {
+        let opts = OptimizeOptions::pipeline(fused).expect("embedded rules load");
+        for (stem, _) in EXPORTS {
+            let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
+            let (opt, report) = optimize(&g, &opts).unwrap_or_else(|e| panic!("{stem}: {e}"));
+            let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+            let bound = dims(stem, 2, 7);
+            let inputs: BTreeMap<String, Tensor> = g
+                .inputs
+                .iter()
+                .map(|&v| {
+                    let ty = g.ty(v);
+                    let shape: Vec<usize> =
+                        ty.shape.iter().map(|d| d.eval(&bound).as_known().expect("bound") as usize).collect();
+                    // Integer inputs (ids, mask) come out in 0..4: valid ids, and a mask of zeros
+                    // and non-zeros, which the exports cast to bool.
+                    (g.values[v].name.clone(), random_tensor(ty.dtype, &shape, &mut rng))
+                })
+                .collect();
+            let want = onnx2ait::reference::run(&g, &inputs).unwrap_or_else(|e| panic!("{stem}: {e}"));
+            let got = onnx2ait::reference::run(&opt, &inputs).unwrap_or_else(|e| panic!("{stem} optimised: {e}"));
+            for ((name, w), (_, o)) in want.iter().zip(&got) {
+                assert_eq!(w.shape(), o.shape(), "{stem}: {name}");
+                assert_eq!(w.dtype(), DType::F32);
+                let (w, o) = (w.to_f64_vec(), o.to_f64_vec());
+                let scale = w.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
+                let err = w.iter().zip(&o).fold(0f64, |m, (a, b)| m.max((a - b).abs() / scale));
+                assert!(err <= 1e-4, "{stem} (fused attention {fused}): output {name} differs by {err:e}\n{report}");
+            }
         }
     }
 }

@@ -1,14 +1,13 @@
-//! Checks of option values against the model, shared by the commands: `--dim` names, sizes at
-//! the dims and batch asked for (checked arithmetic, bounded by the memory that will hold them),
-//! and the GPU memory bound of compile.
+//! What the commands share about a model: loading it with its warnings printed, and the option
+//! checks of `onnx2ait::compile::checks` (`--dim` names, sizes, the GPU memory bound).
 
 use super::Failure;
-use onnx2ait::build::nvcc::Arch;
-use onnx2ait::ir::dim::fmt_shape;
-use onnx2ait::ir::{DType, Dim, Graph};
-use std::collections::{BTreeMap, BTreeSet};
+use onnx2ait::ir::{DType, Graph};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
+
+pub use onnx2ait::compile::checks::{check_dims, check_sizes, fmt_bytes, gpu_memory_bound, symbols, Bound};
 
 /// Imports a model and prints its import warnings (e.g. an opset newer than the newest supported)
 /// on stderr, as `warning: …`.
@@ -26,41 +25,11 @@ pub fn print_warnings(g: &Graph) {
     }
 }
 
-/// The symbolic dims a `--dim` may name: every symbol of the graph's value types, except the
-/// ones standing for run-time data (`y:0`), which no option can fix.
-pub fn symbols(g: &Graph) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for v in &g.values {
-        if let Some(ty) = &v.ty {
-            for d in &ty.shape {
-                out.extend(d.symbols().filter(|s| !is_runtime_symbol(s)).map(str::to_string));
-            }
-        }
-    }
-    out
-}
-
-fn is_runtime_symbol(s: &str) -> bool {
-    s.contains(':') || s == "?" || s == "overflow"
-}
-
-/// The `--dim NAME=N` pairs as a map: a name given twice, or one the model does not have, is an
-/// error naming it (and the dims the model has).
-pub fn check_dims(g: &Graph, pairs: &[(String, i64)]) -> Result<BTreeMap<String, i64>, Failure> {
-    let known = symbols(g);
+/// The `--dim NAME=N` pairs as a map (their names are checked against the model by
+/// [`check_dims`]); a name given twice is an error.
+pub fn check_dims_given(pairs: &[(String, i64)]) -> Result<BTreeMap<String, i64>, Failure> {
     let mut m = BTreeMap::new();
     for (name, value) in pairs {
-        if !known.contains(name) {
-            let list = if known.is_empty() {
-                "it has none: every dim is fixed".to_string()
-            } else {
-                format!("its symbolic dims: {}", known.iter().cloned().collect::<Vec<_>>().join(", "))
-            };
-            return Err(Failure::new(
-                1,
-                format!("--dim {name}={value}: {} has no symbolic dim '{name}' ({list})", g.info.source),
-            ));
-        }
         if m.insert(name.clone(), *value).is_some() {
             return Err(Failure::new(1, format!("--dim {name} is given more than once")));
         }
@@ -71,104 +40,6 @@ pub fn check_dims(g: &Graph, pairs: &[(String, i64)]) -> Result<BTreeMap<String,
 /// Bytes of an element of `t` as the host stores it.
 pub fn host_bytes(t: DType) -> u64 {
     t.size_bytes() as u64
-}
-
-/// Bytes, for messages: "1.5 GiB".
-pub fn fmt_bytes(b: u64) -> String {
-    super::inspect::fmt_bytes(b)
-}
-
-/// What bounds a size check: the limit in bytes and what it is, for the message ("the 141 GB
-/// (143771 MiB) of an H200, the largest sm_90 GPU; set --max-memory for another").
-#[derive(Clone, Debug)]
-pub struct Bound {
-    pub bytes: u64,
-    pub what: String,
-}
-
-/// Checks every value of `g` at the dims `env` (symbols not in it take `default`, or stay
-/// unbound when `default` is `None`, and such values are skipped): its element count and bytes
-/// (`elem_bytes` per element of a dtype) are computed with checked arithmetic, and neither may
-/// overflow nor exceed `bound`. `context` names the options that set the dims ("at --max-batch
-/// 64"). Returns the largest value's bytes.
-pub fn check_sizes(
-    g: &Graph,
-    env: &BTreeMap<String, i64>,
-    default: Option<i64>,
-    elem_bytes: impl Fn(DType) -> u64,
-    bound: &Bound,
-    context: &str,
-) -> Result<u64, Failure> {
-    let mut env = env.clone();
-    if let Some(d) = default {
-        for s in symbols(g) {
-            env.entry(s).or_insert(d);
-        }
-    }
-    let mut largest = 0u64;
-    for v in &g.values {
-        let Some(ty) = &v.ty else { continue };
-        let shape: Vec<Dim> = ty.shape.iter().map(|d| d.eval(&env)).collect();
-        let overflow = shape.iter().any(|d| d.symbols().any(|s| s == "overflow"));
-        if !overflow && shape.iter().any(|d| !d.is_known()) {
-            continue;
-        }
-        let bytes = if overflow {
-            None
-        } else {
-            shape
-                .iter()
-                .try_fold(1u64, |n, d| u64::try_from(d.as_known()?).ok().and_then(|d| n.checked_mul(d)))
-                .and_then(|n| n.checked_mul(elem_bytes(ty.dtype)))
-        };
-        let shown = if overflow { fmt_shape(&ty.shape) } else { fmt_shape(&shape) };
-        match bytes {
-            None => {
-                return Err(Failure::new(
-                    1,
-                    format!(
-                        "{context}: value '{}' {}{shown} would have more bytes than a 64-bit size can count",
-                        v.name,
-                        ty.dtype.name()
-                    ),
-                ))
-            }
-            Some(b) if b > bound.bytes => {
-                return Err(Failure::new(
-                    1,
-                    format!(
-                        "{context}: value '{}' {}{shown} would take {}, more than {}",
-                        v.name,
-                        ty.dtype.name(),
-                        fmt_bytes(b),
-                        bound.what
-                    ),
-                ))
-            }
-            Some(b) => largest = largest.max(b),
-        }
-    }
-    Ok(largest)
-}
-
-/// The GPU memory compile sizes a library against when `--max-memory` is not given: the largest
-/// memory of the GPUs the architecture runs on, as `nvidia-smi` reports it (sm_80: A100 80GB,
-/// 81920 MiB; sm_90/sm_90a: H200, 143771 MiB, sold as 141 GB).
-pub fn gpu_memory_bound(arch: Arch) -> Bound {
-    const MIB: u64 = 1 << 20;
-    match arch {
-        Arch::Sm80 => Bound {
-            bytes: 81920 * MIB,
-            what: "the 80 GiB of an A100 80GB, the largest sm_80 GPU (--max-memory sets another bound)".into(),
-        },
-        Arch::Sm90 | Arch::Sm90a => Bound {
-            bytes: 143771 * MIB,
-            what: format!(
-                "the 141 GB (143771 MiB) of an H200, the largest {} GPU (--max-memory sets another bound)",
-                arch.as_str()
-            ),
-        },
-    }
 }
 
 /// A memory size: bytes, or a number with a unit: KiB, MiB, GiB, TiB (powers of 1024) or KB, MB,
@@ -198,50 +69,6 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use onnx2ait::ir::ValueType;
-
-    fn graph() -> Graph {
-        let mut g = Graph::default();
-        g.info.source = "m.onnx".into();
-        let x = g.add_value("x".into(), Some(ValueType::new(DType::F32, vec![Dim::sym("N"), Dim::known(3)])));
-        let y = g.add_value("y".into(), Some(ValueType::new(DType::F32, vec![Dim::sym("y:0")])));
-        g.inputs.push(x);
-        g.outputs.push(y);
-        g
-    }
-
-    #[test]
-    fn dims_must_name_a_symbol_of_the_model_once() {
-        let g = graph();
-        assert_eq!(check_dims(&g, &[("N".into(), 4)]).unwrap(), BTreeMap::from([("N".to_string(), 4)]));
-        let e = check_dims(&g, &[("nosuch".into(), 4)]).unwrap_err().message;
-        assert!(e.contains("--dim nosuch=4") && e.contains("no symbolic dim 'nosuch'") && e.contains(": N)"), "{e}");
-        let e = check_dims(&g, &[("y:0".into(), 4)]).unwrap_err().message;
-        assert!(e.contains("no symbolic dim"), "{e}");
-        let e = check_dims(&g, &[("N".into(), 4), ("N".into(), 5)]).unwrap_err().message;
-        assert!(e.contains("more than once"), "{e}");
-    }
-
-    /// Bytes of an element of `t`.
-    pub fn size(t: DType) -> u64 {
-        t.size_bytes() as u64
-    }
-
-    #[test]
-    fn sizes_are_checked_without_overflow() {
-        let g = graph();
-        let bound = Bound { bytes: 1 << 30, what: "1 GiB".into() };
-        let env = BTreeMap::from([("N".to_string(), 4)]);
-        assert_eq!(check_sizes(&g, &env, None, size, &bound, "--dim N=4").unwrap(), 48);
-        assert_eq!(check_sizes(&g, &env, None, |_| 2, &bound, "--dim N=4").unwrap(), 24);
-        assert_eq!(check_sizes(&g, &BTreeMap::new(), Some(1), size, &bound, "x").unwrap(), 12);
-        let env = BTreeMap::from([("N".to_string(), i64::MAX)]);
-        let e = check_sizes(&g, &env, None, size, &bound, "--dim N=9223372036854775807").unwrap_err().message;
-        assert!(e.contains("--dim N=9223372036854775807: value 'x'") && e.contains("64-bit"), "{e}");
-        let env = BTreeMap::from([("N".to_string(), 100_000_000_000)]);
-        let e = check_sizes(&g, &env, None, size, &bound, "--batch 100000000000").unwrap_err().message;
-        assert!(e.contains("value 'x' float32[100000000000,3] would take") && e.contains("more than 1 GiB"), "{e}");
-    }
 
     #[test]
     fn memory_sizes_parse() {
@@ -252,7 +79,5 @@ mod tests {
         for bad in ["", "0", "-1GB", "12 parsecs", "nan", "1e400", "99999999999TB"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
-        assert!(gpu_memory_bound(Arch::Sm90a).what.contains("H200"));
-        assert!(gpu_memory_bound(Arch::Sm80).bytes < gpu_memory_bound(Arch::Sm90).bytes);
     }
 }

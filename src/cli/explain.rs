@@ -67,13 +67,17 @@ pub struct ExplainArgs {
     /// Fixes a symbolic dim before pricing (repeatable), as compile's --dim: --dim seq=128.
     #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim, requires = "profile_cache")]
     pub dims: Vec<(String, i64)>,
+    /// Attention subgraphs unfused (default) or fused into one kernel each, as compile's
+    /// --attention.
+    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    pub attention: super::compile::AttentionMode,
 }
 
 pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
     a.model.check()?;
     let g = super::checks::load_model(&a.model.model)?;
     let dims = super::checks::check_dims(&g, &a.dims)?;
-    let opts = OptimizeOptions::standard()?;
+    let opts = OptimizeOptions::pipeline(a.attention.fused())?;
     let (optimised, report, costs) = match &a.profile_cache {
         None => {
             let (optimised, report) = optimize(&g, &opts)?;

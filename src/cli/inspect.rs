@@ -7,6 +7,7 @@
 
 use super::{Failure, ModelArg, EXIT_UNSUPPORTED};
 use clap::Args;
+pub use onnx2ait::compile::checks::{fmt_bytes, fmt_count};
 use onnx2ait::error::UnsupportedOp;
 use onnx2ait::ir::dim::fmt_shape;
 use onnx2ait::ir::{DType, Dim, Graph};
@@ -224,37 +225,6 @@ fn element_bytes(code: i32) -> u64 {
             _ => 0,       // string, 4-bit types (packed, under a byte), unknown
         },
     }
-}
-
-/// `97.5 MiB`.
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64;
-    let mut unit = "B";
-    for u in UNITS {
-        if v < 1024.0 {
-            break;
-        }
-        v /= 1024.0;
-        unit = u;
-    }
-    format!("{v:.1} {unit}")
-}
-
-/// `25557032` → `25,557,032`.
-pub fn fmt_count(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn render(r: &Inspection) -> String {

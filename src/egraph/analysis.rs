@@ -6,8 +6,8 @@
 use super::language::{leaf_kind, opaque_ref, LeafKind, ONode};
 use crate::ir::infer::FOLD_LIMIT;
 use crate::ir::ops::kernel::{
-    Act, Attention, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout, Pool,
-    ReduceMean, Transpose,
+    Act, Attention, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout,
+    Pool, ReduceMean, Transpose,
 };
 use crate::ir::ops::shape::{self, AxesFrom};
 use crate::ir::{Fact, Op, OpError, OpResult, Tensor};

@@ -123,7 +123,9 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
                 let v = g.values.len() - 1;
                 // A softmax no rule rewrote is its original node, under its own name.
                 let orig = match other {
-                    ONode::Softmax([_, o]) => super::analysis::orig_index(eg, *o).and_then(|k| eg.analysis.origs.get(k)),
+                    ONode::Softmax([_, o]) => {
+                        super::analysis::orig_index(eg, *o).and_then(|k| eg.analysis.origs.get(k))
+                    }
                     _ => None,
                 };
                 let (node_name, domain) = match orig {
@@ -131,14 +133,7 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
                     _ => (fresh(&mut names, kind), "onnx2ait".to_string()),
                 };
                 let op_type = den.op.op_type().to_string();
-                g.nodes.push(Node {
-                    name: node_name,
-                    op_type,
-                    domain,
-                    op: den.op,
-                    inputs,
-                    outputs: vec![v],
-                });
+                g.nodes.push(Node { name: node_name, op_type, domain, op: den.op, inputs, outputs: vec![v] });
                 node_class.push(c);
                 value_of.insert(c, v);
             }

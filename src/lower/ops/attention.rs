@@ -74,7 +74,11 @@ fn broadcast_strides(shape: &[Dim], target: &[Dim]) -> LowerResult<Vec<Dim>> {
         } else if shape[i - lead] == target[i] {
             out.push(product(&shape[i - lead + 1..]));
         } else {
-            return Err(LowerError::Invalid(format!("mask dim {} does not broadcast to {}", shape[i - lead], target[i])));
+            return Err(LowerError::Invalid(format!(
+                "mask dim {} does not broadcast to {}",
+                shape[i - lead],
+                target[i]
+            )));
         }
     }
     Ok(out)

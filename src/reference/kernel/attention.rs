@@ -34,10 +34,9 @@ pub fn attention(
         )));
     }
     let m = match mask {
-        Some(m) => Some(
-            m.broadcast(IxDyn(&[b, h, sq, sk]))
-                .ok_or_else(|| OpError(format!("attention: mask {:?} does not broadcast to {:?}", m.shape(), [b, h, sq, sk])))?,
-        ),
+        Some(m) => Some(m.broadcast(IxDyn(&[b, h, sq, sk])).ok_or_else(|| {
+            OpError(format!("attention: mask {:?} does not broadcast to {:?}", m.shape(), [b, h, sq, sk]))
+        })?),
         None => None,
     };
     let mut out = ArrayD::<f32>::zeros(IxDyn(&[b, sq, h, dv]));

@@ -1,0 +1,552 @@
+//! The whole pipeline as one call, the library's entry point:
+//!
+//! ```no_run
+//! use onnx2ait::compile::{compile, CompileOptions};
+//! let mut opts = CompileOptions::default(); // the command line's defaults: sm_90a, fp16, max batch 64
+//! opts.dims.insert("seq".into(), 128);
+//! let build = compile("bert.onnx".as_ref(), "out".as_ref(), &opts)?;
+//! println!("{}", build.summary);
+//! # Ok::<(), onnx2ait::Error>(())
+//! ```
+//!
+//! `onnx2ait MODEL -o OUT` is this call. Its steps are public too, for callers that report
+//! between them (the command line prints the summary before the minutes of nvcc):
+//! [`prepare`] (checks the options against the imported graph, optimises it and chooses the
+//! kernel instances, profiling first if asked), [`Prepared::generate`] (renders OUT's sources,
+//! weights, `graph.json`, `kernels.json` and `summary.txt` into a staging folder) and
+//! [`Generated::build`] (nvcc, then OUT swapped in; see [`crate::codegen::outdir`]).
+
+pub mod checks;
+pub mod report;
+
+use crate::build::nvcc::{Arch, Nvcc};
+use crate::build::{BuildOptions, BuildReport};
+use crate::codegen::outdir::Staging;
+use crate::codegen::GeneratedModel;
+use crate::egraph::{optimize, ExplainReport, OptimizeOptions};
+use crate::ir::{DType, Graph};
+use crate::lower::cuda::CudaTarget;
+use crate::lower::{LowerOptions, Precision};
+use crate::profile::cache::ProfileCache;
+use crate::profile::ProfileOptions;
+use crate::{Error, Result};
+use checks::Bound;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The library every build produces.
+pub const LIB_NAME: &str = "libmodel.so";
+
+/// The largest run-time batch when none is given (`--max-batch`).
+pub const DEFAULT_MAX_BATCH: i64 = 64;
+
+/// Where the kernel instances come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelChoice {
+    /// The heuristic only (`--no-profile`).
+    Heuristic,
+    /// Profiled times from a profile cache: `None` is the default location
+    /// ([`crate::profile::cache::default_path`]), used when it exists (else the heuristic);
+    /// a given file must exist.
+    ProfileCache(Option<PathBuf>),
+    /// Profile the model on this machine's GPU first (`--profile`), into the given profile
+    /// cache or the default one, then use the times.
+    Profile(Option<PathBuf>),
+}
+
+/// Everything `compile` takes besides the model and OUT: the command line's options, and its
+/// defaults ([`Default`]; the command line takes its defaults from here).
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// GPU architecture (`--arch`).
+    pub arch: Arch,
+    /// Largest run-time batch when the batch dim is symbolic (`--max-batch`); sizes the arena.
+    pub max_batch: i64,
+    /// GPU memory the library may take (arena, workspace, weights at `max_batch`); `None` is the
+    /// largest GPU of `arch` ([`checks::gpu_memory_bound`]).
+    pub max_memory: Option<u64>,
+    /// Values of symbolic dims (`--dim seq=128`); the one left free is the run-time batch.
+    pub dims: BTreeMap<String, i64>,
+    /// Storage type of float activations and weights (`--precision`).
+    pub precision: Precision,
+    /// One kernel per attention block (`--attention fused`); see [`OptimizeOptions::pipeline`].
+    pub fused_attention: bool,
+    pub kernel_choice: KernelChoice,
+    /// The GPU whose profiled times to use when the cache has several (`--profile-gpu`).
+    pub profile_gpu: Option<String>,
+    /// With profiled times, let instances serve several problems when none is more than this
+    /// fraction slower than its fastest (`--reuse-within`, in percent there); 0 disables sharing.
+    pub reuse_within: f64,
+    /// Parallel nvcc jobs; `None`: one per core.
+    pub jobs: Option<usize>,
+    /// A shared object cache (`--cache-dir`, `ONNX2AIT_CACHE_DIR` on the command line); `None`:
+    /// OUT's private one.
+    pub cache_dir: Option<PathBuf>,
+    /// Build `libmodel.so` (`false`: sources only, `--no-build`).
+    pub build: bool,
+    /// Write into a non-empty folder onnx2ait did not write (`--force`).
+    pub force: bool,
+    /// Progress of profiling and nvcc on stderr.
+    pub progress: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            arch: Arch::Sm90a,
+            max_batch: DEFAULT_MAX_BATCH,
+            max_memory: None,
+            dims: BTreeMap::new(),
+            precision: Precision::Fp16,
+            fused_attention: false,
+            kernel_choice: KernelChoice::ProfileCache(None),
+            profile_gpu: None,
+            reuse_within: 0.01,
+            jobs: None,
+            cache_dir: None,
+            build: true,
+            force: false,
+            progress: false,
+        }
+    }
+}
+
+/// What [`compile`] made.
+#[derive(Debug)]
+pub struct Build {
+    /// The output folder.
+    pub out: PathBuf,
+    /// `OUT/libmodel.so`; `None` with `build: false`.
+    pub library: Option<PathBuf>,
+    /// Content hash of the render, as `o2a_build_hash()` returns it.
+    pub build_hash: String,
+    /// `OUT/summary.txt`: the model, the optimisation, the kernels and where their choice came from.
+    pub summary: String,
+    /// The profiler's report, when it ran.
+    pub profile_summary: Option<String>,
+    /// Kernel-level nodes by kind after optimisation.
+    pub kernels: BTreeMap<String, usize>,
+    /// nvcc's work (also `OUT/build_report.json`); `None` with `build: false`.
+    pub report: Option<BuildReport>,
+}
+
+/// Imports `model`, compiles it into `out` and builds `out/libmodel.so`: [`prepare`],
+/// [`Prepared::generate`] and [`Generated::build`] in one call.
+pub fn compile(model: &Path, out: &Path, opts: &CompileOptions) -> Result<Build> {
+    let graph = crate::onnx::load_model(model)?;
+    prepare(graph, opts)?.generate(out)?.build()
+}
+
+/// A model optimised and its kernel instances chosen, ready to render.
+pub struct Prepared {
+    opts: CompileOptions,
+    lower: LowerOptions,
+    graph: Graph,
+    optimised: Graph,
+    report: ExplainReport,
+    target: CudaTarget,
+    choice: String,
+    sharing: Option<String>,
+    bound: Bound,
+    /// The profiler's report, when `KernelChoice::Profile` ran it.
+    pub profile_summary: Option<String>,
+}
+
+/// Checks the options against the imported graph (dim names, every value's size at
+/// `max_batch` with checked arithmetic, bounded by the GPU memory), optimises it and chooses
+/// the kernel instances (profiling first with [`KernelChoice::Profile`]).
+pub fn prepare(graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
+    let pairs: Vec<(String, i64)> = opts.dims.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let dims = checks::check_dims(&graph, &pairs)?;
+    if opts.max_batch < 1 {
+        return Err(Error::Other(format!("--max-batch {}: must be at least 1", opts.max_batch)));
+    }
+    if !(0.0..=1.0).contains(&opts.reuse_within) {
+        return Err(Error::Other(format!("reuse_within {}: must be a fraction from 0 to 1", opts.reuse_within)));
+    }
+    let bound = match opts.max_memory {
+        Some(bytes) => Bound { bytes, what: format!("--max-memory ({})", checks::fmt_bytes(bytes)) },
+        None => checks::gpu_memory_bound(opts.arch),
+    };
+    check_batch_sizes(&graph, &dims, opts.max_batch, opts.precision, &bound)?;
+    let lower = LowerOptions { dims, max_batch: opts.max_batch, precision: opts.precision };
+    let optimize_opts = OptimizeOptions::pipeline(opts.fused_attention)?;
+    let (optimised, report) = optimize(&graph, &optimize_opts)?;
+    let (target, choice, profile_summary) = kernel_choice(opts, &graph, &lower)?;
+    // With profiled times, extraction prices convs and gemms by them (at the largest batch, the
+    // range that dominates throughput), so fusion and layout choices follow measurements.
+    let (optimised, report) = if target.has_measurements() {
+        crate::profile::cost::optimize_measured(&graph, &optimize_opts, &target, opts.max_batch, &lower.dims)?
+    } else {
+        (optimised, report)
+    };
+    let (target, sharing) = crate::lower::sharing::share(target, &optimised, &lower, opts.reuse_within)?;
+    let sharing = sharing.map(|plan| {
+        let by_batch: Vec<String> =
+            plan.slowdown_by_batch.iter().map(|(b, r)| format!("+{:.2}% at batch {b}", (r - 1.0) * 100.0)).collect();
+        format!(
+            "sharing:   {} instances serve the measured choices, the fastest-each choice needs {} (--reuse-within {}%: modelled library time {}; no choice more than {:.1}% slower than its fastest)",
+            plan.instances.len(),
+            plan.unshared,
+            opts.reuse_within * 100.0,
+            by_batch.join(", "),
+            (plan.worst_slowdown - 1.0) * 100.0
+        )
+    });
+    Ok(Prepared {
+        opts: opts.clone(),
+        lower,
+        graph,
+        optimised,
+        report,
+        target,
+        choice,
+        sharing,
+        bound,
+        profile_summary,
+    })
+}
+
+impl Prepared {
+    /// The imported graph (with its import warnings in `info.warnings`).
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The optimised kernel-level graph.
+    pub fn optimised(&self) -> &Graph {
+        &self.optimised
+    }
+
+    /// Renders OUT's files into a staging folder next to `out` (OUT itself is untouched until
+    /// [`Generated::build`] swaps them in): sources, weights, `graph.json`, `kernels.json`,
+    /// `summary.txt`. The library's device memory must fit the bound.
+    pub fn generate(self, out: &Path) -> Result<Generated> {
+        let to_json = |g: &Graph, file: &str| {
+            serde_json::to_string_pretty(&report::graph_json(g))
+                .map_err(|e| Error::Other(format!("cannot serialise {file}: {e}")))
+        };
+        let (json, kernels_json) = (to_json(&self.graph, "graph.json")?, to_json(&self.optimised, "kernels.json")?);
+        let mut summary = report::summary_text(&report::graph_json(&self.graph));
+        let kernels: Vec<String> = self.report.kernels_after.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+        let _ = writeln!(
+            summary,
+            "optimised: {} ONNX nodes -> {} kernels ({})",
+            self.graph.nodes.len(),
+            self.optimised.nodes.len(),
+            kernels.join(", ")
+        );
+        // Everything is written into a staging folder next to OUT and swapped in at the end;
+        // until then OUT keeps the previous output, and an error drops the staging folder.
+        let stage = Staging::begin(out, self.opts.force)?;
+        let generated = crate::codegen::generate_cuda_with(&self.optimised, &self.lower, &self.target, stage.dir())?;
+        check_device_memory(&generated.program.memory, self.opts.max_batch, &self.bound)?;
+        let _ = writeln!(summary, "{}", generated.summary());
+        let _ = writeln!(summary, "{}", choice_summary(&generated.program, &self.choice));
+        if let Some(s) = &self.sharing {
+            let _ = writeln!(summary, "{s}");
+        }
+        let files = [
+            ("graph.json", format!("{json}\n")),
+            ("kernels.json", format!("{kernels_json}\n")),
+            ("summary.txt", summary.clone()),
+        ];
+        for (file, text) in &files {
+            let p = stage.dir().join(file);
+            std::fs::write(&p, text).map_err(|e| Error::Other(format!("{}: cannot write: {e}", p.display())))?;
+        }
+        Ok(Generated {
+            out: out.to_path_buf(),
+            opts: self.opts,
+            stage,
+            generated,
+            summary,
+            kernels: self.report.kernels_after,
+            profile_summary: self.profile_summary,
+        })
+    }
+}
+
+/// OUT's files rendered in a staging folder, not yet built or swapped in.
+pub struct Generated {
+    out: PathBuf,
+    opts: CompileOptions,
+    stage: Staging,
+    generated: GeneratedModel,
+    /// What `OUT/summary.txt` says.
+    pub summary: String,
+    kernels: BTreeMap<String, usize>,
+    profile_summary: Option<String>,
+}
+
+impl Generated {
+    /// The rendered kernels and memory plan.
+    pub fn model(&self) -> &GeneratedModel {
+        &self.generated
+    }
+
+    /// Builds `libmodel.so` with nvcc (unless `build: false`) and swaps the staging folder in as
+    /// OUT. Without nvcc, or when the build fails, OUT gets the new sources and `build.log`
+    /// without a library, and the error says why.
+    pub fn build(self) -> Result<Build> {
+        let Generated { out, opts, stage, generated, summary, kernels, profile_summary } = self;
+        let hash = generated.files.build_hash.clone();
+        let done = |library: Option<PathBuf>, report: Option<BuildReport>| Build {
+            out: out.clone(),
+            library,
+            build_hash: hash.clone(),
+            summary: summary.clone(),
+            profile_summary: profile_summary.clone(),
+            kernels: kernels.clone(),
+            report,
+        };
+        if !opts.build {
+            // build.log says why there is no library (`onnx2ait run`/`validate --build` read it).
+            let log = stage.dir().join(crate::build::LOG_NAME);
+            std::fs::write(&log, format!("{}\n", crate::build::NO_BUILD_LOG))
+                .map_err(|e| Error::Other(format!("{}: cannot write: {e}", log.display())))?;
+            stage.commit(&hash, false)?;
+            return Ok(done(None, None));
+        }
+        let compiler = match Nvcc::discover(opts.arch) {
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!(
+                    "the CUDA sources are in {} but no library was built: {e}\n(run with --no-build to write sources only)",
+                    out.display()
+                );
+                return Err(commit_failed(stage, &hash, message));
+            }
+        };
+        // The profiler compiled every candidate it timed into its own object cache (beside the
+        // profile cache, unless a shared cache dir gave both the same one): the chosen
+        // instances are taken from there instead of being compiled again.
+        let seed_caches = match profile_cache_file(&opts.kernel_choice) {
+            Some(Ok(file)) => vec![crate::profile::default_object_cache(&file)],
+            _ => Vec::new(),
+        };
+        let build_opts =
+            BuildOptions { jobs: opts.jobs, cache_dir: opts.cache_dir.clone(), progress: opts.progress, seed_caches };
+        // The previous library comes along, so an unchanged model is not linked again.
+        stage.carry_library();
+        let built = crate::build::build(
+            stage.dir(),
+            &generated.files.sources,
+            &generated.files.headers,
+            &compiler,
+            &build_opts,
+            LIB_NAME,
+        );
+        let mut built = match built {
+            Ok(b) => b,
+            Err(e) => {
+                // The new sources and build.log go to OUT, without a library.
+                let message = stage.rewrite_paths(&e.to_string());
+                return Err(commit_failed(stage, &hash, message));
+            }
+        };
+        built.lib = out.join(LIB_NAME);
+        let report_json = serde_json::to_string_pretty(&built).map_err(|e| Error::Other(e.to_string()))? + "\n";
+        let rp = stage.dir().join("build_report.json");
+        std::fs::write(&rp, report_json).map_err(|e| Error::Other(format!("{}: cannot write: {e}", rp.display())))?;
+        stage.commit(&hash, true)?;
+        Ok(done(Some(built.lib.clone()), Some(built)))
+    }
+}
+
+/// The profile cache file a kernel choice reads: `None` for the heuristic, an error when no
+/// default location exists.
+fn profile_cache_file(choice: &KernelChoice) -> Option<Result<PathBuf>> {
+    let file = match choice {
+        KernelChoice::Heuristic => return None,
+        KernelChoice::ProfileCache(f) | KernelChoice::Profile(f) => f,
+    };
+    Some(file.clone().or_else(crate::profile::cache::default_path).ok_or_else(|| {
+        Error::Other("no profile cache location: pass --profile-cache FILE or set ONNX2AIT_PROFILE_CACHE".into())
+    }))
+}
+
+/// Every value of the graph at `max_batch` (the one symbol the dims leave is the batch) fits the
+/// GPU, its size computed without overflow: checked before lowering, which sizes the arena from
+/// these shapes.
+fn check_batch_sizes(
+    g: &Graph,
+    dims: &BTreeMap<String, i64>,
+    max_batch: i64,
+    precision: Precision,
+    bound: &Bound,
+) -> Result<()> {
+    let mut env = dims.clone();
+    let free: Vec<String> = checks::symbols(g).into_iter().filter(|s| !dims.contains_key(s)).collect();
+    // Several free symbols: lowering refuses the model and says which to bind.
+    if let [batch] = free.as_slice() {
+        env.insert(batch.clone(), max_batch);
+    }
+    let context = match free.as_slice() {
+        [batch] => format!("at --max-batch {max_batch} (batch dim '{batch}')"),
+        _ => "at the dims given".to_string(),
+    };
+    // Float values are stored in the precision's type on the GPU.
+    let elem_bytes = |t: DType| match (t.is_float(), precision) {
+        (true, Precision::Fp16) => 2,
+        _ => t.size_bytes() as u64,
+    };
+    checks::check_sizes(g, &env, None, elem_bytes, bound, &context).map(|_| ())
+}
+
+/// The library's device memory (arena, workspace, weights) fits the bound, summed with checked
+/// arithmetic.
+fn check_device_memory(m: &crate::lower::program::MemoryPlan, max_batch: i64, bound: &Bound) -> Result<()> {
+    let fmt = checks::fmt_bytes;
+    let total = m.arena_bytes.checked_add(m.workspace_bytes).and_then(|t| t.checked_add(m.weights_bytes));
+    match total {
+        Some(t) if t <= bound.bytes => Ok(()),
+        _ => Err(Error::Other(format!(
+            "the library would need {} of GPU memory at --max-batch {max_batch} (activation arena {}, workspace {}, weights {}), more than {}; lower --max-batch",
+            total.map_or_else(|| "more bytes than a 64-bit size can count".to_string(), fmt),
+            fmt(m.arena_bytes),
+            fmt(m.workspace_bytes),
+            fmt(m.weights_bytes),
+            bound.what
+        ))),
+    }
+}
+
+/// After a build that produced no library: OUT gets the new sources (and build.log) without one,
+/// and the error is `message` (with the swap's error, if that failed too).
+fn commit_failed(stage: Staging, hash: &str, message: String) -> Error {
+    match stage.commit(hash, false) {
+        Ok(_) => Error::Other(message),
+        Err(e) => Error::Other(format!("{message}\n{e}")),
+    }
+}
+
+/// The target, with profiled times when a profile cache has them for this toolchain; a line
+/// saying where the choices come from; the profiler's report when it ran.
+fn kernel_choice(
+    opts: &CompileOptions,
+    graph: &Graph,
+    lower: &LowerOptions,
+) -> Result<(CudaTarget, String, Option<String>)> {
+    let target = CudaTarget::new(opts.arch).with_max_batch(opts.max_batch);
+    let explicit = match &opts.kernel_choice {
+        KernelChoice::Heuristic => return Ok((target, "kernel choice: heuristic (--no-profile)".into(), None)),
+        KernelChoice::ProfileCache(file) => file.is_some(),
+        KernelChoice::Profile(_) => true,
+    };
+    let cache_file = match profile_cache_file(&opts.kernel_choice) {
+        Some(Ok(f)) => f,
+        Some(Err(_)) | None if !explicit => {
+            return Ok((target, "kernel choice: heuristic (no profile cache location)".into(), None))
+        }
+        Some(Err(e)) => return Err(e),
+        None => unreachable!("the heuristic returned above"),
+    };
+    let mut profile_summary = None;
+    if matches!(opts.kernel_choice, KernelChoice::Profile(_)) {
+        let popts = ProfileOptions {
+            arch: opts.arch,
+            lower: lower.clone(),
+            cache: cache_file.clone(),
+            work_dir: crate::profile::default_work_dir(&cache_file),
+            build: BuildOptions {
+                jobs: opts.jobs,
+                cache_dir: opts.cache_dir.clone(),
+                progress: opts.progress,
+                ..Default::default()
+            },
+            warmup: 3,
+            iters: 20,
+            progress: opts.progress,
+            build_only: false,
+        };
+        profile_summary = Some(crate::profile::profile(graph, &popts)?.summary());
+    } else if !cache_file.exists() {
+        if explicit {
+            return Err(Error::Other(format!("profile cache {}: no such file", cache_file.display())));
+        }
+        return Ok((target, format!("kernel choice: heuristic (no profile cache at {})", cache_file.display()), None));
+    }
+    let cache = ProfileCache::open(&cache_file)?;
+    // The toolchain is part of the key: times hold for the code this nvcc and CUTLASS produce.
+    let nvcc = match Nvcc::discover(opts.arch) {
+        Ok(n) => n,
+        Err(_) if !explicit => {
+            return Ok((target, "kernel choice: heuristic (no nvcc to match the profile cache with)".into(), None))
+        }
+        Err(e) => return Err(e),
+    };
+    match crate::profile::measurements_for(&cache, opts.arch, &nvcc, opts.profile_gpu.as_deref())? {
+        Some((device, m)) => Ok((
+            target.with_measurements(m),
+            format!("kernel choice: profiled times of {device} ({})", cache_file.display()),
+            profile_summary,
+        )),
+        None => Ok((
+            target,
+            format!(
+                "kernel choice: heuristic ({} has no times for this GPU architecture and toolchain)",
+                cache_file.display()
+            ),
+            profile_summary,
+        )),
+    }
+}
+
+/// "library instances: 14 (41 of 53 choices measured)".
+fn choice_summary(p: &crate::lower::Program, choice: &str) -> String {
+    let (mut total, mut measured) = (0, 0);
+    for k in &p.kernels {
+        if let Some(serde_json::Value::Array(entries)) = k.context.get("dispatch") {
+            total += entries.len();
+            measured += entries.iter().filter(|e| e["measured"] == true).count();
+        }
+    }
+    format!("{choice}\nlibrary:   {} instances; {measured} of {total} node choices measured", p.library.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The facade without nvcc's part: a bundled model compiled with `build: false` gives OUT
+    /// with sources, the JSON files and the summary, and no library.
+    #[test]
+    fn compile_without_build_writes_the_sources() {
+        let out = std::env::temp_dir().join(format!("onnx2ait-compile-facade-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let opts = CompileOptions {
+            build: false,
+            max_batch: 4,
+            kernel_choice: KernelChoice::Heuristic,
+            ..CompileOptions::default()
+        };
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/pattern_resnet_bottleneck.onnx");
+        let b = compile(&model, &out, &opts).expect("compiles");
+        assert!(b.library.is_none() && b.report.is_none());
+        for f in ["graph.json", "kernels.json", "summary.txt", "model.h", "weights.bin"] {
+            assert!(out.join(f).exists(), "{f} missing");
+        }
+        assert_eq!(std::fs::read_to_string(out.join("summary.txt")).unwrap(), b.summary);
+        assert!(b.summary.contains("kernel choice: heuristic (--no-profile)"), "{}", b.summary);
+        assert!(b.kernels.get("conv").copied().unwrap_or(0) > 0, "{:?}", b.kernels);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn options_are_checked_against_the_model() {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/pattern_resnet_bottleneck.onnx");
+        let g = crate::onnx::load_model(&model).unwrap();
+        let mut opts = CompileOptions::default();
+        opts.dims.insert("nosuch".into(), 3);
+        let e = prepare(g.clone(), &opts).err().expect("unknown dim refused").to_string();
+        assert!(e.contains("no symbolic dim 'nosuch'"), "{e}");
+        let opts = CompileOptions { max_batch: 0, ..CompileOptions::default() };
+        let e = prepare(g.clone(), &opts).err().expect("batch 0 refused").to_string();
+        assert!(e.contains("--max-batch 0"), "{e}");
+        let opts = CompileOptions { max_memory: Some(1024), ..CompileOptions::default() };
+        let e = prepare(g, &opts).err().expect("1 KiB refused").to_string();
+        assert!(e.contains("more than --max-memory (1.0 KiB)"), "{e}");
+    }
+}
