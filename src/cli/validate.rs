@@ -113,7 +113,9 @@ fn check_input_sizes(
     given.extend(a.batch.map(|b| format!("--batch {b}")));
     let context = format!("at {}", given.join(" "));
     let default = Some(onnx2ait::validate::inputs::DEFAULT_DIM);
-    super::checks::check_sizes(graph, &env, default, super::checks::host_bytes, &bound, &context).map(|_| ()).map_err(Failure::from)
+    super::checks::check_sizes(graph, &env, default, super::checks::host_bytes, &bound, &context)
+        .map(|_| ())
+        .map_err(Failure::from)
 }
 
 pub fn run(a: &ValidateArgs) -> Result<u8, Failure> {
