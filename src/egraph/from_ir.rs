@@ -5,11 +5,11 @@ use super::analysis::{axes_token, gemm_attrs_token, OGraph, OptAnalysis, OrigNod
 use super::language::{leaf, opaque_symbol, ONode};
 use crate::error::{Error, Result};
 use crate::ir::dim::Dim;
+use crate::ir::ops::activation::Activation;
+use crate::ir::ops::arithmetic::{BinaryKind, UnaryKind};
 use crate::ir::ops::kernel::{self as k, Act, ConvGeom, Elementwise, EwExpr, Layout};
 use crate::ir::ops::{activation, arithmetic, cast, conv, linalg, normalization, pool, reduce, shape};
 use crate::ir::{Fact, Graph, Node, Tensor};
-use crate::reference::activation::Activation;
-use crate::reference::arithmetic::{BinaryKind, UnaryKind};
 use egg::Id;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -358,7 +358,7 @@ fn recognise(b: &mut Builder, node: &Node, ni: usize, ch: &[Option<Id>]) -> Opti
     }
     if let Some(r) = op.downcast_ref::<reduce::Reduce>() {
         let reduce::ReduceAxes::Attr(axes) = &r.axes else { return None };
-        if !matches!(r.kind, crate::reference::reduce::ReduceKind::Mean) || axes.is_empty() || !is_float {
+        if !matches!(r.kind, crate::ir::ops::reduce::ReduceKind::Mean) || axes.is_empty() || !is_float {
             return None;
         }
         let t = b.leaf(&k::ReduceMean { axes: axes.clone(), keepdims: r.keepdims }.token());

@@ -5,58 +5,11 @@
 //! epilogues (so it is `Copy`, comparable and carries its parameters).
 
 use super::arithmetic::{map_float, zip_broadcast, zip_float};
+use crate::ir::ops::activation::Activation;
 use crate::ir::{OpError, OpResult, Tensor};
 use crate::{int_tensor, same_int_tensors};
 use ndarray::ArrayD;
 use num_traits::{Bounded, Float};
-
-/// A pointwise activation with its parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Activation {
-    Relu,
-    LeakyRelu {
-        alpha: f32,
-    },
-    Sigmoid,
-    Tanh,
-    /// `min(max(x, min), max)`; NaN propagates and `min > max` gives `max` (ONNX Runtime).
-    Clip {
-        min: f32,
-        max: f32,
-    },
-    HardSigmoid {
-        alpha: f32,
-        beta: f32,
-    },
-    HardSwish,
-    /// `0.5·x·(1 + erf(x/√2))`, or the tanh approximation when `tanh_approx`.
-    Gelu {
-        tanh_approx: bool,
-    },
-    Erf,
-    Softplus,
-    Elu {
-        alpha: f32,
-    },
-    Selu {
-        alpha: f32,
-        gamma: f32,
-    },
-    Celu {
-        alpha: f32,
-    },
-    Softsign,
-    ThresholdedRelu {
-        alpha: f32,
-    },
-    /// `x · tanh(softplus(x))`.
-    Mish,
-    /// `x < -lambd ? x + bias : x > lambd ? x - bias : 0`.
-    Shrink {
-        lambd: f32,
-        bias: f32,
-    },
-}
 
 /// Converts a parameter to the compute type (exact: f32 fits in f32 and f64).
 fn c<F: Float>(v: f32) -> F {

@@ -6,6 +6,8 @@
 //! does on the CPU), so int64 shape arithmetic is exact.
 
 use crate::ir::broadcast::broadcast_usize;
+use crate::ir::ops::arithmetic::{BinaryKind, UnaryKind};
+use crate::ir::ops::logical::{BitKind, CompareKind, LogicKind};
 use crate::ir::{DType, Elem, OpError, OpResult, Tensor};
 use ndarray::{ArrayD, IxDyn, Zip};
 use num_traits::{
@@ -139,21 +141,6 @@ pub fn zip_float(
         }
         _ => None,
     })
-}
-
-/// Elementwise binary arithmetic over operands of one type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinaryKind {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    /// `fmod`: C `fmod` (result has the dividend's sign); otherwise the divisor's sign (Python `%`).
-    Mod {
-        fmod: bool,
-    },
-    Max,
-    Min,
 }
 
 impl BinaryKind {
@@ -345,32 +332,6 @@ pub fn pow(base: &Tensor, exp: &Tensor) -> OpResult<Tensor> {
     }
 }
 
-/// Elementwise unary math.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnaryKind {
-    Sqrt,
-    Reciprocal,
-    Exp,
-    Log,
-    Neg,
-    Abs,
-    Floor,
-    Ceil,
-    Round,
-    Sign,
-    Sin,
-    Cos,
-    Tan,
-    Asin,
-    Acos,
-    Atan,
-    Sinh,
-    Cosh,
-    Asinh,
-    Acosh,
-    Atanh,
-}
-
 impl UnaryKind {
     pub fn float<F: Float>(self, x: F) -> F {
         match self {
@@ -491,16 +452,6 @@ macro_rules! same_tensors {
     };
 }
 
-/// Elementwise comparison producing bool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CompareKind {
-    Equal,
-    Greater,
-    GreaterOrEqual,
-    Less,
-    LessOrEqual,
-}
-
 impl CompareKind {
     pub fn test<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
@@ -529,14 +480,6 @@ pub fn compare(kind: CompareKind, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
     )
 }
 
-/// Elementwise boolean logic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogicKind {
-    And,
-    Or,
-    Xor,
-}
-
 pub fn logic(kind: LogicKind, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
     let (Some(x), Some(y)) = (a.as_bool(), b.as_bool()) else {
         crate::op_bail!("operands must be bool, got {} and {}", a.dtype(), b.dtype());
@@ -557,17 +500,6 @@ pub fn where_select(cond: &Tensor, x: &Tensor, y: &Tensor) -> OpResult<Tensor> {
         |p, q| Ok(Elem::wrap(zip3_broadcast(c, p, q, |k, u, v| if k { u } else { v })?)),
         Err(OpError(format!("X and Y have different element types {} and {}", x.dtype(), y.dtype())))
     )
-}
-
-/// Elementwise bit operations on integers of one type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BitKind {
-    And,
-    Or,
-    Xor,
-    /// `BitShift` with `direction="LEFT"`; shifting by the bit width or more gives 0.
-    ShiftLeft,
-    ShiftRight,
 }
 
 impl BitKind {

@@ -3,6 +3,7 @@
 //! bit-exactly. Shape validation and ONNX attribute semantics live in the ops; these kernels
 //! receive normalised, in-range parameters and only check what would otherwise panic.
 
+use crate::ir::ops::indexing::PadMode;
 use crate::ir::{DType, Elem, OpError, OpResult, Tensor};
 use crate::with_dtype;
 use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Slice};
@@ -101,15 +102,6 @@ pub fn gather_elements<T: Elem>(a: &ArrayD<T>, axis: usize, indices: &ArrayD<usi
         src[axis] = indices[&idx];
         a[src]
     })
-}
-
-/// How `Pad` fills the border.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PadMode {
-    Constant,
-    Reflect,
-    Edge,
-    Wrap,
 }
 
 /// Maps an index outside `[0, n)` back into it for the non-constant pad modes.

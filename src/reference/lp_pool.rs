@@ -2,7 +2,7 @@
 //! the whole spatial extent (GlobalLpPool). Padded cells count as zeros, which add nothing to
 //! the norm; sums accumulate in f64.
 
-use super::conv::Geom3;
+use crate::ir::ops::conv::Geom3;
 
 /// `(sum |x|^p)^(1/p)` over each window of `planes` planes of `g.input` cells (spatial axes
 /// lifted to 3-D), row-major output `[planes, out_d, out_h, out_w]`.

@@ -4,7 +4,7 @@
 //! The valid taps of each output position are computed once per axis (the window is separable),
 //! so the inner loops touch only in-bounds input cells and never test bounds per tap.
 
-use super::conv::Geom3;
+use crate::ir::ops::conv::Geom3;
 
 /// Valid taps `k_lo..k_hi` of one output position along one axis, the input position of tap 0,
 /// and the number of taps inside the padded input (the `count_include_pad` divisor).

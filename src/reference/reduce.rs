@@ -13,23 +13,9 @@
 //!   does; the mean truncates toward zero; the L2 and log reductions of integers are computed
 //!   in f64 and truncated (LogSumExp truncates each `exp` term, as ORT does).
 
+use crate::ir::ops::reduce::ReduceKind;
 use crate::ir::{OpError, OpResult};
 use ndarray::{ArrayD, IxDyn};
-
-/// The arithmetic of one reduction; shared by every element type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReduceKind {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Prod,
-    L1,
-    L2,
-    SumSquare,
-    LogSum,
-    LogSumExp,
-}
 
 impl ReduceKind {
     /// Whether the reduction is defined on booleans (ReduceMax/ReduceMin, opset 20).

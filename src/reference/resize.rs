@@ -7,38 +7,9 @@
 //! rounding, weights) is done in f32 with ONNX Runtime's formulas, so nearest-neighbour choices
 //! match ORT exactly.
 
+use crate::ir::ops::resize::{CoordMode, InterpMode, NearestMode};
 use crate::ir::Elem;
 use ndarray::{ArrayD, ArrayViewMutD, Axis};
-
-/// Maps an output coordinate to an input coordinate along one axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CoordMode {
-    HalfPixel,
-    HalfPixelSymmetric,
-    PytorchHalfPixel,
-    AlignCorners,
-    Asymmetric,
-    TfCropAndResize,
-}
-
-/// How nearest mode rounds a fractional source coordinate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NearestMode {
-    RoundPreferFloor,
-    RoundPreferCeil,
-    Floor,
-    Ceil,
-    /// Resize-10 and Upsample (no `nearest_mode` attribute): ORT truncates when upsampling
-    /// and rounds up when downsampling along the axis.
-    Legacy,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum InterpMode {
-    Nearest(NearestMode),
-    Linear,
-    Cubic { a: f32, exclude_outside: bool },
-}
 
 /// How one axis is resampled.
 #[derive(Clone, Copy, Debug, PartialEq)]

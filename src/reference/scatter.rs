@@ -6,20 +6,10 @@
 //! time becomes an `OpError` naming the axis, never a panic. Reductions on integer types wrap
 //! (like ONNX Runtime's kernels); float16/bfloat16 reduce through f32.
 
+use crate::ir::ops::scatter::Reduction;
 use crate::ir::{Elem, OpError, OpResult};
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
-
-/// How ScatterND / ScatterElements combine an update with the value already there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reduction {
-    /// Overwrite (with duplicate indices, the last update in index order wins).
-    None,
-    Add,
-    Mul,
-    Max,
-    Min,
-}
 
 impl Reduction {
     pub fn name(self) -> &'static str {

@@ -11,11 +11,11 @@
 
 use crate::error::Result;
 use crate::ir::graph::Node;
+use crate::ir::ops::arithmetic::UnaryKind;
 use crate::ir::ops::arithmetic::UnaryOp;
+use crate::ir::ops::reduce::ReduceKind;
 use crate::ir::ops::reduce::{Reduce, ReduceAxes};
 use crate::ir::{Dim, Graph, Tensor, ValueId, ValueType};
-use crate::reference::arithmetic::UnaryKind;
-use crate::reference::reduce::ReduceKind;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

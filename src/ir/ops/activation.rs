@@ -5,8 +5,56 @@ use super::OpSpec;
 use crate::ir::broadcast::broadcast_shapes;
 use crate::ir::dim::fmt_shape;
 use crate::ir::{optional, required, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor};
-use crate::reference::activation::{self as kernels, Activation};
+use crate::reference::activation::{self as kernels};
 use std::any::Any;
+
+/// A pointwise activation with its parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    Relu,
+    LeakyRelu {
+        alpha: f32,
+    },
+    Sigmoid,
+    Tanh,
+    /// `min(max(x, min), max)`; NaN propagates and `min > max` gives `max` (ONNX Runtime).
+    Clip {
+        min: f32,
+        max: f32,
+    },
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
+    HardSwish,
+    /// `0.5·x·(1 + erf(x/√2))`, or the tanh approximation when `tanh_approx`.
+    Gelu {
+        tanh_approx: bool,
+    },
+    Erf,
+    Softplus,
+    Elu {
+        alpha: f32,
+    },
+    Selu {
+        alpha: f32,
+        gamma: f32,
+    },
+    Celu {
+        alpha: f32,
+    },
+    Softsign,
+    ThresholdedRelu {
+        alpha: f32,
+    },
+    /// `x · tanh(softplus(x))`.
+    Mish,
+    /// `x < -lambd ? x + bias : x > lambd ? x - bias : 0`.
+    Shrink {
+        lambd: f32,
+        bias: f32,
+    },
+}
 
 pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("Relu", parse_relu),

@@ -7,8 +7,49 @@
 use super::OpSpec;
 use crate::ir::broadcast::broadcast_shapes;
 use crate::ir::{required, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor, ValueType};
-use crate::reference::arithmetic::{self as kernels, BinaryKind, UnaryKind};
+use crate::reference::arithmetic::{self as kernels};
 use std::any::Any;
+
+/// Elementwise binary arithmetic over operands of one type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryKind {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// `fmod`: C `fmod` (result has the dividend's sign); otherwise the divisor's sign (Python `%`).
+    Mod {
+        fmod: bool,
+    },
+    Max,
+    Min,
+}
+
+/// Elementwise unary math.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryKind {
+    Sqrt,
+    Reciprocal,
+    Exp,
+    Log,
+    Neg,
+    Abs,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+}
 
 pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("Add", parse_add),

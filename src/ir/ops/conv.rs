@@ -5,12 +5,116 @@
 use super::linalg::{f32_of, into_dtype};
 use super::OpSpec;
 use crate::ir::dim::fmt_shape;
-use crate::ir::{optional, required, Dim, Fact, NodeCtx, Op, OpResult, Tensor};
-use crate::reference::conv::{self as kernels, Geom3};
+use crate::ir::{optional, required, Dim, Fact, NodeCtx, Op, OpError, OpResult, Tensor};
+use crate::reference::conv as kernels;
 use crate::reference::linalg::{contiguous, standard};
 use crate::{op_bail, op_ensure};
 use ndarray::{ArrayD, IxDyn};
 use std::any::Any;
+
+/// Concrete geometry of a sliding window over 3 spatial dims (lifted from 1-D/2-D).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geom3 {
+    pub input: [usize; 3],
+    pub kernel: [usize; 3],
+    pub strides: [usize; 3],
+    pub dilations: [usize; 3],
+    pub pad_begin: [usize; 3],
+    pub pad_end: [usize; 3],
+    pub output: [usize; 3],
+}
+
+fn lift(v: &[usize], fill: usize) -> OpResult<[usize; 3]> {
+    if v.len() > 3 {
+        return Err(OpError(format!("at most 3 spatial dims are supported, got {}", v.len())));
+    }
+    let mut out = [fill; 3];
+    out[3 - v.len()..].copy_from_slice(v);
+    Ok(out)
+}
+
+impl Geom3 {
+    /// Lifts per-axis spatial parameters (all of the same length, 1 to 3) to 3-D.
+    pub fn lift(
+        input: &[usize],
+        kernel: &[usize],
+        strides: &[usize],
+        dilations: &[usize],
+        pad_begin: &[usize],
+        pad_end: &[usize],
+        output: &[usize],
+    ) -> OpResult<Geom3> {
+        let g = Geom3 {
+            input: lift(input, 1)?,
+            kernel: lift(kernel, 1)?,
+            strides: lift(strides, 1)?,
+            dilations: lift(dilations, 1)?,
+            pad_begin: lift(pad_begin, 0)?,
+            pad_end: lift(pad_end, 0)?,
+            output: lift(output, 1)?,
+        };
+        g.check_extent()?;
+        Ok(g)
+    }
+
+    /// The kernels index with `o * stride + k * dilation - pad_begin` (and the reverse for
+    /// ConvTranspose) in isize, and multiply the per-axis sizes. The parameters come from the
+    /// model (an empty tensor may even carry huge dims), so every such value must fit.
+    fn check_extent(&self) -> OpResult<()> {
+        let fits = |v: Option<usize>| v.filter(|&v| isize::try_from(v).is_ok());
+        for a in 0..3 {
+            let reach = self.input[a]
+                .max(self.output[a])
+                .checked_mul(self.strides[a])
+                .zip(self.kernel[a].checked_mul(self.dilations[a]))
+                .and_then(|(p, k)| p.checked_add(k))
+                .and_then(|v| v.checked_add(self.pad_begin[a]))
+                .and_then(|v| v.checked_add(self.pad_end[a]));
+            if fits(reach).is_none() {
+                return Err(OpError(format!("window geometry overflows on spatial axis {a}: {self:?}")));
+            }
+        }
+        for (what, dims) in [("input", &self.input), ("output", &self.output), ("kernel", &self.kernel)] {
+            if fits(dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))).is_none() {
+                return Err(OpError(format!("{what} spatial size {dims:?} overflows")));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn in_len(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    pub fn out_len(&self) -> usize {
+        self.output.iter().product()
+    }
+
+    pub fn kernel_len(&self) -> usize {
+        self.kernel.iter().product()
+    }
+
+    /// Offset of tap `k` along `axis` relative to `o * stride`: `k * dilation - pad_begin`.
+    pub(crate) fn tap_offset(&self, axis: usize, k: usize) -> isize {
+        (k * self.dilations[axis]) as isize - self.pad_begin[axis] as isize
+    }
+
+    /// The output positions `lo..hi` along `axis` whose input `o * stride + off` is inside the input.
+    pub(crate) fn valid_outputs(&self, axis: usize, off: isize) -> (usize, usize) {
+        let s = self.strides[axis] as isize;
+        let n = self.input[axis] as isize;
+        let lo = if off >= 0 { 0 } else { (-off + s - 1) / s };
+        let hi = if n - off <= 0 { 0 } else { (n - off + s - 1) / s };
+        let out = self.output[axis] as isize;
+        let lo = lo.min(out) as usize;
+        (lo, (hi.min(out) as usize).max(lo))
+    }
+
+    pub(crate) fn is_pointwise(&self) -> bool {
+        self.kernel == [1; 3] && self.strides == [1; 3] && self.pad_begin == [0; 3] && self.input == self.output
+    }
+}
+
 
 pub const OPS: &[OpSpec] = &[OpSpec::onnx("Conv", parse_conv), OpSpec::onnx("ConvTranspose", parse_conv_transpose)];
 

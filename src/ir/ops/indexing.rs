@@ -10,10 +10,19 @@ use super::OpSpec;
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
 use crate::ir::dim::fmt_shape;
 use crate::ir::{optional, required, DType, Dim, Elem, Fact, NodeCtx, Op, OpError, OpResult, Tensor};
-use crate::reference::indexing::{self as kernels, AxisSlice, PadMode};
+use crate::reference::indexing::{self as kernels, AxisSlice};
 use crate::{op_bail, op_ensure, with_tensor};
 use ndarray::ArrayD;
 use std::any::Any;
+
+/// How `Pad` fills the border.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PadMode {
+    Constant,
+    Reflect,
+    Edge,
+    Wrap,
+}
 
 pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("Concat", parse_concat),

@@ -8,10 +8,39 @@ use super::arithmetic::{broadcast_facts, required_all, same_dtype, sym_zip, with
 use super::OpSpec;
 use crate::ir::dim::known_shape;
 use crate::ir::{required, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor};
-use crate::reference::arithmetic::{self as kernels, BitKind, CompareKind, LogicKind};
+use crate::reference::arithmetic::{self as kernels};
 use ndarray::{ArrayD, IxDyn};
 use std::any::Any;
 use std::sync::Arc;
+
+/// Elementwise comparison producing bool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompareKind {
+    Equal,
+    Greater,
+    GreaterOrEqual,
+    Less,
+    LessOrEqual,
+}
+
+/// Elementwise boolean logic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogicKind {
+    And,
+    Or,
+    Xor,
+}
+
+/// Elementwise bit operations on integers of one type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BitKind {
+    And,
+    Or,
+    Xor,
+    /// `BitShift` with `direction="LEFT"`; shifting by the bit width or more gives 0.
+    ShiftLeft,
+    ShiftRight,
+}
 
 pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("Equal", parse_equal),

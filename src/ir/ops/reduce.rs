@@ -6,10 +6,25 @@
 use super::OpSpec;
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
 use crate::ir::{optional, required, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor};
-use crate::reference::reduce::{arg_reduce, reduce_bool, reduce_f32, reduce_int, ReduceKind};
+use crate::reference::reduce::{arg_reduce, reduce_bool, reduce_f32, reduce_int};
 use crate::{map_tensor, op_bail, op_ensure, with_tensor};
 use ndarray::{ArrayD, IxDyn};
 use std::any::Any;
+
+/// The arithmetic of one reduction; shared by every element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceKind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    L1,
+    L2,
+    SumSquare,
+    LogSum,
+    LogSumExp,
+}
 
 pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("ArgMax", parse_argmax),

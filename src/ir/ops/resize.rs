@@ -8,9 +8,39 @@ use super::OpSpec;
 use crate::ir::broadcast::normalize_axes;
 use crate::ir::dim::known_shape;
 use crate::ir::{optional, required, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor};
-use crate::reference::resize::{resize_f32, resize_nearest, AxisResample, CoordMode, InterpMode, NearestMode};
+use crate::reference::resize::{resize_f32, resize_nearest, AxisResample};
 use crate::{map_tensor, op_bail, op_ensure};
 use std::any::Any;
+
+/// Maps an output coordinate to an input coordinate along one axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoordMode {
+    HalfPixel,
+    HalfPixelSymmetric,
+    PytorchHalfPixel,
+    AlignCorners,
+    Asymmetric,
+    TfCropAndResize,
+}
+
+/// How nearest mode rounds a fractional source coordinate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NearestMode {
+    RoundPreferFloor,
+    RoundPreferCeil,
+    Floor,
+    Ceil,
+    /// Resize-10 and Upsample (no `nearest_mode` attribute): ORT truncates when upsampling
+    /// and rounds up when downsampling along the axis.
+    Legacy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum InterpMode {
+    Nearest(NearestMode),
+    Linear,
+    Cubic { a: f32, exclude_outside: bool },
+}
 
 pub const OPS: &[OpSpec] = &[OpSpec::onnx("Resize", parse_resize), OpSpec::onnx("Upsample", parse_upsample)];
 

@@ -10,9 +10,20 @@ use super::OpSpec;
 use crate::ir::broadcast::normalize_axis;
 use crate::ir::dim::fmt_shape;
 use crate::ir::{required, DType, Dim, Elem, Fact, NodeCtx, Op, OpResult, Tensor};
-use crate::reference::scatter::{self as kernels, combiner, Reduction};
+use crate::reference::scatter::{self as kernels, combiner};
 use crate::{op_bail, op_ensure};
 use std::any::Any;
+
+/// How ScatterND / ScatterElements combine an update with the value already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduction {
+    /// Overwrite (with duplicate indices, the last update in index order wins).
+    None,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
 
 pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("GatherND", parse_gather_nd),

@@ -21,16 +21,17 @@
 use super::act::{act_call, float_lit};
 use super::{is_device_float, LowerSpec};
 use crate::ir::dim::product;
+use crate::ir::ops::activation::Activation;
 use crate::ir::ops::activation::{ActivationOp, ClipOp, PReluOp};
+use crate::ir::ops::arithmetic::{BinaryKind, UnaryKind};
 use crate::ir::ops::arithmetic::{BinaryOp, LegacyBroadcast, PowOp, UnaryOp, VariadicKind, VariadicOp};
 use crate::ir::ops::kernel::{BinOp, Elementwise, EwExpr};
+use crate::ir::ops::logical::{BitKind, CompareKind, LogicKind};
 use crate::ir::ops::logical::{BitOp, BitwiseNotOp, CompareOp, LogicOp, PredicateKind, PredicateOp, WhereOp};
 use crate::ir::ops::normalization::BatchNorm;
 use crate::ir::{DType, Dim, Node, Tensor};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
 use crate::lower_unsupported;
-use crate::reference::activation::Activation;
-use crate::reference::arithmetic::{BinaryKind, BitKind, CompareKind, LogicKind, UnaryKind};
 use serde_json::{json, Map, Value as Json};
 
 pub const OPS: &[LowerSpec] = &[

@@ -18,15 +18,15 @@ use super::shape::{
 use super::LowerSpec;
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
 use crate::ir::dim::{fmt_shape, product};
+use crate::ir::ops::indexing::PadMode;
 use crate::ir::ops::indexing::{Concat, Gather, GatherElements, Pad, Slice, Split, TopK};
 use crate::ir::ops::layout::{DepthToSpace, SpaceToDepth};
+use crate::ir::ops::scatter::Reduction;
 use crate::ir::ops::scatter::{GatherNd, OneHot, ScatterElements, ScatterNd};
 use crate::ir::ops::shape::{Expand, Tile};
 use crate::ir::{DType, Dim, Node};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
 use crate::lower_unsupported;
-use crate::reference::indexing::PadMode;
-use crate::reference::scatter::Reduction;
 use serde_json::json;
 
 pub const OPS: &[LowerSpec] = &[

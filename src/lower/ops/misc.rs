@@ -21,11 +21,12 @@ use crate::ir::ops::generator::EyeLike;
 use crate::ir::ops::mvn::MeanVarianceNormalization;
 use crate::ir::ops::normalization::{InstanceNorm, Lrn};
 use crate::ir::ops::resize::{AspectPolicy, Resize, ScaleSource};
+use crate::ir::ops::resize::{CoordMode, InterpMode};
 use crate::ir::ops::trilu::Trilu;
 use crate::ir::{DType, Dim, Node};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult};
 use crate::lower_unsupported;
-use crate::reference::resize::{resize_f32, resize_nearest, AxisResample, CoordMode, InterpMode};
+use crate::reference::resize::{resize_f32, resize_nearest, AxisResample};
 use ndarray::{ArrayD, IxDyn};
 use serde_json::json;
 
@@ -783,10 +784,10 @@ fn lower_einsum(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
 mod tests {
     use super::*;
     use crate::ir::infer::infer_graph;
+    use crate::ir::ops::resize::NearestMode;
     use crate::ir::ops::testutil::GraphBuilder;
     use crate::ir::{Attr, Tensor};
     use crate::lower::ops::shape::testing::*;
-    use crate::reference::resize::NearestMode;
     use serde_json::json;
 
     fn lowered(b: &mut GraphBuilder) -> crate::lower::Program {

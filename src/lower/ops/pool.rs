@@ -27,7 +27,7 @@ use crate::ir::ops::lp_pool::{GlobalLpPool, LpPool};
 use crate::ir::ops::pool::{GlobalPool, Pool as OnnxPool, PoolKind as OnnxPoolKind};
 use crate::ir::{DType, Dim, Node};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
-use crate::reference::conv::Geom3;
+use crate::ir::ops::conv::Geom3;
 use serde_json::{json, Map, Value as Json};
 
 pub const OPS: &[LowerSpec] = &[

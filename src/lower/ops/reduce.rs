@@ -23,11 +23,11 @@ use super::{is_device_float, LowerSpec};
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
 use crate::ir::dim::product;
 use crate::ir::ops::kernel::ReduceMean as KernelReduceMean;
+use crate::ir::ops::reduce::ReduceKind;
 use crate::ir::ops::reduce::{ArgReduce, Reduce, ReduceAxes};
 use crate::ir::{DType, Dim, Node};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
 use crate::lower_unsupported;
-use crate::reference::reduce::ReduceKind;
 use serde_json::{json, Map};
 
 pub const OPS: &[LowerSpec] = &[
