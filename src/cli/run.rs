@@ -10,7 +10,7 @@ use super::Failure;
 use clap::Args;
 use onnx2ait::ir::Tensor;
 use onnx2ait::runtime::{Library, Model};
-use onnx2ait::validate::inputs::{parse_assignment, random_tensor, read_npy_as};
+use onnx2ait::validate::inputs::{parse_assignment, random_tensor, read_input_file};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,7 +64,7 @@ pub fn run(a: &RunArgs) -> Result<u8, Failure> {
     for info in lib.inputs() {
         loaded.push(match files.get(&info.name) {
             Some(path) => Some(
-                read_npy_as(path, info.dtype)
+                read_input_file(path, &info.name, info.dtype)
                     .map_err(|m| Failure::new(1, format!("--input {}={}: {m}", info.name, path.display())))?,
             ),
             None => None,
