@@ -223,10 +223,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let t = Tensor::from_i64s(&[2], vec![3, -4]);
         assert_eq!(write_npy(&dir.join("i.npy"), &t).unwrap(), "");
-        assert_eq!(read_npy_as(&dir.join("i.npy"), DType::I64).unwrap(), t);
+        assert_eq!(read_input_file(&dir.join("i.npy"), "i", DType::I64).unwrap(), t);
         let h = Tensor::from_f32s(&[2], vec![0.5, -1.0]).cast(DType::F16);
         assert_eq!(write_npy(&dir.join("h.npy"), &h).unwrap(), " (written as float32)");
-        assert_eq!(read_npy_as(&dir.join("h.npy"), DType::F16).unwrap(), h);
+        assert_eq!(read_input_file(&dir.join("h.npy"), "h", DType::F16).unwrap(), h);
         std::fs::remove_dir_all(&dir).ok();
     }
 }
