@@ -259,13 +259,33 @@ fn resize_scales_and_roi_from_graph_inputs() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Pad (opset 11+) with `pads` and `constant_value` as graph inputs.
+#[test]
+fn pad_pads_from_a_graph_input() {
+    let dir = scratch("pad");
+    let model = dir.join("pad.onnx");
+    write_model(
+        &model,
+        vec![node("Pad", &["x", "pads"], &["y"], vec![])],
+        vec![value("x", FLOAT, Some(&[2, 3])), value("pads", INT64, Some(&[4]))],
+        vec![value("y", FLOAT, None)],
+    );
+    let pads = dir.join("pads.npy");
+    for (p, shape) in [([1i64, 0, 0, 2], [3usize, 5]), ([0, -1, 2, 1], [4, 3])] {
+        std::fs::write(&pads, i64_npy(&p)).unwrap();
+        let report = run(&model, &[("pads", pads.as_path())]);
+        assert_eq!(output_shape(&report, "y"), shape, "pads {p:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// `onnx2ait ops` states what code generation still needs for these ops.
 #[test]
 fn ops_states_the_run_time_input_restriction() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_onnx2ait")).args(["ops", "--json"]).output().unwrap();
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    for op in ["ReduceSum", "ReduceMean", "Squeeze", "Unsqueeze", "Resize"] {
+    for op in ["ReduceSum", "ReduceMean", "Squeeze", "Unsqueeze", "Resize", "Pad"] {
         let row = rows.iter().find(|r| r["op_type"] == op).unwrap_or_else(|| panic!("{op} missing"));
         let note = row["note"].as_str().unwrap_or_else(|| panic!("{op} has no note: {row}"));
         assert!(note.contains("run-time value") && note.contains("code generation"), "{op}: {note}");
