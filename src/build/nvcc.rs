@@ -22,7 +22,10 @@
 //! - `--objdir-as-tempdir` where `nvcc --help` lists it (13.0 does): nvcc otherwise names its
 //!   intermediate files `/tmp/tmpxft_<pid>_…`, and the host object keeps that name as its source
 //!   file symbol, so every compile gave a different object and library. With it they are named
-//!   after the object, which the build keeps free of process ids (see [`super::build`]).
+//!   after the object, which the build keeps free of process ids (see [`super::build`]). With it
+//!   goes `-Xcudafe --orig_src_path_name=<source as given>`: the front end hashes that path into
+//!   anonymous-namespace names, and nvcc would give the absolute path, which holds the staging
+//!   folder's process id.
 //!
 //! The commands are built with `std::process::Command` rather than the `cc` crate: cc is made for
 //! build scripts (it wants TARGET/HOST/OUT_DIR, archives objects into a static library and prints
@@ -267,6 +270,14 @@ impl Compiler for Nvcc {
         cmd.arg(include_flag(include_dir));
         cmd.arg(include_flag(&self.cutlass.include));
         cmd.arg(include_flag(&self.cutlass.util_include));
+        if self.objtemp {
+            // The front end names anonymous namespaces after a hash of the source's absolute path
+            // (`_GLOBAL__N__<hash>_…`), which nvcc passes as --orig_src_path_name: the path as given
+            // (relative to OUT in a build) keeps the names, and the object, the same wherever OUT is.
+            let mut path = OsString::from("--orig_src_path_name=");
+            path.push(src);
+            cmd.arg("-Xcudafe").arg(path);
+        }
         cmd.arg("-c").arg(src).arg("-o").arg(obj);
         cmd
     }
