@@ -232,11 +232,19 @@ fn validate_reads_npy_inputs() {
     assert_eq!(v["dims"]["N"], 2, "N is bound by the file's shape");
     assert_eq!(v["inputs"][0]["source"]["kind"], "file");
 
-    let bad = dir.join("x64.npy");
-    ndarray_npy::write_npy(&bad, &x.mapv(|v| v as f64)).unwrap();
+    // float64 values that are float32 numbers convert exactly (issue 16, point 4); 0.1 does not.
+    let wide = dir.join("x64.npy");
+    ndarray_npy::write_npy(&wide, &x.mapv(|v| v as f64)).unwrap();
+    let arg = format!("x={}", wide.display());
+    expect_code(&run(&["validate", convnet().to_str().unwrap(), "--input", &arg]), 0);
+    let bad = dir.join("x64-inexact.npy");
+    let mut inexact = x.mapv(|v| v as f64);
+    inexact[[0, 0, 0, 0]] = 0.1;
+    ndarray_npy::write_npy(&bad, &inexact).unwrap();
     let arg = format!("x={}", bad.display());
     let (_, err) = expect_code(&run(&["validate", convnet().to_str().unwrap(), "--input", &arg]), 1);
     assert!(err.starts_with("error: ") && err.contains("float64") && err.contains("float32"), "{err}");
+    assert!(err.contains("x64-inexact.npy"), "the error names the file: {err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
