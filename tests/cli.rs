@@ -253,11 +253,19 @@ fn validate_reads_npy_inputs() {
     assert_eq!(v["dims"]["N"], 2, "N is bound by the file's shape");
     assert_eq!(v["inputs"][0]["source"]["kind"], "file");
 
-    let bad = dir.join("x64.npy");
-    ndarray_npy::write_npy(&bad, &x.mapv(|v| v as f64)).unwrap();
+    // float64 values that are float32 numbers convert exactly (issue 16, point 4); 0.1 does not.
+    let wide = dir.join("x64.npy");
+    ndarray_npy::write_npy(&wide, &x.mapv(|v| v as f64)).unwrap();
+    let arg = format!("x={}", wide.display());
+    expect_code(&run(&["validate", convnet().to_str().unwrap(), "--input", &arg]), 0);
+    let bad = dir.join("x64-inexact.npy");
+    let mut inexact = x.mapv(|v| v as f64);
+    inexact[[0, 0, 0, 0]] = 0.1;
+    ndarray_npy::write_npy(&bad, &inexact).unwrap();
     let arg = format!("x={}", bad.display());
     let (_, err) = expect_code(&run(&["validate", convnet().to_str().unwrap(), "--input", &arg]), 1);
     assert!(err.starts_with("error: ") && err.contains("float64") && err.contains("float32"), "{err}");
+    assert!(err.contains("x64-inexact.npy"), "the error names the file: {err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -448,6 +456,57 @@ fn a_real_build_is_replaced_by_the_next_model() {
     let e = onnx2ait::runtime::Library::open(&out).err().unwrap().to_string();
     assert!(e.contains("the library was not built"), "{e}");
     assert_eq!(names(&dir), ["out"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 16, point 7: two fresh builds of one model, from copies in different folders (one
+/// named by a relative path, one by an absolute path) into different OUT folders, give the same
+/// bytes in every file but the build's records (`build.log`, `build_report.json`: timings and
+/// paths); the library included.
+#[test]
+fn fresh_builds_are_byte_identical() {
+    use onnx2ait::build::nvcc::{Arch, Nvcc};
+    if Nvcc::discover_for_test(Arch::Sm90, "the reproducible-build test").is_none() {
+        return;
+    }
+    let dir = scratch("reproducible");
+    for sub in ["a", "b/c"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        std::fs::copy(bundled("indexing_pad_opset9.onnx"), dir.join(sub).join("pad.onnx")).unwrap();
+    }
+    let build = |model: &str, out: &str| {
+        let o = Command::new(BIN)
+            .args([model, "-o", out, "--arch", "sm_90", "--no-profile"])
+            .current_dir(&dir)
+            .env_remove("ONNX2AIT_CACHE_DIR")
+            .output()
+            .expect("run onnx2ait");
+        expect_code(&o, 0);
+    };
+    build("a/pad.onnx", "out1");
+    build(dir.join("b/c/pad.onnx").to_str().unwrap(), "b/out2");
+    let (one, two) = (dir.join("out1"), dir.join("b/out2"));
+    let files = names(&one);
+    assert!(files.iter().any(|f| f == "libmodel.so"), "{files:?}");
+    assert_eq!(files, names(&two));
+    for f in files.iter().filter(|f| !["build.log", "build_report.json", "obj"].contains(&f.as_str())) {
+        assert!(
+            std::fs::read(one.join(f)).unwrap() == std::fs::read(two.join(f)).unwrap(),
+            "{f} differs between two fresh builds"
+        );
+    }
+    // The objects too.
+    let objs = |out: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(out.join("obj"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_file())
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(objs(&one) == objs(&two), "the objects differ between two fresh builds");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -122,6 +122,14 @@ pub fn is_object_of(name: &str, base: &str, ext: &str) -> bool {
     hash.len() == HASH_DIGITS && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// The hash digits in an object's name (`<base>-<16 hex>.<ext>`); `None` for other names.
+pub fn hash_in_name<'a>(name: &'a str, ext: &str) -> Option<&'a str> {
+    let stem = name.strip_suffix(ext)?.strip_suffix('.')?;
+    let (base, hash) = stem.rsplit_once('-')?;
+    let hex = hash.len() == HASH_DIGITS && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (hex && !base.is_empty()).then_some(hash)
+}
+
 /// The stamp of a link: the compiler's fingerprint (link flags included) and the object names in
 /// link order. The library is relinked whenever the stamp on disk differs.
 pub fn link_stamp(fingerprint: &str, lib_name: &str, objects: &[String]) -> String {
@@ -193,6 +201,11 @@ mod tests {
         assert!(!is_object_of("k001-extra-0123456789abcdef.o", "k001", "o"));
         assert!(!is_object_of("k001-0123456789ABCDEF.o", "k001", "o"));
         assert!(!is_object_of("k001-0123456789abcdef.o.tmp1.o", "k001", "o"));
+        assert_eq!(hash_in_name(&name, "o"), Some("0123456789abcdef"));
+        assert_eq!(hash_in_name("a-b-0123456789abcdef.o", "o"), Some("0123456789abcdef"));
+        assert_eq!(hash_in_name("k001-0123456789abcdef.obj", "o"), None);
+        assert_eq!(hash_in_name("k001-0123456789abcde.o", "o"), None);
+        assert_eq!(hash_in_name("-0123456789abcdef.o", "o"), None);
     }
 
     #[test]

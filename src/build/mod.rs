@@ -13,12 +13,22 @@
 //!   (compiler fingerprint + source + shared headers; see [`cache`]) and only changed files are
 //!   recompiled. Objects and the library are written under temporary names and renamed into
 //!   place, so an interrupted build never leaves a truncated file that a later build would trust.
+//! - A cache folder may be shared by builds running at the same time (`--cache-dir`): an object
+//!   is compiled under an advisory lock ([`lock`]) and looked for again once the lock is held, so
+//!   two builds never compile the same source twice — the second takes the first one's object.
+//!   What a killed build left half-written (its temporary objects) is removed by the next build.
+//! - Objects are reproducible: the compiler runs in the output folder on the source's relative
+//!   path (so `__FILE__` and anonymous-namespace names do not depend on where OUT or its staging
+//!   folder is), and writes into a temporary folder named after the object (nvcc names its
+//!   intermediate files, whose names end up in the object, after it: see [`nvcc`]). Equal
+//!   sources, headers and toolchain give equal objects and an equal library.
 //! - A failing kernel should be reported with the compiler's own words, not "exit status 2":
 //!   the error names the file and quotes the tail of the compiler output; `build.log` keeps
 //!   everything. Once one file fails no further files are started (the build is lost anyway),
 //!   but files already compiling finish and their failures are reported too.
 
 pub mod cache;
+pub mod lock;
 pub mod nvcc;
 
 pub use nvcc::{Arch, Nvcc};
@@ -54,7 +64,8 @@ pub trait Compiler: Sync {
     }
 
     /// The command compiling `src` into the object `obj`. `include_dir` is the generated tree's
-    /// root, which sources address their shared headers from.
+    /// root, which sources address their shared headers from. [`build`] runs the command in the
+    /// output folder, with `src` relative to it, `include_dir` `.` and `obj` absolute.
     fn compile_command(&self, src: &Path, obj: &Path, include_dir: &Path) -> Command;
 
     /// The command linking `objs` (in this order) into the shared library `lib`.
@@ -180,9 +191,11 @@ pub fn written_without_build(out_dir: &Path) -> bool {
 struct Unit {
     /// Path relative to the output directory, as shown to users.
     rel: String,
-    /// Path the compiler is given.
-    src: PathBuf,
+    /// Path the compiler is given: relative to the output directory, which it runs in.
+    rel_path: PathBuf,
     base: String,
+    /// The object's content hash (the digits in its name).
+    hash: String,
     obj: PathBuf,
     obj_name: String,
     cached: bool,
@@ -195,6 +208,8 @@ struct Outcome {
     output: String,
     /// `None` on success, else why it failed (exit status or spawn error).
     failure: Option<String>,
+    /// A concurrent build sharing the cache compiled the object while this one waited for it.
+    by_other: bool,
 }
 
 /// The object cache of a build of `out_dir` given no cache directory.
@@ -225,6 +240,11 @@ pub fn build(
     let cache_dir = opts.cache_dir.clone().unwrap_or_else(|| private_cache_dir(out_dir));
     std::fs::create_dir_all(&cache_dir)
         .map_err(|e| Error::Other(format!("build: cannot create the object cache {}: {e}", cache_dir.display())))?;
+    // Absolute: the compiler runs in `out_dir` and writes into the cache.
+    let cache_dir = std::fs::canonicalize(&cache_dir)
+        .map_err(|e| Error::Other(format!("build: object cache {}: {e}", cache_dir.display())))?;
+    let mut cleaned = String::new();
+    remove_abandoned(&cache_dir, compiler.object_ext(), &mut cleaned);
 
     let fingerprint = compiler.fingerprint();
     let ext = compiler.object_ext().to_string();
@@ -241,11 +261,12 @@ pub fn build(
         (true, true) => Progress::Bar,
         (true, false) => Progress::Lines(&print_line),
     };
-    let outcomes = compile_all(&units, &todo, compiler, out_dir, jobs, progress);
+    let outcomes = compile_all(&units, &todo, compiler, out_dir, &cache_dir, jobs, progress);
 
     let mut log = String::new();
     let _ = writeln!(log, "# onnx2ait build of {} with {}", out_dir.join(lib_name).display(), compiler.describe());
     let _ = writeln!(log, "# {} sources, {} to compile, {jobs} jobs\n", units.len(), todo.len());
+    log.push_str(&cleaned);
     let mut failures: Vec<Error> = Vec::new();
     let mut not_started: Vec<&str> = Vec::new();
     let mut per_file: Vec<(String, f64, bool)> = units.iter().map(|u| (u.rel.clone(), 0.0, true)).collect();
@@ -256,6 +277,10 @@ pub fn build(
             let _ = writeln!(log, "== {}: not compiled (an earlier file failed)\n", unit.rel);
             continue;
         };
+        if out.by_other {
+            let _ = writeln!(log, "== {}: cached {} (compiled by a concurrent build)", unit.rel, unit.obj.display());
+            continue;
+        }
         per_file[i] = (unit.rel.clone(), out.seconds, false);
         let status = out.failure.as_deref().unwrap_or("ok");
         let _ = writeln!(log, "== {} ({status}, {:.1} s)\n$ {}\n{}", unit.rel, out.seconds, out.command, out.output);
@@ -302,7 +327,7 @@ pub fn build(
     };
     write_log(out_dir, &log);
 
-    let compiled = todo.len();
+    let compiled = outcomes.iter().flatten().filter(|o| !o.by_other).count();
     let report = BuildReport {
         compiled,
         cached: units.len() - compiled,
@@ -364,7 +389,8 @@ fn plan(
         let obj_name = cache::object_name(&base, &hash, ext);
         let obj = cache_dir.join(&obj_name);
         let cached = obj.is_file() || seed_caches.iter().any(|d| seed(&d.join(&obj_name), &obj));
-        units.push(Unit { rel, src, base, obj, obj_name, cached });
+        let hash = hash[..cache::HASH_DIGITS].to_string();
+        units.push(Unit { rel, rel_path: rel_for_name.to_path_buf(), base, hash, obj, obj_name, cached });
     }
     Ok(units)
 }
@@ -393,17 +419,27 @@ enum Progress<'a> {
 
 /// The progress line of a finished source.
 fn progress_line(done: usize, total: usize, rel: &str, outcome: &Outcome, elapsed: Duration) -> String {
-    let what = if outcome.failure.is_some() { "FAILED" } else { "compiled" };
+    let what = match (&outcome.failure, outcome.by_other) {
+        (Some(_), _) => "FAILED",
+        (None, true) => "cached (compiled by a concurrent build)",
+        (None, false) => "compiled",
+    };
     format!("{what} {done}/{total} {rel} ({:.1} s; {:.0} s elapsed)", outcome.seconds, elapsed.as_secs_f64())
 }
 
 /// Compiles the units listed in `todo` on `jobs` threads. Returns one entry per `todo` element:
 /// `None` when it was never started because an earlier file failed.
+///
+/// Each object is compiled under its lock in `cache_dir` (see [`object_lock`]). A unit whose lock
+/// another build holds is put aside and taken up, waiting for the lock, once every other unit has
+/// been started; when the lock comes, the object is usually there (the other build compiled it)
+/// and is taken as cached.
 fn compile_all(
     units: &[Unit],
     todo: &[usize],
     compiler: &dyn Compiler,
     out_dir: &Path,
+    cache_dir: &Path,
     jobs: usize,
     progress: Progress,
 ) -> Vec<Option<Outcome>> {
@@ -427,6 +463,7 @@ fn compile_all(
     bar.enable_steady_tick(Duration::from_millis(250));
 
     let next = AtomicUsize::new(0);
+    let put_aside: Mutex<Vec<usize>> = Mutex::new(Vec::new());
     let failed = AtomicBool::new(false);
     let results: Mutex<Vec<Option<Outcome>>> = Mutex::new((0..todo.len()).map(|_| None).collect());
     let running: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -443,14 +480,42 @@ fn compile_all(
                     break;
                 }
                 let k = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&i) = todo.get(k) else { break };
-                let unit = &units[i];
+                let (k, held) = if k < todo.len() {
+                    match lock::try_lock(&object_lock(cache_dir, &units[todo[k]])) {
+                        Ok(Some(held)) => (k, Ok(held)),
+                        Ok(None) => {
+                            put_aside.lock().unwrap_or_else(PoisonError::into_inner).push(k);
+                            continue;
+                        }
+                        Err(e) => (k, Err(e)),
+                    }
+                } else {
+                    let Some(k) = put_aside.lock().unwrap_or_else(PoisonError::into_inner).pop() else { break };
+                    (k, lock::lock(&object_lock(cache_dir, &units[todo[k]])))
+                };
+                let unit = &units[todo[k]];
                 {
                     let mut r = running.lock().unwrap_or_else(PoisonError::into_inner);
                     r.push(unit.rel.clone());
                     bar.set_message(show_running(&r));
                 }
-                let outcome = compile_one(unit, compiler, out_dir);
+                let outcome = match held {
+                    Err(e) => Outcome {
+                        seconds: 0.0,
+                        command: String::new(),
+                        output: String::new(),
+                        failure: Some(e.to_string()),
+                        by_other: false,
+                    },
+                    Ok(_held) if unit.obj.is_file() => Outcome {
+                        seconds: 0.0,
+                        command: String::new(),
+                        output: String::new(),
+                        failure: None,
+                        by_other: true,
+                    },
+                    Ok(_held) => compile_one(unit, compiler, out_dir, cache_dir),
+                };
                 if outcome.failure.is_some() {
                     failed.store(true, Ordering::SeqCst);
                 }
@@ -473,17 +538,52 @@ fn compile_all(
     results.into_inner().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Where `obj` is written before it is renamed into place (same folder and extension).
-fn temp_object(obj: &Path) -> PathBuf {
-    let name = obj.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let ext = obj.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
-    obj.with_file_name(format!("{name}.tmp{}.{ext}", std::process::id()))
+/// Folder of a cache holding the lock files of its objects ([`object_lock`]).
+const LOCK_DIR: &str = ".locks";
+/// Folder of a cache in which objects are compiled, one subfolder per object being compiled.
+const WORK_DIR: &str = ".work";
+
+/// The lock guarding the compilation of `unit`'s object in `cache_dir`. Objects share 256 lock
+/// files by the first two digits of their hash: enough that two builds rarely wait for each
+/// other's different objects, few enough that the lock folder never grows.
+fn object_lock(cache_dir: &Path, unit: &Unit) -> PathBuf {
+    lock_of_hash(cache_dir, &unit.hash)
 }
 
-/// Compiles one unit into a temporary object and renames it into the cache on success.
-fn compile_one(unit: &Unit, compiler: &dyn Compiler, out_dir: &Path) -> Outcome {
-    let tmp = temp_object(&unit.obj);
-    let mut cmd = compiler.compile_command(&unit.src, &tmp, out_dir);
+fn lock_of_hash(cache_dir: &Path, hash: &str) -> PathBuf {
+    cache_dir.join(LOCK_DIR).join(format!("{}.lock", &hash[..2.min(hash.len())]))
+}
+
+/// Where `obj` is copied before it is renamed into place (same folder and extension): unique per
+/// process and call, so concurrent copies never write one file.
+fn temp_object(obj: &Path) -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let name = obj.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = obj.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+    obj.with_file_name(format!("{name}.tmp{}-{n}.{ext}", std::process::id()))
+}
+
+/// Compiles one unit (its lock held) into `<cache>/.work/<object name>/<object name>` and renames
+/// the object into the cache on success. The folder and file are named after the object alone —
+/// no process id — because nvcc names its intermediate files after the object and the name of
+/// one of them ends up in the object; the lock makes the name private to this compile.
+fn compile_one(unit: &Unit, compiler: &dyn Compiler, out_dir: &Path, cache_dir: &Path) -> Outcome {
+    let work = cache_dir.join(WORK_DIR).join(&unit.obj_name);
+    // Whatever is there was left by a killed build (the lock is ours).
+    let _ = std::fs::remove_dir_all(&work);
+    if let Err(e) = std::fs::create_dir_all(&work) {
+        return Outcome {
+            seconds: 0.0,
+            command: String::new(),
+            output: String::new(),
+            failure: Some(format!("cannot create {}: {e}", work.display())),
+            by_other: false,
+        };
+    }
+    let tmp = work.join(&unit.obj_name);
+    let mut cmd = compiler.compile_command(&unit.rel_path, &tmp, Path::new("."));
+    cmd.current_dir(out_dir);
     let command = render_command(&cmd);
     let start = Instant::now();
     let result = cmd.stdin(Stdio::null()).output();
@@ -502,10 +602,58 @@ fn compile_one(unit: &Unit, compiler: &dyn Compiler, out_dir: &Path) -> Outcome 
             }
         }
     };
-    if failure.is_some() {
-        let _ = std::fs::remove_file(&tmp);
+    let _ = std::fs::remove_dir_all(&work);
+    Outcome { seconds, command, output, failure, by_other: false }
+}
+
+/// Removes what killed builds left in the cache: compile folders (`.work/<object>`) whose lock
+/// nobody holds, and temporary objects (`<object>.tmp<pid>[-<n>].<ext>`) of processes that no
+/// longer run. Notes each removal in `log`.
+fn remove_abandoned(cache_dir: &Path, ext: &str, log: &mut String) {
+    let mut removed: Vec<PathBuf> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(cache_dir.join(WORK_DIR)) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(hash) = cache::hash_in_name(&name, ext) else { continue };
+            // Held: a build is compiling it now. Taken: nobody is, so the folder is a leftover.
+            if let Ok(Some(_held)) = lock::try_lock(&lock_of_hash(cache_dir, hash)) {
+                if std::fs::remove_dir_all(e.path()).is_ok() {
+                    removed.push(e.path());
+                }
+            }
+        }
     }
-    Outcome { seconds, command, output, failure }
+    if let Ok(entries) = std::fs::read_dir(cache_dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = temp_object_pid(&name, ext) else { continue };
+            if process_gone(pid) && std::fs::remove_file(e.path()).is_ok() {
+                removed.push(e.path());
+            }
+        }
+    }
+    removed.sort();
+    for path in removed {
+        let _ = writeln!(log, "removed {} (left by a build that was killed)", path.display());
+    }
+}
+
+/// The process id in the name of a temporary object (`<name>.tmp<pid>.<ext>`, as builds before
+/// the cache was locked wrote them, or `<name>.tmp<pid>-<n>.<ext>`); `None` for other names.
+fn temp_object_pid(name: &str, ext: &str) -> Option<u32> {
+    let stem = name.strip_suffix(ext)?.strip_suffix('.')?;
+    let (_, tag) = stem.rsplit_once(".tmp")?;
+    let pid = tag.split_once('-').map_or(tag, |(pid, n)| if n.bytes().all(|b| b.is_ascii_digit()) { pid } else { "" });
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// True when no process `pid` runs on this machine. Only known where `/proc` lists processes
+/// (Linux); elsewhere every process is taken to be running, so nothing is removed.
+fn process_gone(pid: u32) -> bool {
+    pid != std::process::id() && Path::new("/proc/self").exists() && !Path::new("/proc").join(pid.to_string()).exists()
 }
 
 /// Deletes older objects of the same source from the cache.
@@ -669,9 +817,13 @@ mod tests {
         d
     }
 
+    /// The files of a cache, without its lock and work folders.
     fn objects(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> =
-            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != LOCK_DIR && n != WORK_DIR)
+            .collect();
         v.sort();
         v
     }
@@ -734,6 +886,139 @@ mod tests {
         std::fs::remove_dir_all(&out).ok();
     }
 
+    /// Like [`Fake`], but each compile takes a while and is counted (a line in `count`), so
+    /// builds overlap and the test sees how often each source was compiled.
+    struct SlowCounting {
+        count: PathBuf,
+    }
+
+    impl Compiler for SlowCounting {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn fingerprint(&self) -> String {
+            "slow 1".into()
+        }
+        fn compile_command(&self, src: &Path, obj: &Path, _include_dir: &Path) -> Command {
+            let mut c = Command::new("sh");
+            c.args(["-c", r#"echo "$1" >> "$3"; sleep 0.4; cp "$1" "$2""#]);
+            c.arg("sh").arg(src).arg(obj).arg(&self.count);
+            c
+        }
+        fn link_command(&self, objs: &[PathBuf], lib: &Path) -> Command {
+            Fake.link_command(objs, lib)
+        }
+    }
+
+    #[test]
+    fn concurrent_builds_sharing_a_cache_compile_each_source_once() {
+        let root = tempdir("concurrent");
+        let cache = root.join("shared-cache");
+        let compiler = SlowCounting { count: root.join("count") };
+        let srcs: Vec<PathBuf> = ["k0.cu", "k1.cu", "k2.cu"].iter().map(PathBuf::from).collect();
+        let outs: Vec<PathBuf> = (0..3).map(|b| root.join(format!("out{b}"))).collect();
+        for out in &outs {
+            std::fs::create_dir_all(out).unwrap();
+            for (i, s) in srcs.iter().enumerate() {
+                std::fs::write(out.join(s), format!("source {i}\n")).unwrap();
+            }
+        }
+        let opts = BuildOptions { jobs: Some(2), cache_dir: Some(cache.clone()), ..Default::default() };
+        let reports: Vec<BuildReport> = std::thread::scope(|s| {
+            let handles: Vec<_> = outs
+                .iter()
+                .map(|out| s.spawn(|| build(out, &srcs, &[], &compiler, &opts, "libm.so").unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let count = std::fs::read_to_string(root.join("count")).unwrap();
+        assert_eq!(count.lines().count(), 3, "every source compiled once among the three builds:\n{count}");
+        assert_eq!(reports.iter().map(|r| r.compiled).sum::<usize>(), 3);
+        for (out, r) in outs.iter().zip(&reports) {
+            assert_eq!(r.compiled + r.cached, 3);
+            assert_eq!(std::fs::read_to_string(out.join("libm.so")).unwrap(), "source 0\nsource 1\nsource 2\n");
+        }
+        assert_eq!(objects(&cache).len(), 3, "{:?}", objects(&cache));
+        // Nothing is left in the work folder.
+        assert_eq!(std::fs::read_dir(cache.join(WORK_DIR)).unwrap().count(), 0);
+        std::fs::remove_dir_all(&root).ok();
+    }
+
+    #[test]
+    fn leftovers_of_killed_builds_are_removed() {
+        let out = tempdir("leftovers");
+        let cache = out.join("obj");
+        std::fs::create_dir_all(cache.join(WORK_DIR).join("k-0123456789abcdef.o")).unwrap();
+        std::fs::write(cache.join(WORK_DIR).join("k-0123456789abcdef.o").join("k-0123456789abcdef.o"), "half").unwrap();
+        // A process that has exited: its pid names no process any more.
+        let mut child = Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let stale = [format!("k-0123456789abcdef.o.tmp{dead}.o"), format!("j-0123456789abcdef.o.tmp{dead}-3.o")];
+        let alive = format!("i-0123456789abcdef.o.tmp{}-0.o", std::process::id());
+        for n in stale.iter().chain([&alive]) {
+            std::fs::write(cache.join(n), "half").unwrap();
+        }
+        // A compile folder whose lock is held belongs to a build that is running: it stays.
+        std::fs::create_dir_all(cache.join(WORK_DIR).join("m-ab23456789abcdef.o")).unwrap();
+        let held = lock::lock(&lock_of_hash(&cache, "ab")).unwrap();
+        std::fs::write(out.join("k.cu"), "k\n").unwrap();
+        build(&out, &[PathBuf::from("k.cu")], &[], &Fake, &BuildOptions::default(), "libm.so").unwrap();
+        let left = objects(&cache);
+        assert!(left.iter().all(|n| !stale.contains(n)), "{left:?}");
+        assert!(left.contains(&alive), "a running process's temporary object stays: {left:?}");
+        let work: Vec<String> = std::fs::read_dir(cache.join(WORK_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(work, ["m-ab23456789abcdef.o"]);
+        assert!(std::fs::read_to_string(out.join(LOG_NAME)).unwrap().contains("left by a build that was killed"));
+        drop(held);
+        assert_eq!(temp_object_pid("a-1.o.tmp12.o", "o"), Some(12));
+        assert_eq!(temp_object_pid("a-1.o.tmp12-7.o", "o"), Some(12));
+        assert_eq!(temp_object_pid("a-1.o.tmpx.o", "o"), None);
+        assert_eq!(temp_object_pid("a-1.o", "o"), None);
+        std::fs::remove_dir_all(&out).ok();
+    }
+
+    #[test]
+    fn compiles_run_in_the_output_folder_on_relative_paths() {
+        // The compiler sees the same command line wherever OUT is, so the object embeds no
+        // path of OUT (`__FILE__`, anonymous-namespace names).
+        struct Echo;
+        impl Compiler for Echo {
+            fn name(&self) -> &str {
+                "echo"
+            }
+            fn fingerprint(&self) -> String {
+                "echo".into()
+            }
+            fn compile_command(&self, src: &Path, obj: &Path, include: &Path) -> Command {
+                let mut c = Command::new("sh");
+                c.args(["-c", r#"test -f "$1" && printf '%s %s %s\n' "$1" "$(basename "$2")" "$3" > "$2""#]);
+                c.arg("sh").arg(src).arg(obj).arg(include);
+                c
+            }
+            fn link_command(&self, objs: &[PathBuf], lib: &Path) -> Command {
+                Fake.link_command(objs, lib)
+            }
+        }
+        let root = tempdir("relative");
+        let libs: Vec<String> = ["a", "b/deeper"]
+            .iter()
+            .map(|d| {
+                let out = root.join(d);
+                std::fs::create_dir_all(out.join("sub")).unwrap();
+                std::fs::write(out.join("sub/k.cu"), "k\n").unwrap();
+                build(&out, &[PathBuf::from("sub/k.cu")], &[], &Echo, &BuildOptions::default(), "libm.so").unwrap();
+                std::fs::read_to_string(out.join("libm.so")).unwrap()
+            })
+            .collect();
+        assert!(libs[0].starts_with("sub/k.cu sub__k-") && libs[0].ends_with(".o .\n"), "{}", libs[0]);
+        assert_eq!(libs[0], libs[1]);
+        std::fs::remove_dir_all(&root).ok();
+    }
+
     #[test]
     fn seed_caches_give_their_objects_without_compiling() {
         // A profiler build compiled i.cu (same name, same bytes) into its own cache.
@@ -766,7 +1051,7 @@ mod tests {
         std::fs::create_dir_all(out.join("obj")).unwrap();
         let lines = Mutex::new(Vec::new());
         let collect = |l: &str| lines.lock().unwrap().push(l.to_string());
-        let outcomes = compile_all(&units, &[0, 1], &Fake, &out, 1, Progress::Lines(&collect));
+        let outcomes = compile_all(&units, &[0, 1], &Fake, &out, &out.join("obj"), 1, Progress::Lines(&collect));
         assert_eq!(outcomes.len(), 2);
         let lines = lines.into_inner().unwrap();
         assert_eq!(lines.len(), 3, "{lines:?}");

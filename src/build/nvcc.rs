@@ -19,6 +19,13 @@
 //!   adds `include/cccl` as a system include in both the wheel and a regular CUDA install.
 //! - cudart is linked statically so the library depends only on the driver, and with
 //!   `--no-undefined` so a missing kernel definition fails the build instead of `dlopen`.
+//! - `--objdir-as-tempdir` where `nvcc --help` lists it (13.0 does): nvcc otherwise names its
+//!   intermediate files `/tmp/tmpxft_<pid>_…`, and the host object keeps that name as its source
+//!   file symbol, so every compile gave a different object and library. With it they are named
+//!   after the object, which the build keeps free of process ids (see [`super::build`]). With it
+//!   goes `-Xcudafe --orig_src_path_name=<source as given>`: the front end hashes that path into
+//!   anonymous-namespace names, and nvcc would give the absolute path, which holds the staging
+//!   folder's process id.
 //!
 //! The commands are built with `std::process::Command` rather than the `cc` crate: cc is made for
 //! build scripts (it wants TARGET/HOST/OUT_DIR, archives objects into a static library and prints
@@ -132,6 +139,8 @@ pub struct Nvcc {
     cutlass: Cutlass,
     /// Folder holding `libcudart_static.a` when nvcc's profile would not search it (wheel layout).
     cudart_dir: Option<PathBuf>,
+    /// Whether nvcc has `--objdir-as-tempdir` (see the module docs).
+    objtemp: bool,
     extra_flags: Vec<String>,
 }
 
@@ -176,7 +185,8 @@ impl Nvcc {
             .and_then(Path::parent)
             .map(|top| top.join("lib"))
             .filter(|lib| lib.join("libcudart_static.a").is_file());
-        Ok(Nvcc { nvcc, version, version_text, arch, cutlass, cudart_dir, extra_flags: Vec::new() })
+        let objtemp = has_option(&nvcc, "--objdir-as-tempdir");
+        Ok(Nvcc { nvcc, version, version_text, arch, cutlass, cudart_dir, objtemp, extra_flags: Vec::new() })
     }
 
     /// Adds a compile flag (e.g. `-lineinfo`); it becomes part of the fingerprint.
@@ -227,6 +237,9 @@ impl Nvcc {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
+        if self.objtemp {
+            f.push("--objdir-as-tempdir".to_string());
+        }
         f.extend(self.extra_flags.iter().cloned());
         f
     }
@@ -257,6 +270,14 @@ impl Compiler for Nvcc {
         cmd.arg(include_flag(include_dir));
         cmd.arg(include_flag(&self.cutlass.include));
         cmd.arg(include_flag(&self.cutlass.util_include));
+        if self.objtemp {
+            // The front end names anonymous namespaces after a hash of the source's absolute path
+            // (`_GLOBAL__N__<hash>_…`), which nvcc passes as --orig_src_path_name: the path as given
+            // (relative to OUT in a build) keeps the names, and the object, the same wherever OUT is.
+            let mut path = OsString::from("--orig_src_path_name=");
+            path.push(src);
+            cmd.arg("-Xcudafe").arg(path);
+        }
         cmd.arg("-c").arg(src).arg("-o").arg(obj);
         cmd
     }
@@ -279,6 +300,13 @@ fn include_flag(dir: &Path) -> OsString {
     let mut s = OsString::from("-I");
     s.push(dir);
     s
+}
+
+/// Whether `nvcc --help` lists `option` (false when it cannot be run: `probe_version` reports that).
+fn has_option(nvcc: &Path, option: &str) -> bool {
+    Command::new(nvcc).arg("--help").output().is_ok_and(|out| {
+        String::from_utf8_lossy(&out.stdout).split(|c: char| c.is_whitespace() || c == ',').any(|w| w == option)
+    })
 }
 
 /// Runs `nvcc --version`; returns ("13.0.88", the release and build lines).

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 #[derive(Args, Debug)]
 pub struct OpsArgs {
-    /// Print JSON: a list of {domain, op_type, family}.
+    /// Print JSON: a list of {domain, op_type, family, note?}.
     #[arg(long)]
     pub json: bool,
 }
@@ -18,11 +18,19 @@ struct OpRow {
     domain: &'static str,
     op_type: &'static str,
     family: &'static str,
+    /// A restriction of the op (see `OpSpec::note`); absent when there is none.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    note: &'static str,
 }
 
 pub fn run(a: &OpsArgs) -> Result<u8, Failure> {
-    let rows: Vec<OpRow> =
-        registry().ops().map(|(domain, op_type, family)| OpRow { domain, op_type, family }).collect();
+    let rows: Vec<OpRow> = registry()
+        .ops()
+        .map(|(domain, op_type, family)| {
+            let note = registry().lookup(domain, op_type).map_or("", |spec| spec.note);
+            OpRow { domain, op_type, family, note }
+        })
+        .collect();
     if a.json {
         let s = serde_json::to_string_pretty(&rows).map_err(|e| Failure::new(1, format!("cannot serialise: {e}")))?;
         emit(&format!("{s}\n"));
@@ -35,6 +43,13 @@ pub fn run(a: &OpsArgs) -> Result<u8, Failure> {
     let mut s = format!("{} supported ops (default ONNX domain), by family:\n", rows.len());
     for (family, ops) in by_family {
         let _ = writeln!(s, "  {family:<14} {}", ops.join(", "));
+    }
+    let notes: Vec<&OpRow> = rows.iter().filter(|r| !r.note.is_empty()).collect();
+    if !notes.is_empty() {
+        s.push_str("\nRestrictions:\n");
+        for r in notes {
+            let _ = writeln!(s, "  {}: {}", r.op_type, r.note);
+        }
     }
     emit(&s);
     Ok(0)

@@ -10,7 +10,7 @@ use super::Failure;
 use clap::Args;
 use onnx2ait::ir::Tensor;
 use onnx2ait::runtime::{Library, Model};
-use onnx2ait::validate::inputs::{parse_assignment, random_tensor, read_npy_as};
+use onnx2ait::validate::inputs::{parse_assignment, random_tensor, read_input_file};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,7 +64,7 @@ pub fn run(a: &RunArgs) -> Result<u8, Failure> {
     for info in lib.inputs() {
         loaded.push(match files.get(&info.name) {
             Some(path) => Some(
-                read_npy_as(path, info.dtype)
+                read_input_file(path, &info.name, info.dtype)
                     .map_err(|m| Failure::new(1, format!("--input {}={}: {m}", info.name, path.display())))?,
             ),
             None => None,
@@ -223,10 +223,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let t = Tensor::from_i64s(&[2], vec![3, -4]);
         assert_eq!(write_npy(&dir.join("i.npy"), &t).unwrap(), "");
-        assert_eq!(read_npy_as(&dir.join("i.npy"), DType::I64).unwrap(), t);
+        assert_eq!(read_input_file(&dir.join("i.npy"), "i", DType::I64).unwrap(), t);
         let h = Tensor::from_f32s(&[2], vec![0.5, -1.0]).cast(DType::F16);
         assert_eq!(write_npy(&dir.join("h.npy"), &h).unwrap(), " (written as float32)");
-        assert_eq!(read_npy_as(&dir.join("h.npy"), DType::F16).unwrap(), h);
+        assert_eq!(read_input_file(&dir.join("h.npy"), "h", DType::F16).unwrap(), h);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

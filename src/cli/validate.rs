@@ -14,8 +14,9 @@ use std::path::PathBuf;
 pub struct ValidateArgs {
     #[command(flatten)]
     pub model: ModelArg,
-    /// Values for an input from a .npy file (repeatable): --input x=x.npy
-    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
+    /// Values for an input from a .npy or .npz file, any dtype that converts exactly (repeatable):
+    /// --input x=x.npy, --input x=inputs.npz (its array x, or its only array)
+    #[arg(long = "input", value_name = "NAME=FILE.npy|FILE.npz", value_parser = parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]

@@ -8,6 +8,7 @@ use crate::ir::{Dim, Graph, ValueId};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::Path;
 
 /// Version of the graph.json layout; bump it when fields change meaning.
 const GRAPH_JSON_VERSION: u32 = 1;
@@ -69,7 +70,11 @@ pub fn graph_json(g: &Graph) -> GraphJson {
     });
     GraphJson {
         format_version: GRAPH_JSON_VERSION,
-        model: g.info.source.clone(),
+        // The file name only, as in the generated sources: the path as typed (relative to where
+        // compile ran, or absolute) would make equal models give different files.
+        model: Path::new(&g.info.source)
+            .file_name()
+            .map_or_else(|| g.info.source.clone(), |n| n.to_string_lossy().into_owned()),
         ir_version: g.info.ir_version,
         producer: g.info.producer.clone(),
         graph_name: g.info.graph_name.clone(),
@@ -141,5 +146,15 @@ mod tests {
         assert_eq!(v["format_version"], 1);
         let text = summary_text(&j);
         assert!(text.contains("x float32[N,3]"), "{text}");
+    }
+
+    #[test]
+    fn graph_json_names_the_model_file_not_the_path_typed() {
+        let mut g = Graph::default();
+        g.info.source = "/home/someone/models/../models/m.onnx".into();
+        let j = graph_json(&g);
+        assert_eq!(serde_json::to_value(&j).unwrap()["model"], "m.onnx");
+        let text = summary_text(&j);
+        assert!(text.starts_with("model:     m.onnx\n"), "{text}");
     }
 }

@@ -7,6 +7,11 @@
 //! not only times: an instance that cannot run a problem or disagrees with the reference is not
 //! tried again on the next run, which is what makes an interrupted profile resumable. The file is
 //! written atomically (temporary file + rename) after every problem.
+//!
+//! Several `profile` runs may share the file (two models profiled at once, or one per GPU). Each
+//! save therefore takes an advisory lock (`profile.json.lock` beside it), reads the file as it is
+//! now, adds what this run measured since its last save and writes the merge: no run's results
+//! are lost to another's, and each run sees the others' results from its next save on.
 
 use crate::error::{Error, Result};
 use crate::lower::cuda::Measurements;
@@ -41,6 +46,17 @@ struct CacheFile {
 pub struct ProfileCache {
     path: PathBuf,
     data: CacheFile,
+    /// Outcomes put since the last save, which it merges into the file: (device, signature,
+    /// config, outcome).
+    unsaved: Vec<(String, String, String, Outcome)>,
+}
+
+/// The lock file of the cache file `path`: `<path>.lock`. A lock on the cache file itself would
+/// not do: each save replaces that file by renaming another over it.
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".lock");
+    path.with_file_name(name)
 }
 
 /// The device part of a cache key.
@@ -63,6 +79,11 @@ pub fn default_path() -> Option<PathBuf> {
 impl ProfileCache {
     /// Opens a cache file; a missing file is an empty cache, an unreadable one an error.
     pub fn open(path: &Path) -> Result<ProfileCache> {
+        Ok(ProfileCache { path: path.to_path_buf(), data: Self::read(path)?, unsaved: Vec::new() })
+    }
+
+    /// The file's contents: empty when it is missing or of another format version.
+    fn read(path: &Path) -> Result<CacheFile> {
         let data = match std::fs::read(path) {
             Ok(bytes) => {
                 let data: CacheFile = serde_json::from_slice(&bytes).map_err(|e| {
@@ -83,7 +104,7 @@ impl ProfileCache {
             }
             Err(e) => return Err(Error::Other(format!("profile cache {}: {e}", path.display()))),
         };
-        Ok(ProfileCache { path: path.to_path_buf(), data })
+        Ok(data)
     }
 
     pub fn path(&self) -> &Path {
@@ -95,8 +116,12 @@ impl ProfileCache {
     }
 
     pub fn put(&mut self, device: &str, signature: &str, config: &str, outcome: Outcome) {
-        self.data
-            .devices
+        self.unsaved.push((device.to_string(), signature.to_string(), config.to_string(), outcome.clone()));
+        Self::insert(&mut self.data, device, signature, config, outcome);
+    }
+
+    fn insert(data: &mut CacheFile, device: &str, signature: &str, config: &str, outcome: Outcome) {
+        data.devices
             .entry(device.to_string())
             .or_default()
             .entry(signature.to_string())
@@ -104,17 +129,29 @@ impl ProfileCache {
             .insert(config.to_string(), outcome);
     }
 
-    /// Writes the cache (atomically: a reader never sees half a file).
-    pub fn save(&self) -> Result<()> {
+    /// Merges what was put since the last save into the file as it is now, under the file's lock,
+    /// and writes it atomically (a reader never sees half a file). Afterwards this cache also
+    /// holds what other runs saved meanwhile.
+    pub fn save(&mut self) -> Result<()> {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::Other(format!("profile cache: cannot create {}: {e}", dir.display())))?;
         }
-        let text = serde_json::to_string_pretty(&self.data).map_err(|e| Error::Other(e.to_string()))? + "\n";
+        let _held = crate::build::lock::lock(&lock_path(&self.path))?;
+        let mut data = Self::read(&self.path)?;
+        for (device, signature, config, outcome) in &self.unsaved {
+            Self::insert(&mut data, device, signature, config, outcome.clone());
+        }
+        let text = serde_json::to_string_pretty(&data).map_err(|e| Error::Other(e.to_string()))? + "\n";
+        // The lock makes the temporary name private to this save.
         let tmp = self.path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, text)
-            .and_then(|_| std::fs::rename(&tmp, &self.path))
-            .map_err(|e| Error::Other(format!("profile cache {}: cannot write: {e}", self.path.display())))
+        std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &self.path)).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::Other(format!("profile cache {}: cannot write: {e}", self.path.display()))
+        })?;
+        self.data = data;
+        self.unsaved.clear();
+        Ok(())
     }
 
     /// The device keys whose architecture and toolchain match (any GPU name).
@@ -170,6 +207,56 @@ mod tests {
         assert_eq!(c.devices_for("sm_90a", "13.0.88", "4.2.0"), std::slice::from_ref(&dev));
         assert!(c.devices_for("sm_90a", "13.0.99", "4.2.0").is_empty());
         assert!(c.measurements("another GPU").is_empty());
+    }
+
+    #[test]
+    fn concurrent_writers_keep_each_others_results() {
+        let path = tmp("merge");
+        let dev = device_key("GPU", "sm_90a", "13.0.88", "4.2.0");
+        // Two runs opened the (empty) cache before either saved.
+        let mut a = ProfileCache::open(&path).unwrap();
+        let mut b = ProfileCache::open(&path).unwrap();
+        a.put(&dev, "sig a", "cfg", Outcome::Ok { ms: 1.0 });
+        b.put(&dev, "sig b", "cfg", Outcome::Ok { ms: 2.0 });
+        a.save().unwrap();
+        b.save().unwrap();
+        // b's save took a's results in too; a sees b's after its next save.
+        assert_eq!(b.get(&dev, "sig a", "cfg"), Some(&Outcome::Ok { ms: 1.0 }));
+        a.put(&dev, "sig a", "cfg2", Outcome::Failed { why: "x".into() });
+        a.save().unwrap();
+        assert_eq!(a.get(&dev, "sig b", "cfg"), Some(&Outcome::Ok { ms: 2.0 }));
+        let c = ProfileCache::open(&path).unwrap();
+        assert_eq!(c.get(&dev, "sig a", "cfg"), Some(&Outcome::Ok { ms: 1.0 }));
+        assert_eq!(c.get(&dev, "sig b", "cfg"), Some(&Outcome::Ok { ms: 2.0 }));
+        assert!(c.get(&dev, "sig a", "cfg2").is_some());
+
+        // Many writers at once, each saving after every result: every result survives.
+        let threads = 4;
+        let per_thread = 15;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (path, dev) = (&path, &dev);
+                s.spawn(move || {
+                    let mut c = ProfileCache::open(path).unwrap();
+                    for i in 0..per_thread {
+                        c.put(dev, &format!("thread {t}"), &format!("cfg {i}"), Outcome::Ok { ms: i as f64 });
+                        c.save().unwrap();
+                    }
+                });
+            }
+        });
+        let c = ProfileCache::open(&path).unwrap();
+        for t in 0..threads {
+            assert_eq!(c.measurements(&dev)[&format!("thread {t}")].len(), per_thread, "thread {t}");
+        }
+        assert!(c.get(&dev, "sig b", "cfg").is_some());
+        // Only the cache and its lock file remain (no temporary files).
+        let mut names: Vec<String> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["profile.json", "profile.json.lock"]);
     }
 
     #[test]

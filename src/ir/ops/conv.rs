@@ -115,7 +115,6 @@ impl Geom3 {
     }
 }
 
-
 pub const OPS: &[OpSpec] = &[OpSpec::onnx("Conv", parse_conv), OpSpec::onnx("ConvTranspose", parse_conv_transpose)];
 
 /// The `auto_pad` attribute of conv and pooling ops.

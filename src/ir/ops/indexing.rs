@@ -30,7 +30,10 @@ pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("Slice", parse_slice),
     OpSpec::onnx("Gather", parse_gather),
     OpSpec::onnx("GatherElements", parse_gather_elements),
-    OpSpec::onnx("Pad", parse_pad),
+    OpSpec::onnx("Pad", parse_pad).with_note(
+        "'pads' (opset 11+) may be a run-time value (e.g. a graph input) for the reference executor and \
+         validate; code generation needs it known at compile time; 'axes' (opset 18+) must be a constant",
+    ),
     OpSpec::onnx("NonZero", parse_nonzero),
     OpSpec::onnx("TopK", parse_topk),
 ];

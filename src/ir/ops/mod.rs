@@ -44,11 +44,19 @@ pub struct OpSpec {
     /// ONNX domain; "" is the default domain (also spelled "ai.onnx" in models).
     pub domain: &'static str,
     pub parse: ParseFn,
+    /// What is not supported everywhere (e.g. run-time inputs that code generation rejects),
+    /// printed by `onnx2ait ops`; empty when the op has no such restriction.
+    pub note: &'static str,
 }
 
 impl OpSpec {
     pub const fn onnx(op_type: &'static str, parse: ParseFn) -> OpSpec {
-        OpSpec { op_type, domain: "", parse }
+        OpSpec { op_type, domain: "", parse, note: "" }
+    }
+
+    /// The same op with a restriction stated for `onnx2ait ops`.
+    pub const fn with_note(self, note: &'static str) -> OpSpec {
+        OpSpec { note, ..self }
     }
 }
 

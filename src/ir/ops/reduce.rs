@@ -3,8 +3,10 @@
 //! Every `Reduce*` op is one [`Reduce`] with a [`ReduceKind`]; the kernels are in
 //! `crate::reference::reduce`.
 
+use super::shape::{dims_without_runtime_axes, runtime_axes_len};
 use super::OpSpec;
 use crate::ir::broadcast::{normalize_axes, normalize_axis};
+use crate::ir::dim::fmt_shape;
 use crate::ir::{optional, required, DType, Dim, Fact, NodeCtx, Op, OpResult, Tensor};
 use crate::reference::reduce::{arg_reduce, reduce_bool, reduce_f32, reduce_int};
 use crate::{map_tensor, op_bail, op_ensure, with_tensor};
@@ -26,19 +28,23 @@ pub enum ReduceKind {
     LogSumExp,
 }
 
+/// The restriction `onnx2ait ops` states for the reductions with an `axes` input.
+const RUNTIME_AXES: &str = "'axes' may be a run-time value (e.g. a graph input) for the reference executor and \
+     validate; code generation needs it known at compile time";
+
 pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("ArgMax", parse_argmax),
     OpSpec::onnx("ArgMin", parse_argmin),
-    OpSpec::onnx("ReduceL1", parse_reduce_l1),
-    OpSpec::onnx("ReduceL2", parse_reduce_l2),
-    OpSpec::onnx("ReduceLogSum", parse_reduce_log_sum),
-    OpSpec::onnx("ReduceLogSumExp", parse_reduce_log_sum_exp),
-    OpSpec::onnx("ReduceMax", parse_reduce_max),
-    OpSpec::onnx("ReduceMean", parse_reduce_mean),
-    OpSpec::onnx("ReduceMin", parse_reduce_min),
-    OpSpec::onnx("ReduceProd", parse_reduce_prod),
-    OpSpec::onnx("ReduceSum", parse_reduce_sum),
-    OpSpec::onnx("ReduceSumSquare", parse_reduce_sum_square),
+    OpSpec::onnx("ReduceL1", parse_reduce_l1).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceL2", parse_reduce_l2).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceLogSum", parse_reduce_log_sum).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceLogSumExp", parse_reduce_log_sum_exp).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceMax", parse_reduce_max).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceMean", parse_reduce_mean).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceMin", parse_reduce_min).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceProd", parse_reduce_prod).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceSum", parse_reduce_sum).with_note(RUNTIME_AXES),
+    OpSpec::onnx("ReduceSumSquare", parse_reduce_sum_square).with_note(RUNTIME_AXES),
 ];
 
 /// Where a reduction's axes come from.
@@ -46,8 +52,10 @@ pub const OPS: &[OpSpec] = &[
 pub enum ReduceAxes {
     /// The `axes` attribute (before the input form); empty means "all axes".
     Attr(Vec<i64>),
-    /// Optional input 1 (ReduceSum from opset 13, the others from opset 18); it must be known
-    /// at compile time for inference and is read again from the tensor at evaluation.
+    /// Optional input 1 (ReduceSum from opset 13, the others from opset 18). Inference uses its
+    /// values when they are known at compile time; otherwise (a graph input or a value computed
+    /// at run time) only its static length, and the output dims become data-dependent.
+    /// Evaluation reads the tensor.
     Input,
 }
 
@@ -119,15 +127,23 @@ fn reduced_shape<D: Clone>(shape: &[D], axes: &[usize], keepdims: bool, one: D) 
         .collect()
 }
 
-fn axes_fact(inputs: &[Option<&Fact>]) -> OpResult<Option<Vec<i64>>> {
+/// The axes input at inference: its values when known (`Ok(Ok(..))`), else the number of
+/// axes read at run time (`Ok(Err(n))`, n > 0).
+fn axes_fact(inputs: &[Option<&Fact>]) -> OpResult<std::result::Result<Option<Vec<i64>>, usize>> {
     let Some(f) = optional(inputs, 1) else {
-        return Ok(None);
+        return Ok(Ok(None));
     };
     op_ensure!(f.dtype() == DType::I64, "input 'axes' must be int64, found {}", f.dtype());
     op_ensure!(f.rank() == 1, "input 'axes' must be 1-D, found rank {}", f.rank());
-    match f.as_ints() {
-        Some(v) => Ok(Some(v)),
-        None => op_bail!("input 'axes' must be a compile-time constant"),
+    if let Some(v) = f.as_dims() {
+        return match v.iter().map(Dim::as_known).collect::<Option<Vec<i64>>>() {
+            Some(v) => Ok(Ok(Some(v))),
+            None => op_bail!("input 'axes' must hold plain integers, found symbolic values {}", fmt_shape(&v)),
+        };
+    }
+    match runtime_axes_len(f, "axes")? {
+        0 => Ok(Ok(Some(Vec::new()))),
+        n => Ok(Err(n)),
     }
 }
 
@@ -139,7 +155,22 @@ impl Op for Reduce {
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "data")?;
         self.check_dtype(x.dtype())?;
-        let axes = self.resolve_axes(x.rank(), axes_fact(inputs)?)?;
+        let axes = match axes_fact(inputs)? {
+            Ok(axes) => self.resolve_axes(x.rank(), axes)?,
+            // Axes read at run time: with keepdims every dim stays or becomes 1; without, `n`
+            // dims go (the count is static, the positions are not).
+            Err(n) => {
+                let shape: Vec<Dim> = if self.keepdims {
+                    x.shape()
+                        .iter()
+                        .map(|d| if d.as_known() == Some(1) { d.clone() } else { Dim::data_dependent() })
+                        .collect()
+                } else {
+                    dims_without_runtime_axes(x.shape(), n)?
+                };
+                return Ok(vec![Fact::new(x.dtype(), shape)]);
+            }
+        };
         let shape = reduced_shape(x.shape(), &axes, self.keepdims, Dim::known(1));
         // Reducing a symbolic shape vector (rank 1) over its only axis.
         if x.dtype() == DType::I64 && x.rank() == 1 && axes == [0] {
@@ -386,10 +417,42 @@ mod tests {
         assert!(out[0].shape().is_empty());
         let noop = parse("ReduceSum", 13, &[("noop_with_empty_axes", Attr::Int(1))], 2).unwrap();
         assert_eq!(noop.infer(&[Some(&x), Some(&axes_const(&[]))]).unwrap()[0].shape(), x.shape());
-        // Axes that are not known at compile time are rejected clearly.
-        let unknown = Fact::new(DType::I64, vec![Dim::known(1)]);
-        let err = op.infer(&[Some(&x), Some(&unknown)]).unwrap_err();
-        assert!(err.0.contains("compile-time constant"), "{}", err.0);
+    }
+
+    #[test]
+    fn axes_known_only_at_run_time() {
+        // x: [N, 1, 4]; axes: a graph input of static length.
+        let x = Fact::new(DType::F32, vec![Dim::sym("N"), Dim::known(1), Dim::known(4)]);
+        let one_axis = Fact::new(DType::I64, vec![Dim::known(1)]);
+        let dd = Dim::data_dependent();
+        // keepdims: the rank stays, each dim is itself or 1 (a 1 stays 1).
+        let keep = parse("ReduceSum", 13, &[], 2).unwrap();
+        let out = keep.infer(&[Some(&x), Some(&one_axis)]).unwrap();
+        assert_eq!(out[0].shape(), &[dd.clone(), Dim::known(1), dd.clone()]);
+        // Without keepdims the static length of axes gives the rank.
+        let drop = parse("ReduceMax", 18, &[("keepdims", Attr::Int(0))], 2).unwrap();
+        let two_axes = Fact::new(DType::I64, vec![Dim::known(2)]);
+        assert_eq!(drop.infer(&[Some(&x), Some(&two_axes)]).unwrap()[0].shape(), &[dd.clone()]);
+        let all_axes = Fact::new(DType::I64, vec![Dim::known(3)]);
+        assert!(drop.infer(&[Some(&x), Some(&all_axes)]).unwrap()[0].shape().is_empty());
+        // An axes input of length 0 is known to be empty.
+        let none = Fact::new(DType::I64, vec![Dim::known(0)]);
+        assert!(drop.infer(&[Some(&x), Some(&none)]).unwrap()[0].shape().is_empty());
+        // A symbolic length leaves the rank unknown: a clear error.
+        let sym_len = Fact::new(DType::I64, vec![Dim::sym("K")]);
+        let err = drop.infer(&[Some(&x), Some(&sym_len)]).unwrap_err();
+        assert!(err.0.contains("only known at run time") && err.0.contains("output rank"), "{}", err.0);
+        let too_many = Fact::new(DType::I64, vec![Dim::known(4)]);
+        assert!(drop.infer(&[Some(&x), Some(&too_many)]).is_err());
+
+        // Evaluation reads the axes tensor.
+        let data = Tensor::from_f32s(&[2, 1, 3], (0..6).map(|v| v as f32).collect());
+        let axes = Tensor::from_i64s(&[1], vec![-1]);
+        let got = keep.eval(&[Some(&data), Some(&axes)]).unwrap();
+        assert_eq!(got[0], Tensor::from_f32s(&[2, 1, 1], vec![3.0, 12.0]));
+        let axes = Tensor::from_i64s(&[2], vec![0, 2]);
+        let got = drop.eval(&[Some(&data), Some(&axes)]).unwrap();
+        assert_eq!(got[0], Tensor::from_f32s(&[1], vec![5.0]));
     }
 
     #[test]

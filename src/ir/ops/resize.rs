@@ -42,7 +42,14 @@ pub enum InterpMode {
     Cubic { a: f32, exclude_outside: bool },
 }
 
-pub const OPS: &[OpSpec] = &[OpSpec::onnx("Resize", parse_resize), OpSpec::onnx("Upsample", parse_upsample)];
+/// The restriction `onnx2ait ops` states for Resize/Upsample.
+const RUNTIME_SCALES: &str = "'scales', 'sizes' and 'roi' may be run-time values (e.g. graph inputs) of static \
+     length for the reference executor and validate; code generation needs them known at compile time";
+
+pub const OPS: &[OpSpec] = &[
+    OpSpec::onnx("Resize", parse_resize).with_note(RUNTIME_SCALES),
+    OpSpec::onnx("Upsample", parse_upsample).with_note(RUNTIME_SCALES),
+];
 
 /// `keep_aspect_ratio_policy` (Resize-18) for `sizes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +87,9 @@ struct Request {
     roi: Option<Vec<f32>>,
     scales: Option<Vec<f32>>,
     sizes: Option<Vec<Dim>>,
+    /// At inference: `scales` is only known at run time (its values are placeholders of the
+    /// right length); the resized axes become data-dependent.
+    runtime_scales: bool,
 }
 
 /// One axis of the plan: output length, and the scale when it is known.
@@ -151,6 +161,11 @@ impl Resize {
                     scales.len()
                 );
                 for (k, &ax) in axes.iter().enumerate() {
+                    if req.runtime_scales {
+                        plan[ax].out = Dim::data_dependent();
+                        plan[ax].scale = None;
+                        continue;
+                    }
                     let s = scales[k];
                     op_ensure!(s.is_finite() && s > 0.0, "scale {s} of axis {ax} must be a positive number");
                     op_ensure!(!self.upsample_only || s >= 1.0, "Upsample scales must be >= 1, axis {ax} has {s}");
@@ -229,7 +244,9 @@ impl Resize {
 
     fn request_from_facts(&self, inputs: &[Option<&Fact>]) -> OpResult<Request> {
         let (roi_i, scales_i, sizes_i) = match &self.source {
-            ScaleSource::Attr(s) => return Ok(Request { roi: None, scales: Some(s.clone()), sizes: None }),
+            ScaleSource::Attr(s) => {
+                return Ok(Request { roi: None, scales: Some(s.clone()), sizes: None, runtime_scales: false })
+            }
             ScaleSource::Inputs { roi, scales, sizes } => (*roi, *scales, *sizes),
         };
         let present = |i: Option<usize>| -> Option<&Fact> {
@@ -238,18 +255,33 @@ impl Resize {
             let empty = f.shape().iter().any(|d| d.as_known() == Some(0));
             (!empty).then_some(f)
         };
-        let floats = |f: &Fact, what: &str| -> OpResult<Vec<f32>> {
+        // The values when constant, else NaN placeholders of the static length (the values
+        // are read at run time; the output dims do not depend on roi).
+        let floats = |f: &Fact, what: &str| -> OpResult<(Vec<f32>, bool)> {
             op_ensure!(f.dtype().is_float(), "input '{what}' must be a float tensor, found {}", f.dtype());
+            op_ensure!(f.rank() == 1, "input '{what}' must be 1-D, found rank {}", f.rank());
             match &f.konst {
-                Some(t) => Ok(t.to_f64_vec().into_iter().map(|v| v as f32).collect()),
-                None => op_bail!("input '{what}' must be a compile-time constant"),
+                Some(t) => Ok((t.to_f64_vec().into_iter().map(|v| v as f32).collect(), false)),
+                None => match f.shape()[0].as_known() {
+                    Some(n) if n >= 0 => Ok((vec![f32::NAN; n as usize], true)),
+                    _ => op_bail!(
+                        "input '{what}' is only known at run time and its length {} is not static",
+                        f.shape()[0]
+                    ),
+                },
             }
         };
         let roi = match present(roi_i) {
-            Some(f) if self.coord == CoordMode::TfCropAndResize => Some(floats(f, "roi")?),
+            Some(f) if self.coord == CoordMode::TfCropAndResize => Some(floats(f, "roi")?.0),
             _ => None,
         };
-        let scales = present(scales_i).map(|f| floats(f, "scales")).transpose()?;
+        let (scales, runtime_scales) = match present(scales_i) {
+            Some(f) => {
+                let (v, runtime) = floats(f, "scales")?;
+                (Some(v), runtime)
+            }
+            None => (None, false),
+        };
         let sizes = match present(sizes_i) {
             None => None,
             Some(f) => {
@@ -258,12 +290,14 @@ impl Resize {
                 Some(super::shape::runtime_dims_input(f, "sizes")?)
             }
         };
-        Ok(Request { roi, scales, sizes })
+        Ok(Request { roi, scales, sizes, runtime_scales })
     }
 
     fn request_from_tensors(&self, inputs: &[Option<&Tensor>]) -> OpResult<Request> {
         let (roi_i, scales_i, sizes_i) = match &self.source {
-            ScaleSource::Attr(s) => return Ok(Request { roi: None, scales: Some(s.clone()), sizes: None }),
+            ScaleSource::Attr(s) => {
+                return Ok(Request { roi: None, scales: Some(s.clone()), sizes: None, runtime_scales: false })
+            }
             ScaleSource::Inputs { roi, scales, sizes } => (*roi, *scales, *sizes),
         };
         let present = |i: Option<usize>| optional(inputs, i?).filter(|t| !t.is_empty());
@@ -272,6 +306,7 @@ impl Resize {
             roi: present(roi_i).filter(|_| self.coord == CoordMode::TfCropAndResize).map(floats),
             scales: present(scales_i).map(floats),
             sizes: present(sizes_i).map(|t| t.to_i64_vec().into_iter().map(Dim::known).collect()),
+            runtime_scales: false,
         })
     }
 }
@@ -326,15 +361,16 @@ impl Op for Resize {
 /// - 11: inputs (X, roi, scales, sizes) with exactly one of scales/sizes (an empty tensor marks
 ///   the unused one); adds `coordinate_transformation_mode`, `nearest_mode`, `cubic` mode with
 ///   `cubic_coeff_a`/`exclude_outside`, `extrapolation_value` (for `tf_crop_and_resize`, which
-///   is supported; roi must be constant). `tf_half_pixel_for_nn` (11–12, removed in 13) is
+///   is supported; roi may be a run-time value). `tf_half_pixel_for_nn` (11–12, removed in 13) is
 ///   rejected: ORT's results for it do not follow the documented formula, so no oracle exists.
 /// - 13: roi and scales become optional inputs.
 /// - 18: `axes`, `keep_aspect_ratio_policy` (stretch, not_larger, not_smaller all supported)
 ///   and `antialias` (1 is rejected: the antialiasing filter is not implemented).
 /// - 19: `half_pixel_symmetric` coordinate mode.
 ///
-/// Scales must be compile-time constants; sizes may be symbolic shape expressions, or run-time
-/// values of static length (the resized axes are then data-dependent). Output dims stay
+/// Scales and roi may be constants or run-time values of static length (read when the node
+/// runs; run-time scales make the resized axes data-dependent); sizes may be symbolic shape
+/// expressions, or run-time values of static length (the resized axes are then data-dependent). Output dims stay
 /// symbolic where the scale is 1, an integer or the reciprocal of an integer.
 fn parse_resize(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     if ctx.opset < 11 {
@@ -427,8 +463,8 @@ fn parse_resize(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
 
 /// Upsample (deprecated since opset 10, where it equals Resize-10).
 ///
-/// Opset history: 7 takes `scales` as an attribute; 9 moves it to input 1 (which must be a
-/// compile-time constant). Modes nearest and linear; coordinates are asymmetric and nearest
+/// Opset history: 7 takes `scales` as an attribute; 9 moves it to input 1 (a constant, or a
+/// run-time value of static length). Modes nearest and linear; coordinates are asymmetric and nearest
 /// truncates (ORT's behaviour). Scales must be >= 1.
 fn parse_upsample(ctx: &NodeCtx) -> OpResult<Box<dyn Op>> {
     let mode = ctx.choice("mode", "nearest", &["nearest", "linear"])?;
@@ -490,8 +526,30 @@ mod tests {
         let half = konst(f32s(&[1.0, 1.0, 0.5, 1.0]));
         let out = op.infer(&[Some(&x), None, Some(&half)]).unwrap();
         assert_eq!(out[0].shape()[2].to_string(), "floor(H/2)");
+        // Scales known only at run time: the resized axes are data-dependent; evaluation reads them.
         let dynamic = Fact::new(DType::F32, vec![Dim::known(4)]);
-        assert!(op.infer(&[Some(&x), None, Some(&dynamic)]).unwrap_err().0.contains("compile-time constant"));
+        assert_eq!(
+            op.infer(&[Some(&x), None, Some(&dynamic)]).unwrap()[0].shape(),
+            vec![Dim::data_dependent(); 4].as_slice()
+        );
+        let sym_len = Fact::new(DType::F32, vec![Dim::sym("K")]);
+        assert!(op.infer(&[Some(&x), None, Some(&sym_len)]).unwrap_err().0.contains("not static"));
+        let t = Tensor::from_f32s(&[1, 1, 2, 2], vec![1.0, 2.0, 3.0, 4.0]);
+        let y = op.eval(&[Some(&t), None, Some(&f32s(&[1.0, 1.0, 2.0, 1.0]))]).unwrap();
+        assert_eq!(y[0].shape(), &[1, 1, 4, 2]);
+        // A run-time roi (tf_crop_and_resize) does not change the output dims.
+        let crop =
+            parse("Resize", 13, &[("coordinate_transformation_mode", s("tf_crop_and_resize"))], &[true, true, true])
+                .unwrap();
+        let roi = Fact::new(DType::F32, vec![Dim::known(8)]);
+        assert_eq!(
+            crop.infer(&[Some(&x), Some(&roi), Some(&scales)]).unwrap()[0].shape(),
+            out_shape_of(op.as_ref(), &x, &scales).as_slice()
+        );
+    }
+
+    fn out_shape_of(op: &dyn Op, x: &Fact, scales: &Fact) -> Vec<Dim> {
+        op.infer(&[Some(x), None, Some(scales)]).unwrap().remove(0).shape().to_vec()
     }
 
     #[test]

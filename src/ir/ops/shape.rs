@@ -16,11 +16,15 @@ use crate::reference::indexing as kernels;
 use crate::{map_tensor, op_bail, op_ensure};
 use std::any::Any;
 
+/// The restriction `onnx2ait ops` states for Squeeze/Unsqueeze.
+const RUNTIME_AXES: &str = "'axes' may be a run-time value (e.g. a graph input) of static length for the reference \
+     executor and validate; code generation needs it known at compile time";
+
 pub const OPS: &[OpSpec] = &[
     OpSpec::onnx("Reshape", parse_reshape),
     OpSpec::onnx("Flatten", parse_flatten),
-    OpSpec::onnx("Squeeze", parse_squeeze),
-    OpSpec::onnx("Unsqueeze", parse_unsqueeze),
+    OpSpec::onnx("Squeeze", parse_squeeze).with_note(RUNTIME_AXES),
+    OpSpec::onnx("Unsqueeze", parse_unsqueeze).with_note(RUNTIME_AXES),
     OpSpec::onnx("Transpose", parse_transpose),
     OpSpec::onnx("Expand", parse_expand),
     OpSpec::onnx("Tile", parse_tile),
@@ -307,11 +311,78 @@ pub enum AxesFrom {
     Input,
 }
 
-fn axes_at_infer(from: &AxesFrom, inputs: &[Option<&Fact>]) -> OpResult<Option<Vec<i64>>> {
-    match from {
-        AxesFrom::Attr(a) => Ok(a.clone()),
-        AxesFrom::Input => optional(inputs, 1).map(|f| ints_input(f, "axes")).transpose(),
+/// The axes at inference: known values, or only their count when input 1 is a run-time value.
+enum InferAxes {
+    Known(Option<Vec<i64>>),
+    /// `n` axes (n > 0) whose values are read at run time.
+    Runtime(usize),
+}
+
+fn axes_at_infer(from: &AxesFrom, inputs: &[Option<&Fact>]) -> OpResult<InferAxes> {
+    let f = match from {
+        AxesFrom::Attr(a) => return Ok(InferAxes::Known(a.clone())),
+        AxesFrom::Input => match optional(inputs, 1) {
+            None => return Ok(InferAxes::Known(None)),
+            Some(f) => f,
+        },
+    };
+    op_ensure!(f.dtype().is_int(), "input 'axes' must be an integer tensor, found {}", f.dtype());
+    op_ensure!(f.rank() <= 1, "input 'axes' must be 1-D, found shape {}", fmt_shape(f.shape()));
+    if f.as_dims().is_some() {
+        return Ok(InferAxes::Known(Some(ints_input(f, "axes")?)));
     }
+    match runtime_axes_len(f, "axes")? {
+        0 => Ok(InferAxes::Known(Some(Vec::new()))),
+        n => Ok(InferAxes::Runtime(n)),
+    }
+}
+
+/// The number of axes in an axes input known only at run time; it must be static, since it
+/// fixes the output rank.
+pub(crate) fn runtime_axes_len(f: &Fact, what: &str) -> OpResult<usize> {
+    match f.shape() {
+        [] => Ok(1),
+        [n] => match n.as_known() {
+            Some(n) if n >= 0 => Ok(n as usize),
+            _ => op_bail!(
+                "input '{what}' is only known at run time and its length {n} is not static, so the output rank is unknown"
+            ),
+        },
+        s => op_bail!("input '{what}' must be 1-D, found shape {}", fmt_shape(s)),
+    }
+}
+
+/// One output dim that is one of `candidates` depending on run-time axes: that dim when they
+/// all agree, else `Dim::data_dependent()`.
+fn one_of(candidates: impl IntoIterator<Item = Dim>) -> Dim {
+    let mut it = candidates.into_iter();
+    let first = it.next().unwrap_or_else(Dim::data_dependent);
+    if it.all(|d| d == first) {
+        first
+    } else {
+        Dim::data_dependent()
+    }
+}
+
+/// The shape after removing `n` axes whose positions are known only at run time: output dim
+/// `i` is one of input dims `i..=i+n`.
+pub(crate) fn dims_without_runtime_axes(shape: &[Dim], n: usize) -> OpResult<Vec<Dim>> {
+    op_ensure!(n <= shape.len(), "{n} axes given for rank {}", shape.len());
+    Ok((0..shape.len() - n).map(|i| one_of(shape[i..=i + n].iter().cloned())).collect())
+}
+
+/// The shape after inserting `n` 1s at positions known only at run time: output dim `i` is 1
+/// or one of input dims `i-n..=i`.
+fn dims_with_runtime_axes(shape: &[Dim], n: usize) -> Vec<Dim> {
+    let r = shape.len();
+    (0..r + n)
+        .map(|i| {
+            let from = i.saturating_sub(n);
+            let upto = i.min(r.saturating_sub(1));
+            let kept = if r == 0 || from > upto { &shape[0..0] } else { &shape[from..=upto] };
+            one_of(std::iter::once(Dim::known(1)).chain(kept.iter().cloned()))
+        })
+        .collect()
 }
 
 fn axes_at_eval(from: &AxesFrom, inputs: &[Option<&Tensor>]) -> OpResult<Option<Vec<i64>>> {
@@ -376,8 +447,11 @@ impl Op for Squeeze {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "data")?;
-        let axes = axes_at_infer(&self.axes, inputs)?;
-        let out = squeeze_dims(x.shape(), axes.as_deref())?;
+        let out = match axes_at_infer(&self.axes, inputs)? {
+            InferAxes::Known(axes) => squeeze_dims(x.shape(), axes.as_deref())?,
+            // Each squeezed dim must be 1 at run time; which ones is read then.
+            InferAxes::Runtime(n) => dims_without_runtime_axes(x.shape(), n)?,
+        };
         Ok(vec![fact_with_sym(x.dtype(), out, sym_values(x))])
     }
 
@@ -413,9 +487,11 @@ impl Op for Unsqueeze {
 
     fn infer(&self, inputs: &[Option<&Fact>]) -> OpResult<Vec<Fact>> {
         let x = required(inputs, 0, "data")?;
-        let axes = axes_at_infer(&self.axes, inputs)?
-            .ok_or_else(|| OpError("input 1 (axes) is required but missing".into()))?;
-        let out = unsqueeze_dims(x.shape(), &axes)?;
+        let out = match axes_at_infer(&self.axes, inputs)? {
+            InferAxes::Known(Some(axes)) => unsqueeze_dims(x.shape(), &axes)?,
+            InferAxes::Known(None) => op_bail!("input 1 (axes) is required but missing"),
+            InferAxes::Runtime(n) => dims_with_runtime_axes(x.shape(), n),
+        };
         Ok(vec![fact_with_sym(x.dtype(), out, sym_values(x))])
     }
 
@@ -794,6 +870,35 @@ mod tests {
         assert_eq!(out_shape(&*f(4), &[&x]), "[60*N,1]");
         assert!(f(5).infer(&[Some(&x)]).is_err());
         assert_eq!(eval1(&*f(2), &[&iota(&[2, 3, 4])]).shape(), &[6, 4]);
+    }
+
+    #[test]
+    fn squeeze_and_unsqueeze_axes_known_only_at_run_time() {
+        let dd = Dim::data_dependent();
+        let axes = |n: i64| Fact::new(DType::I64, vec![Dim::known(n)]);
+        let un = parse("Unsqueeze", 13, vec![], 2, 1).unwrap();
+        // [N, 3] with 1 axis: out[0] is 1 or N, out[1] N, 1 or 3 ... : rank 3, dims from the data.
+        let x = fact(DType::F32, "N,3");
+        assert_eq!(un.infer(&[Some(&x), Some(&axes(1))]).unwrap()[0].shape(), &[dd.clone(), dd.clone(), dd.clone()]);
+        // Where every candidate agrees the dim is known: [1, 1] with 2 axes is all ones.
+        let ones = fact(DType::F32, "1,1");
+        assert_eq!(un.infer(&[Some(&ones), Some(&axes(2))]).unwrap()[0].shape(), &dims("1,1,1,1"));
+        assert_eq!(un.infer(&[Some(&fact(DType::F32, "")), Some(&axes(2))]).unwrap()[0].shape(), &dims("1,1"));
+
+        let sq = parse("Squeeze", 13, vec![], 2, 1).unwrap();
+        let x = fact(DType::F32, "1,N,1,1");
+        assert_eq!(sq.infer(&[Some(&x), Some(&axes(1))]).unwrap()[0].shape(), &[dd.clone(), dd.clone(), Dim::known(1)]);
+        assert_eq!(sq.infer(&[Some(&x), Some(&axes(4))]).unwrap()[0].shape(), &dims(""));
+        assert!(sq.infer(&[Some(&x), Some(&axes(5))]).is_err());
+        let err = sq.infer(&[Some(&x), Some(&Fact::new(DType::I64, dims("K")))]).unwrap_err();
+        assert!(err.0.contains("only known at run time"), "{}", err.0);
+
+        // Evaluation reads the axes.
+        let t = iota(&[1, 2, 1]);
+        assert_eq!(eval1(sq.as_ref(), &[&t, &t_ints(&[-1])]).shape(), &[1, 2]);
+        assert_eq!(eval1(sq.as_ref(), &[&t, &t_ints(&[0, 2])]).shape(), &[2]);
+        assert!(sq.eval(&[Some(&t), Some(&t_ints(&[1]))]).is_err(), "axis 1 has size 2");
+        assert_eq!(eval1(un.as_ref(), &[&t, &t_ints(&[0, 4])]).shape(), &[1, 1, 2, 1, 1]);
     }
 
     #[test]

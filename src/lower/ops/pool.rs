@@ -22,12 +22,12 @@ use super::act::float_lit;
 use super::elementwise::index_type;
 use super::{require_float, LowerSpec};
 use crate::ir::dim::product;
+use crate::ir::ops::conv::Geom3;
 use crate::ir::ops::kernel::{GlobalAvgPool, Layout, Pool as KernelPool, PoolKind as KernelPoolKind};
 use crate::ir::ops::lp_pool::{GlobalLpPool, LpPool};
 use crate::ir::ops::pool::{GlobalPool, Pool as OnnxPool, PoolKind as OnnxPoolKind};
 use crate::ir::{DType, Dim, Node};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
-use crate::ir::ops::conv::Geom3;
 use serde_json::{json, Map, Value as Json};
 
 pub const OPS: &[LowerSpec] = &[
