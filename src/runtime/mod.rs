@@ -39,7 +39,7 @@ pub const LIB_NAME: &str = "libmodel.so";
 /// Version 2 added the kernel list and per-kernel timing (`o2a_num_kernels`, `o2a_kernel_name`,
 /// `o2a_kernel_node`, `o2a_kernel_times`); version 3 the build hash (`o2a_build_hash`,
 /// `O2A_BUILD_HASH`, the trailer of `weights.bin`).
-pub const ABI_VERSION: i32 = 3;
+pub const ABI_VERSION: i32 = 4;
 
 /// Status codes of the C API (the `O2A_ERR_*` of model.h / common.cuh).
 fn status_name(code: c_int) -> &'static str {
@@ -57,6 +57,7 @@ fn status_name(code: c_int) -> &'static str {
 type FnVersion = unsafe extern "C" fn() -> c_int;
 type FnBuildHash = unsafe extern "C" fn() -> *const c_char;
 type FnCreate = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int;
+type FnCreateFromMemory = unsafe extern "C" fn(*const c_void, u64, *mut *mut c_void) -> c_int;
 type FnDestroy = unsafe extern "C" fn(*mut c_void);
 type FnLastError = unsafe extern "C" fn() -> *const c_char;
 type FnModelStr = unsafe extern "C" fn(*const c_void) -> *const c_char;
@@ -73,6 +74,7 @@ type FnKernelTimes = unsafe extern "C" fn(*mut c_void, i64, c_int, c_int, *mut f
 /// from is loaded (the owning [`Library`] keeps it).
 struct Api {
     create: FnCreate,
+    create_from_memory: FnCreateFromMemory,
     destroy: FnDestroy,
     last_error: FnLastError,
     model_name: FnModelStr,
@@ -277,6 +279,7 @@ impl Library {
         let api = unsafe {
             Api {
                 create: symbol(&lib, "o2a_create", &path)?,
+                create_from_memory: symbol(&lib, "o2a_create_from_memory", &path)?,
                 destroy: symbol(&lib, "o2a_destroy", &path)?,
                 last_error: symbol(&lib, "o2a_last_error", &path)?,
                 model_name: symbol(&lib, "o2a_model_name", &path)?,
@@ -578,6 +581,22 @@ impl Model {
         }
         let ptr = NonNull::new(ptr)
             .ok_or_else(|| Error::Other(format!("{}: o2a_create succeeded without a model", lib.dir.display())))?;
+        Ok(Model { ptr, lib })
+    }
+
+    /// [`Model::create`] with the weights from memory: `weights` holds what the build wrote to
+    /// `OUT/weights.bin` (the library checks its size and build hash).
+    pub fn create_from_memory(lib: Library, weights: &[u8]) -> Result<Model> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `weights` is valid for its length during the call, which copies it to the
+        // device; `ptr` receives the model or stays NULL.
+        let rc = unsafe { (lib.api.create_from_memory)(weights.as_ptr().cast(), weights.len() as u64, &mut ptr) };
+        if rc != 0 {
+            return Err(lib.call_error("cannot create the model from the weights in memory", rc));
+        }
+        let ptr = NonNull::new(ptr).ok_or_else(|| {
+            Error::Other(format!("{}: o2a_create_from_memory succeeded without a model", lib.dir.display()))
+        })?;
         Ok(Model { ptr, lib })
     }
 

@@ -4,8 +4,9 @@
 //! and checks its numbers; without one it checks that creating the model says "no CUDA device".
 
 use super::*;
-use crate::build::nvcc::{Arch, Nvcc};
+use crate::build::nvcc::Nvcc;
 use crate::build::Compiler;
+use crate::lower::cuda::Arch;
 use crate::lower::plan::plan_memory;
 use crate::lower::weights::to_le_bytes;
 use crate::lower::{Batch, DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, Storage};
@@ -221,11 +222,12 @@ fn templates_render_tables_and_run_sequence() {
         "int o2a_run(o2a_model* m, int64_t batch, const void* const* inputs, void* const* outputs, void* stream);"
     ));
     assert!(!h.contains("cuda_runtime.h"), "model.h needs no CUDA header");
-    assert!(h.contains("#define O2A_ABI_VERSION 3") && ABI_VERSION == 3, "{h}");
+    assert!(h.contains("#define O2A_ABI_VERSION 4") && ABI_VERSION == 4, "{h}");
     assert!(h.contains(&format!("#define O2A_BUILD_HASH \"{TINY_HASH}\"")), "{h}");
     assert!(cu.contains("const char* o2a_build_hash(void) { return O2A_BUILD_HASH; }"), "{cu}");
     for decl in [
         "const char* o2a_build_hash(void);",
+        "int o2a_create_from_memory(const void* weights, uint64_t bytes, o2a_model** out);",
         "int o2a_num_kernels(const o2a_model* m);",
         "const char* o2a_kernel_name(const o2a_model* m, int k);",
         "const char* o2a_kernel_node(const o2a_model* m, int k);",
@@ -461,4 +463,19 @@ fn run_on_gpu(m: &mut Model, dir: &Path) {
         e.contains("weights.bin belongs to another build (it ends with 'onnx2ait build fedcba9876543210', this library is build 0123456789abcdef)"),
         "{e}"
     );
+
+    // The same checks, and the same model, with the weights from memory.
+    write_weights(dir, &tiny_program(true).weights, TINY_HASH);
+    let good = std::fs::read(dir.join("weights.bin")).unwrap();
+    let mut m = Model::create_from_memory(Library::open(dir).unwrap(), &good).unwrap_or_else(|e| panic!("{e}"));
+    let x = Tensor::from_f32s(&[1, 4], vec![2.0, 2.0, 2.0, 2.0]);
+    let out = m.run_host(1, &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();
+    assert_eq!(out[0], Tensor::from_f32s(&[1, 2, 2], vec![2.0, 4.0, 6.0, 1.0]));
+    let e = Model::create_from_memory(Library::open(dir).unwrap(), &good[..6]).err().unwrap().to_string();
+    assert!(e.contains("the weights buffer has 6 bytes but the model expects 40"), "{e}");
+    let mut other = good.clone();
+    let n = other.len();
+    other[n - 2] ^= 1;
+    let e = Model::create_from_memory(Library::open(dir).unwrap(), &other).err().unwrap().to_string();
+    assert!(e.contains("the weights buffer belongs to another build"), "{e}");
 }
