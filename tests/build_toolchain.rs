@@ -4,7 +4,8 @@
 //! tests print a skip line and pass, except in CI (`CI` set) or with `ONNX2AIT_REQUIRE_NVCC=1`,
 //! where a missing toolchain must fail rather than hide behind a green run.
 
-use onnx2ait::build::{build, Arch, BuildOptions, Nvcc};
+use onnx2ait::build::{build, BuildOptions, Nvcc};
+use onnx2ait::lower::cuda::Arch;
 use std::path::{Path, PathBuf};
 
 /// nvcc for sm_80 (the quickest CUTLASS compile), or `None` after printing why the test is skipped.

@@ -428,7 +428,8 @@ fn no_build_and_failed_builds_leave_no_stale_library() {
 /// loadable and matches its folder; a --no-build compile of model B removes it.
 #[test]
 fn a_real_build_is_replaced_by_the_next_model() {
-    use onnx2ait::build::nvcc::{Arch, Nvcc};
+    use onnx2ait::build::nvcc::Nvcc;
+    use onnx2ait::lower::cuda::Arch;
     if Nvcc::discover_for_test(Arch::Sm90, "the real-build output test").is_none() {
         return;
     }
@@ -465,7 +466,8 @@ fn a_real_build_is_replaced_by_the_next_model() {
 /// paths); the library included.
 #[test]
 fn fresh_builds_are_byte_identical() {
-    use onnx2ait::build::nvcc::{Arch, Nvcc};
+    use onnx2ait::build::nvcc::Nvcc;
+    use onnx2ait::lower::cuda::Arch;
     if Nvcc::discover_for_test(Arch::Sm90, "the reproducible-build test").is_none() {
         return;
     }

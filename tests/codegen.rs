@@ -3,10 +3,11 @@
 
 mod common;
 use common::tree_text;
-use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::build::BuildOptions;
 use onnx2ait::codegen::generate_cuda;
 use onnx2ait::egraph::{optimize, OptimizeOptions};
+use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::LowerOptions;
 use std::path::{Path, PathBuf};
 

@@ -138,7 +138,7 @@ fn exports_generate_cuda_snapshots() {
         let mut bound = dims(stem, 1, 16);
         bound.remove("batch");
         let lower = LowerOptions { dims: bound, max_batch: 8, ..LowerOptions::default() };
-        generate_cuda(&opt, &lower, onnx2ait::build::nvcc::Arch::Sm90, &out).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        generate_cuda(&opt, &lower, onnx2ait::lower::cuda::Arch::Sm90, &out).unwrap_or_else(|e| panic!("{stem}: {e}"));
         let text = tree_text(&out);
         let _ = std::fs::remove_dir_all(&out);
         insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {

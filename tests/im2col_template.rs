@@ -6,9 +6,10 @@
 //!
 //! Without nvcc the test is skipped, unless `CI` or `ONNX2AIT_REQUIRE_NVCC` is set.
 
-use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::build::Compiler;
 use onnx2ait::codegen::Templates;
+use onnx2ait::lower::cuda::Arch;
 use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};
 

@@ -4,9 +4,10 @@
 //!
 //! Without nvcc the test is skipped, unless `CI` or `ONNX2AIT_REQUIRE_NVCC` is set.
 
-use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::build::Compiler;
 use onnx2ait::codegen::Templates;
+use onnx2ait::lower::cuda::Arch;
 use onnx2ait::runtime::profiler::{CaseInfo, ProfilerLib, PROFILE_LIB_NAME};
 use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};

@@ -31,7 +31,7 @@ pub mod cache;
 pub mod lock;
 pub mod nvcc;
 
-pub use nvcc::{Arch, Nvcc};
+pub use nvcc::Nvcc;
 
 use crate::error::{Error, Result};
 use cache::Header;

@@ -35,11 +35,10 @@
 
 use super::Compiler;
 use crate::error::{Error, Result};
+use crate::lower::cuda::Arch;
 use std::ffi::OsString;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::str::FromStr;
 
 /// Environment variable naming the nvcc executable.
 pub const NVCC_ENV: &str = "NVCC";
@@ -62,62 +61,6 @@ const HOW_TO_GET_NVCC: &str =
 const HOW_TO_GET_CUTLASS: &str =
     "run scripts/setup-python.sh, which installs the pinned nvidia-cutlass 4.2 wheel into .venv, \
      or set CUTLASS_DIR to a CUTLASS 4.2 checkout (the folder holding include/ and tools/util/include/)";
-
-/// GPU architecture the kernels are compiled for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum Arch {
-    /// Ampere (A100); also runs on later GPUs, without Hopper features.
-    #[serde(rename = "sm_80")]
-    Sm80,
-    /// Hopper without architecture-specific features (no wgmma/TMA kernels).
-    #[serde(rename = "sm_90")]
-    Sm90,
-    /// Hopper with wgmma/TMA: what CUTLASS's sm90 kernels need. Runs only on sm_90 GPUs.
-    #[serde(rename = "sm_90a")]
-    Sm90a,
-}
-
-impl Arch {
-    pub const ALL: [Arch; 3] = [Arch::Sm80, Arch::Sm90, Arch::Sm90a];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Arch::Sm80 => "sm_80",
-            Arch::Sm90 => "sm_90",
-            Arch::Sm90a => "sm_90a",
-        }
-    }
-
-    /// The nvcc flag generating SASS for exactly this architecture.
-    pub fn gencode(self) -> &'static str {
-        match self {
-            Arch::Sm80 => "-gencode=arch=compute_80,code=sm_80",
-            Arch::Sm90 => "-gencode=arch=compute_90,code=sm_90",
-            Arch::Sm90a => "-gencode=arch=compute_90a,code=sm_90a",
-        }
-    }
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Arch {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Arch> {
-        let want = s.trim().to_ascii_lowercase();
-        Arch::ALL.into_iter().find(|a| a.as_str() == want).ok_or_else(|| {
-            let all: Vec<&str> = Arch::ALL.iter().map(|a| a.as_str()).collect();
-            Error::Other(format!(
-                "unknown CUDA architecture '{s}'; expected one of {} (sm_90a for Hopper kernels using wgmma/TMA)",
-                all.join(", ")
-            ))
-        })
-    }
-}
 
 /// The CUTLASS headers in use.
 #[derive(Clone, Debug)]

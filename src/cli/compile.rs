@@ -86,7 +86,7 @@ pub struct CompileArgs {
     /// Attention subgraphs: `unfused` (default: the score products, mask add, softmax and head
     /// transposes as separate kernels) or `fused` (one kernel per attention, attention.cu.hbs).
     /// Not yet the default: the fused kernel's first version, validated on an H200, was slower
-    /// than the unfused kernels for BERT-base (BENCHMARKS.md), and the current version has not
+    /// than the unfused kernels for BERT-base (README), and the current version has not
     /// been timed yet.
     #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
     pub attention: AttentionMode,

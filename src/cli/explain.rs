@@ -18,10 +18,11 @@
 
 use super::{emit, Failure, ModelArg};
 use clap::Args;
-use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::egraph::explain::to_dot;
 use onnx2ait::egraph::{optimize, optimize_with_cost, ExplainReport, OptimizeOptions};
 use onnx2ait::ir::Graph;
+use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::cuda::CudaTarget;
 use onnx2ait::profile::cache::ProfileCache;
 use onnx2ait::profile::cost::{CostReport, MeasuredCost};

@@ -4,8 +4,8 @@
 
 use super::{Failure, ModelArg};
 use clap::Args;
-use onnx2ait::build::nvcc::Arch;
 use onnx2ait::build::BuildOptions;
+use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::LowerOptions;
 use onnx2ait::profile::{self, ProfileOptions};
 use std::path::PathBuf;

@@ -339,7 +339,7 @@ fn build_metadata(p: &Program, target: &str, arch: &str, files: &Generated) -> J
 pub fn generate_cuda(
     graph: &crate::ir::Graph,
     opts: &crate::lower::LowerOptions,
-    arch: crate::build::nvcc::Arch,
+    arch: crate::lower::cuda::Arch,
     out: &Path,
 ) -> Result<GeneratedModel> {
     let target = crate::lower::cuda::CudaTarget::new(arch).with_max_batch(opts.max_batch);

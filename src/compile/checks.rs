@@ -4,9 +4,9 @@
 //! command-line options (`--dim`, `--max-batch`), which the Rust and Python APIs take under the
 //! same names.
 
-use crate::build::nvcc::Arch;
 use crate::ir::dim::fmt_shape;
 use crate::ir::{DType, Dim, Graph};
+use crate::lower::cuda::Arch;
 use crate::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -19,12 +19,13 @@
 pub mod checks;
 pub mod report;
 
-use crate::build::nvcc::{Arch, Nvcc};
+use crate::build::nvcc::Nvcc;
 use crate::build::{BuildOptions, BuildReport};
 use crate::codegen::outdir::Staging;
 use crate::codegen::GeneratedModel;
 use crate::egraph::{optimize, ExplainReport, OptimizeOptions};
 use crate::ir::{DType, Graph};
+use crate::lower::cuda::Arch;
 use crate::lower::cuda::CudaTarget;
 use crate::lower::{LowerOptions, Precision};
 use crate::profile::cache::ProfileCache;

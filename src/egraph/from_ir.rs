@@ -642,12 +642,12 @@ fn resolve_window(w: &conv::Window, spatial: &[Dim], kernel: [usize; 2], group: 
 
 #[cfg(test)]
 mod tests {
-    use crate::build::nvcc::Arch;
     use crate::egraph::{optimize, OptimizeOptions};
     use crate::ir::infer::infer_graph;
     use crate::ir::ops::kernel::{Conv2d, Layout};
     use crate::ir::ops::testutil::GraphBuilder;
     use crate::ir::{Attr, DType, Graph, Tensor, ValueId};
+    use crate::lower::cuda::Arch;
     use crate::lower::{cuda::CudaTarget, lower, LowerOptions};
     use crate::validate::inputs::random_tensor;
     use rand::SeedableRng;

@@ -55,14 +55,72 @@ use super::ops::act::act_call;
 pub use super::ops::conv::DEPTHWISE_TEMPLATE;
 use super::problem::{BiasKind, ConvProblem, GemmProblem};
 use super::target::{Dispatch, Instance, LibraryInstance, Target};
-use crate::build::nvcc::Arch;
+use crate::error::{Error, Result};
 use crate::ir::ops::kernel::Act;
 use crate::ir::Dim;
 use serde::Serialize;
 use serde_json::{json, Map, Value as Json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
 use std::sync::Mutex;
+
+/// GPU architecture the kernels are compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Arch {
+    /// Ampere (A100); also runs on later GPUs, without Hopper features.
+    #[serde(rename = "sm_80")]
+    Sm80,
+    /// Hopper without architecture-specific features (no wgmma/TMA kernels).
+    #[serde(rename = "sm_90")]
+    Sm90,
+    /// Hopper with wgmma/TMA: what CUTLASS's sm90 kernels need. Runs only on sm_90 GPUs.
+    #[serde(rename = "sm_90a")]
+    Sm90a,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 3] = [Arch::Sm80, Arch::Sm90, Arch::Sm90a];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "sm_80",
+            Arch::Sm90 => "sm_90",
+            Arch::Sm90a => "sm_90a",
+        }
+    }
+
+    /// The nvcc flag generating SASS for exactly this architecture.
+    pub fn gencode(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "-gencode=arch=compute_80,code=sm_80",
+            Arch::Sm90 => "-gencode=arch=compute_90,code=sm_90",
+            Arch::Sm90a => "-gencode=arch=compute_90a,code=sm_90a",
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Arch {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Arch> {
+        let want = s.trim().to_ascii_lowercase();
+        Arch::ALL.into_iter().find(|a| a.as_str() == want).ok_or_else(|| {
+            let all: Vec<&str> = Arch::ALL.iter().map(|a| a.as_str()).collect();
+            Error::Other(format!(
+                "unknown CUDA architecture '{s}'; expected one of {} (sm_90a for Hopper kernels using wgmma/TMA)",
+                all.join(", ")
+            ))
+        })
+    }
+}
 
 /// Batch size at which problem sizes that depend on the run-time batch are judged when the
 /// target has no batch range (a direct `CudaTarget::new`).
@@ -825,6 +883,9 @@ impl CudaTarget {
 impl Target for CudaTarget {
     fn name(&self) -> &'static str {
         "cuda"
+    }
+    fn warp_size(&self) -> i64 {
+        32
     }
 
     fn conv2d(&self, p: &ConvProblem) -> Instance {

@@ -383,9 +383,9 @@ fn renumber_kernels(p: &mut Program) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::nvcc::Arch;
     use crate::ir::ops::kernel::{Act, Conv2d, ConvGeom, Layout, Transpose};
     use crate::ir::Graph;
+    use crate::lower::cuda::Arch;
     use crate::lower::cuda::CudaTarget;
     use crate::lower::ops::conv::tests::{render_all, G};
     use crate::lower::{lower, LowerOptions};

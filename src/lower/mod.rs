@@ -631,8 +631,8 @@ pub fn json_dims(p: &Program, shape: &[Dim]) -> Json {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::nvcc::Arch;
     use crate::ir::ops::kernel::{Act, Conv2d, ConvGeom, Gemm, Layout};
+    use crate::lower::cuda::Arch;
     use crate::lower::cuda::CudaTarget;
     use crate::lower::ops::conv::tests::G;
 

@@ -62,6 +62,10 @@ impl Instance {
 pub trait Target: Sync {
     /// `cuda`, `hip`.
     fn name(&self) -> &'static str;
+    /// Threads that execute in lockstep and reduce with shuffles: 32 on NVIDIA GPUs, 64 on
+    /// AMD's CDNA (MI200/MI300). Launch sizes of the row-wise kernels (softmax, norms,
+    /// reductions) are multiples of it.
+    fn warp_size(&self) -> i64;
     /// The instance that computes a convolution, or a generic kernel when no library instance
     /// supports the problem (never an instance that would fail at run time).
     fn conv2d(&self, p: &ConvProblem) -> Instance;

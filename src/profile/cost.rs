@@ -562,12 +562,12 @@ impl fmt::Display for CostReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::nvcc::Arch;
     use crate::egraph::optimize;
     use crate::ir::infer::infer_graph;
     use crate::ir::ops::kernel::Act;
     use crate::ir::ops::testutil::GraphBuilder;
     use crate::ir::{Attr, Tensor};
+    use crate::lower::cuda::Arch;
     use crate::lower::cuda::Measurements;
     use crate::validate::inputs::random_tensor;
     use rand::SeedableRng;

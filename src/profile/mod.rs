@@ -15,11 +15,12 @@
 pub mod cache;
 pub mod cost;
 
-use crate::build::nvcc::{Arch, Nvcc};
+use crate::build::nvcc::Nvcc;
 use crate::build::BuildOptions;
 use crate::codegen::Templates;
 use crate::error::{Error, Result};
 use crate::ir::Graph;
+use crate::lower::cuda::Arch;
 use crate::lower::cuda::{CudaTarget, ProfileProblem};
 use crate::lower::{LibraryInstance, LowerOptions};
 use crate::runtime::profiler::{CaseError, ProfilerLib};

@@ -1,8 +1,9 @@
 //! Rendering a library template and compiling it with nvcc (`-c`, no GPU needed).
 
-use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::build::Compiler;
 use onnx2ait::codegen::Templates;
+use onnx2ait::lower::cuda::Arch;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@
 //! accesses cannot read are refused with the instance's name in the message.
 
 use crate::common;
-use onnx2ait::build::nvcc::Arch;
+use onnx2ait::lower::cuda::Arch;
 use serde_json::json;
 
 #[test]

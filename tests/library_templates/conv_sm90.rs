@@ -5,7 +5,7 @@
 //! absent, identity and non-trivial expressions, both tile_m values, both cluster shapes.
 
 use crate::common;
-use onnx2ait::build::nvcc::Arch;
+use onnx2ait::lower::cuda::Arch;
 use serde_json::{json, Value as Json};
 
 struct Variant {

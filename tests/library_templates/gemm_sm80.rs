@@ -3,7 +3,8 @@
 //! of operand layouts, compiled for sm_80.
 
 use crate::common;
-use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::nvcc::Nvcc;
+use onnx2ait::lower::cuda::Arch;
 use serde_json::{json, Value as Json};
 use std::path::PathBuf;
 

@@ -7,8 +7,9 @@
 //! mode must not touch the device), covering the run-time rules and the batch plans.
 
 use crate::common;
-use onnx2ait::build::nvcc::{Arch, Nvcc};
+use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::build::Compiler;
+use onnx2ait::lower::cuda::Arch;
 use serde_json::{json, Value as Json};
 use std::path::PathBuf;
 

@@ -539,9 +539,9 @@ fn emit_conv(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::build::nvcc::Arch;
     use crate::ir::ops::kernel::ConvGeom;
     use crate::ir::{DType, Graph, Op, Value, ValueType};
+    use crate::lower::cuda::Arch;
     use crate::lower::cuda::CudaTarget;
     use crate::lower::{KernelInstance, Precision, Program, Storage};
     use std::sync::Arc;
@@ -655,6 +655,9 @@ pub(crate) mod tests {
     impl crate::lower::Target for NeverAsked {
         fn name(&self) -> &'static str {
             "cuda"
+        }
+        fn warp_size(&self) -> i64 {
+            32
         }
         fn conv2d(&self, p: &ConvProblem) -> Instance {
             panic!("the target was asked for a convolution instance: {p:?}")

@@ -902,6 +902,9 @@ pub(crate) mod testkit {
         fn name(&self) -> &'static str {
             "cuda"
         }
+        fn warp_size(&self) -> i64 {
+            32
+        }
         fn conv2d(&self, _: &ConvProblem) -> Instance {
             Instance::own("none", Map::new())
         }

@@ -46,8 +46,9 @@ struct RowPlan {
 }
 
 impl RowPlan {
-    /// The plan for rows of `cols` elements of `dt`: accesses of up to 16 bytes (8 halfs, 4 floats).
-    fn for_cols(cols: &Dim, dt: DType) -> RowPlan {
+    /// The plan for rows of `cols` elements of `dt` on a target with `warp`-thread warps:
+    /// accesses of up to 16 bytes (8 halfs, 4 floats), one warp per row up to 1024 elements.
+    fn for_cols(cols: &Dim, dt: DType, warp: i64) -> RowPlan {
         let Some(k) = cols.as_known().filter(|&k| k > 0) else {
             return RowPlan { threads: 1024, vec: 1, items: 0 };
         };
@@ -56,9 +57,9 @@ impl RowPlan {
         let vectors = k / vec;
         let div_ceil = |a: i64, b: i64| (a + b - 1) / b;
         if k <= 1024 {
-            return RowPlan { threads: 32, vec, items: div_ceil(vectors, 32) };
+            return RowPlan { threads: warp, vec, items: div_ceil(vectors, warp) };
         }
-        let threads = (div_ceil(vectors, 32) * 32).min(1024);
+        let threads = (div_ceil(vectors, warp) * warp).min(1024);
         let items = div_ceil(vectors, threads);
         if items <= 8 {
             RowPlan { threads, vec, items }
@@ -106,7 +107,7 @@ fn emit_layer_norm(
     c.insert("rows".into(), json!(cx.expr(&rows)?));
     c.insert("cols".into(), json!(cx.expr(&cols)?));
     c.insert("eps".into(), json!(float_lit(eps)));
-    RowPlan::for_cols(&cols, cx.dtype(x)).fields(&mut c);
+    RowPlan::for_cols(&cols, cx.dtype(x), cx.target.warp_size()).fields(&mut c);
     let mut args = vec![x, scale];
     let (off, contig) = param_fields(cx, &inner, scale)?;
     c.insert("scale_ctype".into(), json!(ctype(cx.dtype(scale))));
@@ -200,7 +201,7 @@ fn emit_softmax(cx: &mut LowerCtx, node: &Node, axis: i64, coerce_2d: bool, mode
     c.insert("mode_softmax".into(), json!(mode == SoftmaxMode::Softmax));
     c.insert("mode_log".into(), json!(mode == SoftmaxMode::LogSoftmax));
     c.insert("mode_hardmax".into(), json!(mode == SoftmaxMode::Hardmax));
-    RowPlan::for_cols(&cols, cx.dtype(x)).fields(&mut c);
+    RowPlan::for_cols(&cols, cx.dtype(x), cx.target.warp_size()).fields(&mut c);
     cx.emit(&node.name, "softmax", vec![x, y], vec![1], c, 0)
 }
 
@@ -231,18 +232,18 @@ mod tests {
 
     #[test]
     fn row_plans() {
-        assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F16), RowPlan { threads: 32, vec: 8, items: 3 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F16), RowPlan { threads: 32, vec: 8, items: 4 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(7), DType::F16), RowPlan { threads: 32, vec: 1, items: 1 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F16), RowPlan { threads: 512, vec: 8, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F16, 32), RowPlan { threads: 32, vec: 8, items: 3 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F16, 32), RowPlan { threads: 32, vec: 8, items: 4 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(7), DType::F16, 32), RowPlan { threads: 32, vec: 1, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F16, 32), RowPlan { threads: 512, vec: 8, items: 1 });
         // 50257 odd elements would need 50 per thread: streamed
-        assert_eq!(RowPlan::for_cols(&Dim::known(50257), DType::F16), RowPlan { threads: 1024, vec: 1, items: 0 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(50000), DType::F16), RowPlan { threads: 1024, vec: 8, items: 7 });
-        assert_eq!(RowPlan::for_cols(&Dim::sym("N"), DType::F16), RowPlan { threads: 1024, vec: 1, items: 0 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(50257), DType::F16, 32), RowPlan { threads: 1024, vec: 1, items: 0 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(50000), DType::F16, 32), RowPlan { threads: 1024, vec: 8, items: 7 });
+        assert_eq!(RowPlan::for_cols(&Dim::sym("N"), DType::F16, 32), RowPlan { threads: 1024, vec: 1, items: 0 });
         // fp32 rows: 16-byte accesses are 4 floats.
-        assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F32), RowPlan { threads: 32, vec: 4, items: 6 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F32), RowPlan { threads: 32, vec: 4, items: 8 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F32), RowPlan { threads: 1024, vec: 4, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F32, 32), RowPlan { threads: 32, vec: 4, items: 6 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F32, 32), RowPlan { threads: 32, vec: 4, items: 8 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F32, 32), RowPlan { threads: 1024, vec: 4, items: 1 });
     }
 
     #[test]

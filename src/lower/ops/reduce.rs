@@ -207,7 +207,7 @@ fn threads_per_output(cx: &LowerCtx, g: &Geometry, parallel: bool) -> LowerResul
     }
     let count = cx.at_max_batch(&g.count)?;
     Ok(if count <= 2048 {
-        32
+        cx.target.warp_size()
     } else if count <= 65536 {
         256
     } else {

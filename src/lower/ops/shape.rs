@@ -336,6 +336,9 @@ pub(crate) mod testing {
         fn name(&self) -> &'static str {
             "cuda"
         }
+        fn warp_size(&self) -> i64 {
+            32
+        }
         fn conv2d(&self, _p: &ConvProblem) -> Instance {
             panic!("the data-movement families never ask for a conv instance")
         }
