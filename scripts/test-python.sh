@@ -3,9 +3,11 @@
 # tests (src/python/tests; CPU only where no GPU is present, the GPU tests then say they skipped).
 # scripts/test.sh runs it after the cargo tests.
 #
-# CARGO_TARGET_DIR defaults to the repository's target/, so the onnx2ait crate and its
-# dependencies that `cargo test --release` compiled there are reused instead of compiled again
-# (the package's Cargo.lock and release profile match the top level's for that).
+# CARGO_TARGET_DIR defaults to the repository's target/, so later runs are incremental and the
+# crates `cargo test --release` built with the same features are shared. Most are not: PyO3 and
+# rust-numpy turn on features of common dependencies (syn's visit-mut, num-complex's std), which
+# gives them, and onnx2ait above them, other hashes; the first run builds onnx2ait in release
+# again (about 5 minutes on 2 cores).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

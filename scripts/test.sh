@@ -5,8 +5,8 @@
 #   3. the Python tests of scripts/gpu/ (the BENCHMARKS.md writers; CPU only, about a second),
 #   4. `cargo test --release`. Release, because the model tests run whole networks through the
 #      CPU reference executor and ONNX Runtime; an unoptimised build makes them minutes slower.
-#   5. the Python package (scripts/test-python.sh: pip install ./src/python into .venv, reusing
-#      target/ from step 4, then its tests).
+#   5. the Python package (scripts/test-python.sh: pip install ./src/python into .venv, a
+#      release build of its extension in target/, then its tests).
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh models -- --nocapture); a run with
 # them is a focused cargo run and leaves out step 5.
 set -euo pipefail

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 create_exception!(
-    _onnx2ait,
+    onnx2ait,
     Error,
     PyRuntimeError,
     "A failure of onnx2ait (import, optimisation, code generation, nvcc, loading or running a model); the message is the library's."
