@@ -201,8 +201,8 @@ fn compile<'py>(
         Failed::Other(e) => err(e),
     })?;
     let d = PyDict::new(py);
-    d.set_item("out", built.out.to_string_lossy().into_owned())?;
-    d.set_item("library", built.library.map(|p| p.to_string_lossy().into_owned()))?;
+    d.set_item("out", built.out)?;
+    d.set_item("library", built.library)?;
     d.set_item("build_hash", built.build_hash)?;
     d.set_item("summary", built.summary)?;
     d.set_item("profile_summary", built.profile_summary)?;
