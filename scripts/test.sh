@@ -5,7 +5,10 @@
 #   3. the Python tests of scripts/gpu/ (the BENCHMARKS.md writers; CPU only, about a second),
 #   4. `cargo test --release`. Release, because the model tests run whole networks through the
 #      CPU reference executor and ONNX Runtime; an unoptimised build makes them minutes slower.
-# Extra arguments go to `cargo test` (e.g. scripts/test.sh models -- --nocapture).
+#   5. the Python package (scripts/test-python.sh: pip install ./src/python into .venv, a
+#      release build of its extension in target/, then its tests).
+# Extra arguments go to `cargo test` (e.g. scripts/test.sh models -- --nocapture); a run with
+# them is a focused cargo run and leaves out step 5.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,10 +41,26 @@ set -e
 
 # One summary line, and which tests skipped their GPU part (no GPU or no nvcc here).
 scripts/test-summary.sh "$LOG"
+
+PY_STATUS=0
+if [[ $# -eq 0 ]]; then
+  echo "== python package (scripts/test-python.sh)"
+  PY_START=$SECONDS
+  scripts/test-python.sh || PY_STATUS=$?
+  echo "python package: $((SECONDS - PY_START)) s"
+else
+  echo "== python package: not tested (arguments given: a focused cargo run; scripts/test-python.sh tests it)"
+fi
+
 if [[ $STATUS -ne 0 ]]; then
   echo "== FAILED (cargo test exit status $STATUS)"
   grep -E '^(test .* FAILED|failures:|error(\[|:))' "$LOG" | sort -u | head -n 50 || true
-else
-  echo "== OK"
 fi
-exit "$STATUS"
+if [[ $PY_STATUS -ne 0 ]]; then
+  echo "== FAILED (scripts/test-python.sh exit status $PY_STATUS)"
+fi
+if [[ $STATUS -eq 0 && $PY_STATUS -eq 0 ]]; then
+  echo "== OK"
+  exit 0
+fi
+exit $((STATUS != 0 ? STATUS : PY_STATUS))

@@ -139,6 +139,30 @@ pub fn gpu_memory_bound(arch: Arch) -> Bound {
     }
 }
 
+/// A memory size (`--max-memory`, `max_memory=` of the Python package): bytes, or a number with a unit: KiB, MiB, GiB, TiB (powers of 1024) or KB, MB,
+/// GB, TB (powers of 1000); `K`/`M`/`G`/`T` alone are the binary units. Case is ignored.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return Err(format!("'{s}' is not a memory size (e.g. 80GiB, 141GB, 40000MiB)")),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale >= 1.0 && v * scale < 2f64.powi(63) => Ok((v * scale) as u64),
+        _ => Err(format!("'{s}' is not a memory size (a positive number with an optional unit, e.g. 80GiB, 141GB)")),
+    }
+}
+
 /// Bytes, for messages: "1.5 GiB".
 pub fn fmt_bytes(b: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
@@ -200,6 +224,17 @@ mod tests {
     /// Bytes of an element of `t`.
     pub fn size(t: DType) -> u64 {
         t.size_bytes() as u64
+    }
+
+    #[test]
+    fn memory_sizes_parse() {
+        assert_eq!(parse_size("80GiB").unwrap(), 80 << 30);
+        assert_eq!(parse_size("141GB").unwrap(), 141_000_000_000);
+        assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        for bad in ["", "0", "-1GB", "12 parsecs", "nan", "1e400", "99999999999TB"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,0 +1,335 @@
+"""onnx2ait: compile ONNX models into self-contained CUDA inference libraries, and run them on
+NumPy arrays.
+
+    import numpy as np
+    import onnx2ait
+
+    build = onnx2ait.compile("resnet50.onnx", "out", max_batch=32)   # sources + out/libmodel.so
+    print(build.summary)
+    model = onnx2ait.load("out")                                     # needs a CUDA GPU
+    x = np.random.rand(8, 3, 224, 224).astype(np.float32)            # batch 8, from the shape
+    (logits,) = model(x)
+
+`compile` is `onnx2ait MODEL -o OUT` (the same options, as keywords); `load` opens OUT/libmodel.so
+through its C API and instantiates the model on the current GPU. Failures raise
+`onnx2ait.Error` (a RuntimeError) with the library's message; bad options raise ValueError or
+TypeError.
+
+Not implemented yet: CUDA tensors through DLPack (a tensor whose DLPack device is a GPU raises
+NotImplementedError: copy it to the host first), and loading weights from memory.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._onnx2ait import DEFAULT_MAX_BATCH, VERSION, Error
+from ._onnx2ait import NativeModel as _NativeModel
+from ._onnx2ait import compile as _compile
+from ._onnx2ait import describe as _describe
+
+__all__ = ["compile", "load", "inspect", "Build", "Module", "LibraryInfo", "IOSpec", "Error", "DEFAULT_MAX_BATCH"]
+__version__ = VERSION
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class Build:
+    """What `compile` made (onnx2ait::compile::Build)."""
+
+    out: Path
+    """The output folder."""
+    library: Optional[Path]
+    """OUT/libmodel.so; None with build=False."""
+    build_hash: str
+    """Content hash of the render, as the library's o2a_build_hash() returns it."""
+    summary: str
+    """OUT/summary.txt: the model, the optimisation, the kernels and where their choice came from."""
+    kernels: Dict[str, int]
+    """Kernel-level nodes by kind after optimisation."""
+    profile_summary: Optional[str] = None
+    """The profiler's report, when profile=True ran it."""
+    warnings: List[str] = field(default_factory=list)
+    """The model's import warnings (also issued as Python warnings)."""
+
+
+def compile(
+    model_path: PathLike,
+    out_dir: PathLike,
+    *,
+    arch: str = "sm_90a",
+    max_batch: int = DEFAULT_MAX_BATCH,
+    max_memory: Union[int, str, None] = None,
+    dims: Optional[Mapping[str, int]] = None,
+    precision: str = "fp16",
+    attention: str = "unfused",
+    profile: bool = False,
+    profile_cache: Optional[PathLike] = None,
+    no_profile: bool = False,
+    profile_gpu: Optional[str] = None,
+    reuse_within: float = 1.0,
+    jobs: Optional[int] = None,
+    cache_dir: Optional[PathLike] = None,
+    build: bool = True,
+    force: bool = False,
+    progress: bool = False,
+) -> Build:
+    """Compiles an ONNX model into `out_dir` and builds `out_dir/libmodel.so`, as
+    `onnx2ait MODEL -o OUT` with the same options:
+
+    arch           sm_80, sm_90 or sm_90a (--arch)
+    max_batch      largest run-time batch; sizes the activation arena (--max-batch)
+    max_memory     GPU memory the library may take, bytes or a size such as "40GiB" (--max-memory)
+    dims           values of symbolic dims, e.g. {"seq": 128} (--dim seq=128)
+    precision      "fp16" or "fp32" storage of float values on the GPU (--precision)
+    attention      "unfused" or "fused" attention kernels (--attention)
+    profile        profile the kernels on this machine's GPU first (--profile)
+    profile_cache  the profile cache file to read (and write with profile=True) (--profile-cache)
+    no_profile     ignore profile caches: the heuristic chooses (--no-profile)
+    profile_gpu    the GPU whose times to use when the cache has several (--profile-gpu)
+    reuse_within   percent slower an instance may be to serve several problems (--reuse-within)
+    jobs           parallel nvcc jobs (default: one per core) (--jobs)
+    cache_dir      object cache shared between builds (default $ONNX2AIT_CACHE_DIR, else OUT/obj)
+    build          False writes the sources only (--no-build)
+    force          write into a non-empty folder onnx2ait did not write (--force)
+    progress       print profiling and nvcc progress on stderr
+
+    The GIL is released while it runs. Without nvcc (and build=True) OUT gets the sources and
+    the error says what is missing.
+    """
+    if dims is not None and not isinstance(dims, Mapping):
+        raise TypeError(f"dims: expected a mapping of dim names to values, e.g. {{'seq': 128}}, got {dims!r}")
+    done = _compile(
+        model_path,
+        out_dir,
+        arch=arch,
+        max_batch=_int("max_batch", max_batch),
+        max_memory=max_memory,
+        dims=dict(dims) if dims is not None else None,
+        precision=precision,
+        attention=attention,
+        profile=bool(profile),
+        profile_cache=profile_cache,
+        no_profile=bool(no_profile),
+        profile_gpu=profile_gpu,
+        reuse_within=float(reuse_within),
+        jobs=None if jobs is None else _int("jobs", jobs),
+        cache_dir=cache_dir,
+        build=bool(build),
+        force=bool(force),
+        progress=bool(progress),
+    )
+    for w in done["warnings"]:
+        warnings.warn(f"{model_path}: {w}", stacklevel=2)
+    return Build(
+        out=Path(done["out"]),
+        library=Path(done["library"]) if done["library"] is not None else None,
+        build_hash=done["build_hash"],
+        summary=done["summary"],
+        kernels=dict(done["kernels"]),
+        profile_summary=done["profile_summary"],
+        warnings=list(done["warnings"]),
+    )
+
+
+def _int(name: str, v: Any) -> int:
+    # bool is an int in Python; max_batch=True is a mistake, not batch 1.
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name}: expected a whole number, got {v!r}")
+    return int(v)
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """A model input or output as the library describes it."""
+
+    name: str
+    dtype: str
+    """NumPy's name of the element type ("float16", "int64", "bfloat16" with ml_dtypes)."""
+    shape: Tuple[Union[int, str], ...]
+    """Dims are ints, the batch dim its ONNX name ("N"), a multiple of it "k*N"; with fixed
+    shapes (or max_batch 1) every dim is an int."""
+
+
+@dataclass(frozen=True)
+class LibraryInfo:
+    """What a built library says about its model (`inspect`); needs no GPU."""
+
+    out: Path
+    model_name: str
+    max_batch: int
+    """The largest batch the model runs (1 for fixed shapes)."""
+    batch_symbol: Optional[str]
+    """The ONNX name of the batch dim, when the model has one."""
+    inputs: Tuple[IOSpec, ...]
+    outputs: Tuple[IOSpec, ...]
+    kernels: Tuple[Tuple[str, str], ...]
+    """(kernel name, graph node(s)) in launch order."""
+
+
+def _info(out: Path, d: Tuple[Any, ...]) -> LibraryInfo:
+    name, max_batch, symbol, inputs, outputs, kernels = d
+    return LibraryInfo(out, name, max_batch, symbol, tuple(_spec(r, symbol) for r in inputs),
+                       tuple(_spec(r, symbol) for r in outputs), tuple(tuple(k) for k in kernels))
+
+
+# DLPack device types (dlpack.h DLDeviceType) whose memory the host cannot read.
+_DLPACK_DEVICES = {2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm",
+                   11: "rocm_host", 13: "cuda_managed", 14: "oneapi"}
+
+
+class Module:
+    """A compiled model instantiated on the GPU (`load`). Call it on NumPy arrays, one per input
+    (positionally in input order, or by name); the batch comes from their shapes. Returns the
+    outputs as a list of NumPy arrays in output order (`run_dict` returns a dict by name).
+
+    Arrays of another dtype are converted when that is exact (int32 to int64, float16 to
+    float32); otherwise it is a TypeError (convert them yourself if the rounding is acceptable).
+    Lists and scalars are converted to the input's dtype.
+    """
+
+    def __init__(self, out_dir: PathLike):
+        self.out = Path(out_dir)
+        self._native = _NativeModel(self.out)
+        self.device_name, description = self._native.describe()
+        info = _info(self.out, description)
+        self.model_name = info.model_name
+        self.max_batch = info.max_batch
+        self.batch_symbol = info.batch_symbol
+        self.inputs = info.inputs
+        self.outputs = info.outputs
+        self.kernels = info.kernels
+
+    def __repr__(self) -> str:
+        def io(specs: Sequence[IOSpec]) -> str:
+            return ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs)
+
+        return (f"<onnx2ait.Module {self.model_name!r} from {str(self.out)!r} on {self.device_name}: "
+                f"({io(self.inputs)}) -> ({io(self.outputs)}), max_batch {self.max_batch}>")
+
+    def input_shape(self, input: Union[int, str], batch: int = 1) -> Tuple[int, ...]:
+        """The shape input `input` (index or name) takes at `batch`."""
+        return tuple(self._native.shape(False, self._index(self.inputs, input, "input"), batch))
+
+    def output_shape(self, output: Union[int, str], batch: int = 1) -> Tuple[int, ...]:
+        """The shape output `output` (index or name) has at `batch`."""
+        return tuple(self._native.shape(True, self._index(self.outputs, output, "output"), batch))
+
+    def __call__(self, *arrays: Any, **named: Any) -> List[np.ndarray]:
+        if any(s.dtype == "bfloat16" for s in self.outputs):
+            _bfloat16()  # before running: the outputs could not be returned as bfloat16
+        ins = [_host_array(spec, x) for spec, x in zip(self.inputs, self._bind(arrays, named))]
+        outs = self._native.run(ins)
+        return [o.view(_bfloat16()) if s.dtype == "bfloat16" else o for s, o in zip(self.outputs, outs)]
+
+    def run_dict(self, *arrays: Any, **named: Any) -> Dict[str, np.ndarray]:
+        """As calling the module, with the outputs by name."""
+        return {s.name: o for s, o in zip(self.outputs, self(*arrays, **named))}
+
+    @staticmethod
+    def _index(specs: Sequence[IOSpec], key: Union[int, str], what: str) -> int:
+        if isinstance(key, str):
+            for i, s in enumerate(specs):
+                if s.name == key:
+                    return i
+            raise KeyError(f"the model has no {what} {key!r} (its {what}s: {', '.join(s.name for s in specs)})")
+        return int(key)
+
+    def _bind(self, arrays: Tuple[Any, ...], named: Dict[str, Any]) -> List[Any]:
+        names = [s.name for s in self.inputs]
+        if len(arrays) > len(names):
+            raise TypeError(f"{len(arrays)} inputs given, the model takes {len(names)} ({', '.join(names)})")
+        bound: Dict[str, Any] = dict(zip(names, arrays))
+        for k, v in named.items():
+            if k not in names:
+                raise TypeError(f"the model has no input {k!r} (its inputs: {', '.join(names)})")
+            if k in bound:
+                raise TypeError(f"input {k!r} is given twice (positionally and by name)")
+            bound[k] = v
+        missing = [n for n in names if n not in bound]
+        if missing:
+            raise TypeError(f"missing input(s): {', '.join(missing)} (the model takes {', '.join(names)})")
+        return [bound[n] for n in names]
+
+def _host_array(spec: IOSpec, x: Any) -> np.ndarray:
+    """`x` as the C-contiguous host array of `spec`'s dtype the native side takes."""
+    # A tensor on a GPU (DLPack or the CUDA array interface) is refused rather than copied to
+    # the host behind the caller's back: the device path (o2a_run on the caller's buffers and
+    # stream) is not implemented yet.
+    if not isinstance(x, np.ndarray):
+        if hasattr(x, "__cuda_array_interface__"):
+            raise NotImplementedError(_gpu_message(spec.name, "cuda"))
+        if hasattr(x, "__dlpack_device__"):
+            kind, index = x.__dlpack_device__()
+            kind = int(kind)
+            if kind != 1:  # kDLCPU
+                raise NotImplementedError(_gpu_message(spec.name, f"{_DLPACK_DEVICES.get(kind, kind)}:{index}"))
+            x = np.from_dlpack(x)
+    want = _bfloat16() if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+    if isinstance(x, np.ndarray) or isinstance(x, np.generic):
+        a = np.asarray(x)
+        if a.dtype != want:
+            if not np.can_cast(a.dtype, want, casting="safe"):
+                raise TypeError(
+                    f"input {spec.name!r} is {a.dtype}, the model takes {spec.dtype}, and {a.dtype} does not "
+                    f"convert to it exactly; convert it yourself (x.astype(np.{spec.dtype})) if that is intended")
+            a = a.astype(want)
+    else:
+        a = np.asarray(x, dtype=want)
+    a = np.ascontiguousarray(a)
+    # The native side takes bfloat16 as its bits.
+    return a.view(np.uint16) if spec.dtype == "bfloat16" else a
+
+
+def _gpu_message(name: str, device: str) -> str:
+    return (f"input {name!r} lives on the device {device}: onnx2ait's Python package does not take GPU tensors "
+            f"yet (DLPack device input/output is not implemented); pass a host array instead, e.g. "
+            f"tensor.cpu().numpy()")
+
+
+def _bfloat16() -> np.dtype:
+    try:
+        import ml_dtypes  # noqa: PLC0415 - optional, only for bfloat16 models
+    except ImportError:
+        raise TypeError("the model has bfloat16 inputs or outputs, which NumPy holds only with the ml_dtypes "
+                        "package: pip install ml_dtypes") from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _spec(row: Tuple[str, str, List[int], Optional[List[int]]], batch_symbol: Optional[str]) -> IOSpec:
+    """The shape at batch 1 and at batch 2 (None when only batch 1 runs) as one symbolic shape:
+    a dim that doubles is the batch times its batch-1 size."""
+    name, dtype, at1, at2 = row
+    if at2 is None or batch_symbol is None:
+        return IOSpec(name, dtype, tuple(at1))
+    dims: List[Union[int, str]] = []
+    for d1, d2 in zip(at1, at2):
+        if d1 == d2:
+            dims.append(d1)
+        elif d2 == 2 * d1:
+            dims.append(batch_symbol if d1 == 1 else f"{d1}*{batch_symbol}")
+        else:
+            # Not a multiple of the batch; input_shape(name, batch) gives it at any batch.
+            dims.append("?")
+    return IOSpec(name, dtype, tuple(dims))
+
+
+def load(out_dir: PathLike) -> Module:
+    """Loads `out_dir/libmodel.so` (the output of `compile`) and instantiates the model on the
+    current CUDA device: its activation arena at max_batch, workspace and weights. Raises
+    onnx2ait.Error when the folder holds no library (e.g. it was compiled with build=False),
+    mixes two builds, or there is no usable GPU."""
+    return Module(out_dir)
+
+
+def inspect(out_dir: PathLike) -> LibraryInfo:
+    """What `out_dir/libmodel.so` says about its model (names, dtypes, shapes, batch range,
+    kernels), read through its C API; needs no GPU."""
+    return _info(Path(out_dir), _describe(out_dir))

@@ -1,0 +1,421 @@
+//! `onnx2ait._onnx2ait`: the native half of the Python package. The pure-Python `onnx2ait`
+//! package (python/onnx2ait/__init__.py) is the documented API; this module does what needs the
+//! Rust library: `compile` (onnx2ait::compile, options checked here so bad ones raise
+//! ValueError) and `Model` (onnx2ait::runtime::Model on NumPy arrays of the model's exact dtypes;
+//! the Python side converts what users pass).
+//!
+//! The GIL is released while the pipeline or the model runs, so other Python threads go on.
+
+use numpy::{Element, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use onnx2ait::build::nvcc::Arch;
+use onnx2ait::compile::{checks, CompileOptions, KernelChoice};
+use onnx2ait::ir::{DType, Tensor};
+use onnx2ait::lower::Precision;
+use onnx2ait::runtime::{Library, Model};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+create_exception!(
+    onnx2ait,
+    Error,
+    PyRuntimeError,
+    "A failure of onnx2ait (import, optimisation, code generation, nvcc, loading or running a model); the message is the library's."
+);
+
+/// An onnx2ait error as the Python exception the package raises.
+fn err(e: onnx2ait::Error) -> PyErr {
+    Error::new_err(e.to_string())
+}
+
+/// The options as `compile` takes them, checked (a bad value is a ValueError naming the option).
+#[allow(clippy::too_many_arguments)]
+fn options(
+    arch: &str,
+    max_batch: i64,
+    max_memory: Option<&Bound<'_, PyAny>>,
+    dims: Option<&Bound<'_, PyDict>>,
+    precision: &str,
+    attention: &str,
+    profile: bool,
+    profile_cache: Option<PathBuf>,
+    no_profile: bool,
+    profile_gpu: Option<String>,
+    reuse_within: f64,
+    jobs: Option<i64>,
+    cache_dir: Option<PathBuf>,
+    build: bool,
+    force: bool,
+    progress: bool,
+) -> PyResult<CompileOptions> {
+    let value_err = |m: String| PyValueError::new_err(m);
+    let arch: Arch = arch.parse().map_err(|e: onnx2ait::Error| value_err(format!("arch: {e}")))?;
+    if max_batch < 1 {
+        return Err(value_err(format!("max_batch={max_batch}: must be at least 1")));
+    }
+    let max_memory = match max_memory {
+        None => None,
+        Some(v) if v.is_instance_of::<pyo3::types::PyBool>() => {
+            return Err(PyTypeError::new_err("max_memory: expected bytes (an int) or a size such as '40GiB'"))
+        }
+        Some(v) => match v.extract::<i64>() {
+            Ok(n) if n >= 1 => Some(n as u64),
+            Ok(n) => return Err(value_err(format!("max_memory={n}: must be a positive number of bytes"))),
+            Err(_) => {
+                let s: String = v.extract().map_err(|_| {
+                    PyTypeError::new_err("max_memory: expected bytes (an int) or a size such as '40GiB'")
+                })?;
+                Some(checks::parse_size(&s).map_err(|e| value_err(format!("max_memory: {e}")))?)
+            }
+        },
+    };
+    let mut dim_map = BTreeMap::new();
+    if let Some(d) = dims {
+        for (k, v) in d.iter() {
+            let name: String =
+                k.extract().map_err(|_| PyTypeError::new_err(format!("dims: the key {k} is not a string")))?;
+            let n: i64 = if v.is_instance_of::<pyo3::types::PyBool>() {
+                return Err(PyTypeError::new_err(format!("dims['{name}']: expected a whole number, got {v}")));
+            } else {
+                v.extract()
+                    .map_err(|_| PyTypeError::new_err(format!("dims['{name}']: expected a whole number, got {v}")))?
+            };
+            if n < 0 {
+                return Err(value_err(format!("dims['{name}']={n}: cannot be negative")));
+            }
+            dim_map.insert(name, n);
+        }
+    }
+    let precision: Precision = precision.parse().map_err(|e| value_err(format!("precision: {e}")))?;
+    let fused_attention = match attention {
+        "unfused" => false,
+        "fused" => true,
+        other => return Err(value_err(format!("attention='{other}': expected 'unfused' or 'fused'"))),
+    };
+    // As the command line: --profile and --no-profile exclude each other, and --profile-cache
+    // names the file either reads.
+    let kernel_choice = match (profile, no_profile) {
+        (true, true) => return Err(value_err("profile=True and no_profile=True exclude each other".into())),
+        (false, true) if profile_cache.is_some() => {
+            return Err(value_err("no_profile=True ignores every profile cache; drop profile_cache".into()))
+        }
+        (false, true) => KernelChoice::Heuristic,
+        (true, false) => KernelChoice::Profile(profile_cache),
+        (false, false) => KernelChoice::ProfileCache(profile_cache),
+    };
+    if !(0.0..=100.0).contains(&reuse_within) {
+        return Err(value_err(format!("reuse_within={reuse_within}: must be a percentage from 0 to 100")));
+    }
+    let jobs = match jobs {
+        None => None,
+        Some(n) if (1..=1024).contains(&n) => Some(n as usize),
+        Some(n) => return Err(value_err(format!("jobs={n}: must be a whole number from 1 to 1024"))),
+    };
+    Ok(CompileOptions {
+        arch,
+        max_batch,
+        max_memory,
+        dims: dim_map,
+        precision,
+        fused_attention,
+        kernel_choice,
+        profile_gpu,
+        reuse_within: reuse_within / 100.0,
+        jobs,
+        // As the command line: ONNX2AIT_CACHE_DIR when no folder is given.
+        cache_dir: cache_dir.or_else(|| std::env::var_os("ONNX2AIT_CACHE_DIR").map(PathBuf::from)),
+        build,
+        force,
+        progress,
+    })
+}
+
+/// onnx2ait.compile's native part: returns a dict of the Build's fields.
+#[pyfunction]
+#[pyo3(signature = (model_path, out_dir, *, arch, max_batch, max_memory, dims, precision, attention, profile,
+    profile_cache, no_profile, profile_gpu, reuse_within, jobs, cache_dir, build, force, progress))]
+#[allow(clippy::too_many_arguments)]
+fn compile<'py>(
+    py: Python<'py>,
+    model_path: PathBuf,
+    out_dir: PathBuf,
+    arch: &str,
+    max_batch: i64,
+    max_memory: Option<&Bound<'py, PyAny>>,
+    dims: Option<&Bound<'py, PyDict>>,
+    precision: &str,
+    attention: &str,
+    profile: bool,
+    profile_cache: Option<PathBuf>,
+    no_profile: bool,
+    profile_gpu: Option<String>,
+    reuse_within: f64,
+    jobs: Option<i64>,
+    cache_dir: Option<PathBuf>,
+    build: bool,
+    force: bool,
+    progress: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let opts = options(
+        arch,
+        max_batch,
+        max_memory,
+        dims,
+        precision,
+        attention,
+        profile,
+        profile_cache,
+        no_profile,
+        profile_gpu,
+        reuse_within,
+        jobs,
+        cache_dir,
+        build,
+        force,
+        progress,
+    )?;
+    if !model_path.is_file() {
+        return Err(PyFileNotFoundError::new_err(format!("{}: no such model file", model_path.display())));
+    }
+    // onnx2ait::compile's steps, with the dim names checked first so that an unknown one is a
+    // ValueError like the other option errors (prepare checks them again; that is cheap).
+    enum Failed {
+        Dims(String),
+        Other(onnx2ait::Error),
+    }
+    let built = py.detach(|| {
+        let graph = onnx2ait::onnx::load_model(&model_path).map_err(Failed::Other)?;
+        let pairs: Vec<(String, i64)> = opts.dims.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        checks::check_dims(&graph, &pairs).map_err(|e| Failed::Dims(e.to_string().replacen("--dim ", "dims: ", 1)))?;
+        let warnings = graph.info.warnings.clone();
+        let build =
+            (|| onnx2ait::compile::prepare(graph, &opts)?.generate(&out_dir)?.build())().map_err(Failed::Other)?;
+        Ok((build, warnings))
+    });
+    let (built, warnings) = built.map_err(|f| match f {
+        Failed::Dims(m) => PyValueError::new_err(m),
+        Failed::Other(e) => err(e),
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("out", built.out)?;
+    d.set_item("library", built.library)?;
+    d.set_item("build_hash", built.build_hash)?;
+    d.set_item("summary", built.summary)?;
+    d.set_item("profile_summary", built.profile_summary)?;
+    d.set_item("kernels", built.kernels)?;
+    d.set_item("warnings", warnings)?;
+    Ok(d)
+}
+
+/// A model instance on the GPU (onnx2ait.runtime.Model).
+#[pyclass(module = "onnx2ait._onnx2ait")]
+struct NativeModel {
+    // Runs take `&mut Model`; the lock also keeps two Python threads from running one model at
+    // once, which the C API does not allow.
+    model: Mutex<Model>,
+}
+
+fn dtype_name(t: DType) -> &'static str {
+    match t {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+    }
+}
+
+/// One input or output: (name, dtype name, shape at batch 1, shape at batch 2 or None when the
+/// model runs only batch 1). The Python side puts the batch symbol where they differ.
+type IoRow = (String, &'static str, Vec<usize>, Option<Vec<usize>>);
+
+fn io_rows(lib: &Library, output: bool) -> PyResult<Vec<IoRow>> {
+    let infos = if output { lib.outputs() } else { lib.inputs() };
+    let shape = |i: usize, b: i64| if output { lib.output_shape(i, b) } else { lib.input_shape(i, b) };
+    infos
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            let at2 = if lib.max_batch() >= 2 { Some(shape(i, 2).map_err(err)?) } else { None };
+            Ok((info.name.clone(), dtype_name(info.dtype), shape(i, 1).map_err(err)?, at2))
+        })
+        .collect()
+}
+
+/// A contiguous NumPy array of element type `T` as a tensor (one copy).
+fn array_to<T: Element + Copy>(
+    a: &Bound<'_, PyUntypedArray>,
+    name: &str,
+    wrap: fn(ndarray::ArrayD<T>) -> Tensor,
+) -> PyResult<Tensor> {
+    let typed = a.cast::<PyArrayDyn<T>>().map_err(|_| {
+        PyTypeError::new_err(format!("input '{name}': the array's dtype is {}, not the model's", a.dtype()))
+    })?;
+    let ro = typed.readonly();
+    let data = ro.as_slice().map_err(|_| PyValueError::new_err(format!("input '{name}': not a contiguous array")))?;
+    let arr = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(a.shape()), data.to_vec())
+        .map_err(|e| PyValueError::new_err(format!("input '{name}': {e}")))?;
+    Ok(wrap(arr))
+}
+
+fn to_tensor(a: &Bound<'_, PyUntypedArray>, name: &str, want: DType) -> PyResult<Tensor> {
+    match want {
+        DType::F32 => array_to::<f32>(a, name, Tensor::F32),
+        DType::F64 => array_to::<f64>(a, name, Tensor::F64),
+        DType::F16 => array_to::<half::f16>(a, name, Tensor::F16),
+        // NumPy has no bfloat16 of its own: the Python side passes the bits as uint16.
+        DType::BF16 => array_to::<u16>(a, name, |u| Tensor::BF16(u.mapv(half::bf16::from_bits))),
+        DType::I8 => array_to::<i8>(a, name, Tensor::I8),
+        DType::I16 => array_to::<i16>(a, name, Tensor::I16),
+        DType::I32 => array_to::<i32>(a, name, Tensor::I32),
+        DType::I64 => array_to::<i64>(a, name, Tensor::I64),
+        DType::U8 => array_to::<u8>(a, name, Tensor::U8),
+        DType::U16 => array_to::<u16>(a, name, Tensor::U16),
+        DType::U32 => array_to::<u32>(a, name, Tensor::U32),
+        DType::U64 => array_to::<u64>(a, name, Tensor::U64),
+        DType::Bool => array_to::<bool>(a, name, Tensor::Bool),
+    }
+}
+
+fn to_numpy<'py, T: Element>(py: Python<'py>, a: ndarray::ArrayD<T>) -> PyResult<Bound<'py, PyAny>> {
+    let shape = a.shape().to_vec();
+    let data: Vec<T> = if a.is_standard_layout() { a.into_raw_vec_and_offset().0 } else { a.into_iter().collect() };
+    Ok(numpy::PyArray1::from_vec(py, data).reshape(shape)?.into_any())
+}
+
+fn from_tensor<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
+    match t {
+        Tensor::F32(a) => to_numpy(py, a),
+        Tensor::F64(a) => to_numpy(py, a),
+        Tensor::F16(a) => to_numpy(py, a),
+        // The bits as uint16; the Python side views them as ml_dtypes.bfloat16.
+        Tensor::BF16(a) => to_numpy(py, a.mapv(|v| v.to_bits())),
+        Tensor::I8(a) => to_numpy(py, a),
+        Tensor::I16(a) => to_numpy(py, a),
+        Tensor::I32(a) => to_numpy(py, a),
+        Tensor::I64(a) => to_numpy(py, a),
+        Tensor::U8(a) => to_numpy(py, a),
+        Tensor::U16(a) => to_numpy(py, a),
+        Tensor::U32(a) => to_numpy(py, a),
+        Tensor::U64(a) => to_numpy(py, a),
+        Tensor::Bool(a) => to_numpy(py, a),
+    }
+}
+
+/// (model name, max batch, batch symbol or None, inputs, outputs, (kernel, node) in launch order).
+type Description = (String, i64, Option<String>, Vec<IoRow>, Vec<IoRow>, Vec<(String, String)>);
+
+fn describe_library(lib: &Library) -> PyResult<Description> {
+    let kernels = lib.kernels().iter().map(|k| (k.name.clone(), k.node.clone())).collect();
+    Ok((
+        lib.model_name().to_string(),
+        lib.max_batch(),
+        lib.batch_symbol().map(str::to_string),
+        io_rows(lib, false)?,
+        io_rows(lib, true)?,
+        kernels,
+    ))
+}
+
+fn no_dir(out_dir: &std::path::Path) -> PyErr {
+    PyFileNotFoundError::new_err(format!(
+        "{}: no such directory (expected the output folder of onnx2ait.compile)",
+        out_dir.display()
+    ))
+}
+
+/// What OUT/libmodel.so says about its model, read through its C API without a GPU.
+#[pyfunction]
+fn describe(py: Python<'_>, out_dir: PathBuf) -> PyResult<Description> {
+    if !out_dir.exists() {
+        return Err(no_dir(&out_dir));
+    }
+    let lib = py.detach(|| Library::open(&out_dir)).map_err(err)?;
+    describe_library(&lib)
+}
+
+#[pymethods]
+impl NativeModel {
+    /// Loads OUT/libmodel.so and instantiates the model on the current GPU.
+    #[new]
+    fn new(py: Python<'_>, out_dir: PathBuf) -> PyResult<Self> {
+        if !out_dir.exists() {
+            return Err(no_dir(&out_dir));
+        }
+        let model = py.detach(|| Model::load(&out_dir)).map_err(err)?;
+        Ok(NativeModel { model: Mutex::new(model) })
+    }
+
+    /// (device name, the library's description as `describe` returns it).
+    fn describe(&self) -> PyResult<(String, Description)> {
+        let m = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
+        Ok((m.device_name(), describe_library(m.library())?))
+    }
+
+    /// The shape of input (or output) `index` at `batch`.
+    fn shape(&self, output: bool, index: usize, batch: i64) -> PyResult<Vec<usize>> {
+        let m = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
+        let lib = m.library();
+        let n = if output { lib.outputs().len() } else { lib.inputs().len() };
+        if index >= n {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!("index {index}: the model has {n}")));
+        }
+        let shape = if output { lib.output_shape(index, batch) } else { lib.input_shape(index, batch) };
+        shape.map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// Runs the model on host arrays, one per input in input order, each C-contiguous and of the
+    /// input's dtype (uint16 bits for bfloat16); the batch comes from their shapes. Returns the
+    /// outputs in output order.
+    fn run<'py>(&self, py: Python<'py>, arrays: Vec<Bound<'py, PyUntypedArray>>) -> PyResult<Bound<'py, PyList>> {
+        let mut guard = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
+        let model: &mut Model = &mut guard;
+        let lib = model.library();
+        if arrays.len() != lib.inputs().len() {
+            let names: Vec<&str> = lib.inputs().iter().map(|i| i.name.as_str()).collect();
+            return Err(PyTypeError::new_err(format!(
+                "{} input(s) given, the model takes {} ({})",
+                arrays.len(),
+                names.len(),
+                names.join(", ")
+            )));
+        }
+        let shapes: Vec<&[usize]> = arrays.iter().map(|a| a.shape()).collect();
+        let batch = lib.infer_batch(&shapes).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let inputs = arrays
+            .iter()
+            .zip(lib.inputs())
+            .map(|(a, info)| to_tensor(a, &info.name, info.dtype))
+            .collect::<PyResult<Vec<Tensor>>>()?;
+        let outputs = py.detach(|| model.run_host(batch, &inputs)).map_err(err)?;
+        drop(guard);
+        let list = PyList::empty(py);
+        for t in outputs {
+            list.append(from_tensor(py, t)?)?;
+        }
+        Ok(list)
+    }
+}
+
+#[pymodule]
+fn _onnx2ait(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("Error", m.py().get_type::<Error>())?;
+    m.add("DEFAULT_MAX_BATCH", onnx2ait::compile::DEFAULT_MAX_BATCH)?;
+    m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(describe, m)?)?;
+    m.add_class::<NativeModel>()?;
+    Ok(())
+}
