@@ -7,7 +7,7 @@
 //! The GIL is released while the pipeline or the model runs, so other Python threads go on.
 
 use numpy::{Element, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
-use onnx2ait::build::nvcc::Arch;
+use onnx2ait::lower::cuda::Arch;
 use onnx2ait::compile::{checks, CompileOptions, KernelChoice};
 use onnx2ait::ir::{DType, Tensor};
 use onnx2ait::lower::Precision;
