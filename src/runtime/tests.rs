@@ -294,14 +294,43 @@ fn tiny_library(tag: &str) -> Option<PathBuf> {
         }
         return Some(dir);
     }
+    build_tiny(&dir, &p)
+}
+
+/// Renders `p` with the test kernels into `dir` and builds its library; `None` without nvcc.
+fn build_tiny(dir: &Path, p: &Program) -> Option<PathBuf> {
     let nvcc = nvcc()?;
-    render_model_files(&p, &dir);
-    write_weights(&dir, &p.weights, TINY_HASH);
+    render_model_files(p, dir);
+    write_weights(dir, &p.weights, TINY_HASH);
     std::fs::write(dir.join("k_test.cu"), TINY_KERNELS).unwrap();
-    let objs = vec![compile_clean(&nvcc, &dir, "model.cu"), compile_clean(&nvcc, &dir, "k_test.cu")];
+    let objs = vec![compile_clean(&nvcc, dir, "model.cu"), compile_clean(&nvcc, dir, "k_test.cu")];
     let out = nvcc.link_command(&objs, &dir.join(LIB_NAME)).output().unwrap();
     assert!(out.status.success(), "link failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    Some(dir)
+    Some(dir.to_path_buf())
+}
+
+/// Two libraries with the same C API symbols live in one process: each is opened privately
+/// (`RTLD_LOCAL`), so every call reaches its own library. (A process that links two libraries
+/// into one executable would need per-model symbol names, which the C API does not have.)
+#[test]
+fn two_libraries_live_in_one_process() {
+    let mut other = tiny_program(false);
+    other.model_name = "other_model".into();
+    let (Some(a), Some(b)) =
+        (build_tiny(&temp_dir("two-a"), &tiny_program(true)), build_tiny(&temp_dir("two-b"), &other))
+    else {
+        return;
+    };
+    let (la, lb) = (Library::open(&a).unwrap(), Library::open(&b).unwrap());
+    assert_eq!((la.model_name(), lb.model_name()), ("tiny_model", "other_model"));
+    assert_eq!((la.batch_symbol(), lb.batch_symbol()), (Some("N"), None));
+    assert_eq!((la.input_shape(0, 3).unwrap(), lb.input_shape(0, 1).unwrap()), (vec![3, 4], vec![2, 4]));
+    drop(la);
+    // The other library stays usable after the first is unloaded.
+    assert_eq!(lb.output_shape(0, 1).unwrap(), vec![2, 2, 2]);
+    for d in [a, b] {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 /// weights.bin as `codegen::generate` writes it: the weights, then the build hash.
