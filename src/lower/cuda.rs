@@ -54,11 +54,10 @@
 use super::ops::act::act_call;
 pub use super::ops::conv::DEPTHWISE_TEMPLATE;
 use super::problem::{BiasKind, ConvProblem, GemmProblem};
-use super::target::{Dispatch, Instance, LibraryInstance, Target};
+use super::target::{Dispatch, Instance, LibraryInstance, Measurements, ProfileProblem, ProfiledTarget, Target};
 use crate::error::{Error, Result};
 use crate::ir::ops::kernel::Act;
 use crate::ir::Dim;
-use serde::Serialize;
 use serde_json::{json, Map, Value as Json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -329,34 +328,6 @@ fn pick_sm90_tile(tiles: &[Sm90Tile], m: i64, n: i64, batches: i64, min_ctas: i6
 /// polynomial is).
 pub fn multiple_of(d: &Dim, q: i64) -> bool {
     d.terms().all(|(_, c)| c % q == 0)
-}
-
-/// Profiled times: problem signature → instance config → median milliseconds, for candidates
-/// that ran and matched the reference (the profile cache's view for one GPU and toolchain).
-pub type Measurements = BTreeMap<String, BTreeMap<String, f64>>;
-
-/// A library problem at one concrete batch, as the profiler needs it.
-#[derive(Clone, Debug, Serialize)]
-pub struct ProfileProblem {
-    /// `conv2d n8 h56 ...` or `gemm m.. n.. k..`: the key of its times in the profile cache.
-    pub signature: String,
-    /// `conv` or `gemm`.
-    pub kind: &'static str,
-    /// The problem's fields for templates/cuda/profile/profiler.cu.hbs (sizes, strides,
-    /// epilogue expressions).
-    pub fields: Map<String, Json>,
-    /// Every instance that may compute it.
-    pub candidates: Vec<LibraryInstance>,
-    /// Multiply-adds × 2 (for TFLOP/s figures).
-    pub flops: f64,
-    /// The config the heuristic picks (what profiling is compared with).
-    pub heuristic: String,
-    /// The batch range (its upper bound) this problem is chosen for.
-    #[serde(skip)]
-    pub batch: i64,
-    /// How many times the lowering asked for it (nodes with this problem, at this batch range).
-    #[serde(skip)]
-    pub uses: usize,
 }
 
 pub struct CudaTarget {
@@ -877,6 +848,33 @@ impl CudaTarget {
     pub fn fastest_measured_ms(&self, signature: &str, candidates: &[LibraryInstance]) -> Option<f64> {
         let times = self.measured.as_ref()?.get(signature)?;
         candidates.iter().filter_map(|c| times.get(&c.config).copied()).min_by(f64::total_cmp)
+    }
+}
+
+impl ProfiledTarget for CudaTarget {
+    fn measurements(&self) -> Option<&Measurements> {
+        CudaTarget::measurements(self)
+    }
+    fn conv_signature_at(&self, p: &ConvProblem, batch: i64) -> Option<String> {
+        CudaTarget::conv_signature_at(self, p, batch)
+    }
+    fn conv_time(&self, p: &ConvProblem, batch: i64) -> Option<f64> {
+        CudaTarget::conv_time(self, p, batch)
+    }
+    fn gemm_signature_at(&self, p: &GemmProblem, batch: i64) -> Option<String> {
+        CudaTarget::gemm_signature_at(self, p, batch)
+    }
+    fn gemm_time(&self, p: &GemmProblem, batch: i64) -> Option<f64> {
+        CudaTarget::gemm_time(self, p, batch)
+    }
+    fn probe(&self) -> CudaTarget {
+        CudaTarget::probe(self)
+    }
+    fn recorded(&self) -> Vec<ProfileProblem> {
+        CudaTarget::recorded(self)
+    }
+    fn with_shared_instances(self, instances: BTreeSet<String>, tolerance: f64) -> CudaTarget {
+        CudaTarget::with_shared_instances(self, instances, tolerance)
     }
 }
 

@@ -12,13 +12,13 @@
 //! weighted by the nodes that use it) of the fastest time among the remaining instances may grow
 //! by at most `tolerance` over the all-fastest sum. Each step removes the instance whose removal
 //! costs least (ties: the name), so the result is deterministic. The target then gives every
-//! problem the fastest instance of the set (see `CudaTarget::with_shared_instances`, whose
+//! problem the fastest instance of the set (see `ProfiledTarget::with_shared_instances`, whose
 //! per-choice limit is the largest slowdown of the plan).
 //!
 //! The budget is on the library kernels' modelled time alone: the model's own time (other kernels,
 //! launch gaps) is larger, so the whole model is slowed by less than `tolerance`.
 
-use super::cuda::{CudaTarget, Measurements, ProfileProblem};
+use super::target::{Measurements, ProfileProblem, ProfiledTarget};
 use super::LowerOptions;
 use crate::error::Result;
 use crate::ir::Graph;
@@ -27,12 +27,12 @@ use std::collections::{BTreeMap, BTreeSet};
 /// `target` with instance sharing for `graph` (the optimised graph it will lower) under
 /// `tolerance` (see [`plan`]), and the plan; `target` unchanged and None without profiled times or with a zero
 /// tolerance.
-pub fn share(
-    target: CudaTarget,
+pub fn share<T: ProfiledTarget>(
+    target: T,
     graph: &Graph,
     opts: &LowerOptions,
     tolerance: f64,
-) -> Result<(CudaTarget, Option<SharingPlan>)> {
+) -> Result<(T, Option<SharingPlan>)> {
     let Some(m) = target.measurements().filter(|_| tolerance > 0.0) else {
         return Ok((target, None));
     };

@@ -14,6 +14,7 @@
 use super::problem::{ConvProblem, GemmProblem};
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A library kernel configuration, rendered once per program whatever the number of nodes using it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -87,4 +88,64 @@ pub trait Target: Sync {
     fn conv_im2col_columns(&self, _p: &ConvProblem) -> Option<i64> {
         None
     }
+}
+
+/// Profiled times: problem signature → instance config → median milliseconds, for candidates
+/// that ran and matched the reference (the profile cache's view for one GPU and toolchain).
+pub type Measurements = BTreeMap<String, BTreeMap<String, f64>>;
+
+/// A library problem at one concrete batch, as the profiler needs it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileProblem {
+    /// `conv2d n8 h56 ...` or `gemm m.. n.. k..`: the key of its times in the profile cache.
+    pub signature: String,
+    /// `conv` or `gemm`.
+    pub kind: &'static str,
+    /// The problem's fields for the target's profiler template (sizes, strides, epilogue
+    /// expressions).
+    pub fields: Map<String, Json>,
+    /// Every instance that may compute it.
+    pub candidates: Vec<LibraryInstance>,
+    /// Multiply-adds × 2 (for TFLOP/s figures).
+    pub flops: f64,
+    /// The config the heuristic picks (what profiling is compared with).
+    pub heuristic: String,
+    /// The batch range (its upper bound) this problem is chosen for.
+    #[serde(skip)]
+    pub batch: i64,
+    /// How many times the lowering asked for it (nodes with this problem, at this batch range).
+    #[serde(skip)]
+    pub uses: usize,
+}
+
+/// A target whose library instances are chosen by profiled times: what instance sharing
+/// (`lower::sharing`) and the measured cost model (`profile::cost`) ask of it.
+pub trait ProfiledTarget: Target {
+    /// The profiled times given to it, if any.
+    fn measurements(&self) -> Option<&Measurements>;
+    fn has_measurements(&self) -> bool {
+        self.measurements().is_some()
+    }
+    /// The profile-cache signature of convolution `p` at `batch`, or None when no library
+    /// instance computes it. Asking records the problem on a recording target.
+    fn conv_signature_at(&self, p: &ConvProblem, batch: i64) -> Option<String>;
+    /// The fastest profiled time (milliseconds) of convolution `p` at `batch` over the
+    /// candidates this target chooses from; None without one.
+    fn conv_time(&self, p: &ConvProblem, batch: i64) -> Option<f64>;
+    /// [`ProfiledTarget::conv_signature_at`] for a matrix product.
+    fn gemm_signature_at(&self, p: &GemmProblem, batch: i64) -> Option<String>;
+    /// [`ProfiledTarget::conv_time`] for a matrix product.
+    fn gemm_time(&self, p: &GemmProblem, batch: i64) -> Option<f64>;
+    /// A recording copy (same times, no sharing): lowering a graph with it lists the library
+    /// problems this target would choose for.
+    fn probe(&self) -> Self
+    where
+        Self: Sized;
+    /// The problems a recording target was asked for.
+    fn recorded(&self) -> Vec<ProfileProblem>;
+    /// The target letting a measured choice take one of `instances` when it is at most
+    /// `1 + tolerance` times slower than the fastest candidate.
+    fn with_shared_instances(self, instances: BTreeSet<String>, tolerance: f64) -> Self
+    where
+        Self: Sized;
 }

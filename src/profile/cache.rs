@@ -14,7 +14,7 @@
 //! are lost to another's, and each run sees the others' results from its next save on.
 
 use crate::error::{Error, Result};
-use crate::lower::cuda::Measurements;
+use crate::lower::target::Measurements;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

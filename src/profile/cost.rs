@@ -39,9 +39,9 @@ use crate::error::Result;
 use crate::ir::dim::product;
 use crate::ir::ops::kernel::{Conv2d, Gemm, Layout};
 use crate::ir::{DType, Dim, Fact, Graph, Op, ValueType};
-use crate::lower::cuda::CudaTarget;
 use crate::lower::ops::conv::{library_form, LibraryForm};
 use crate::lower::ops::gemm::{batching, contiguous_strides, operand_batch_strides, Batching};
+use crate::lower::target::ProfiledTarget;
 use crate::lower::{device_dtype, BiasKind, ConvProblem, GemmProblem, LowerError, Target};
 use egg::Id;
 use serde::Serialize;
@@ -59,7 +59,7 @@ use std::fmt;
 pub fn optimize_measured(
     g: &Graph,
     opts: &OptimizeOptions,
-    target: &CudaTarget,
+    target: &dyn ProfiledTarget,
     batch: i64,
     dims: &BTreeMap<String, i64>,
 ) -> Result<(Graph, ExplainReport)> {
@@ -69,7 +69,7 @@ pub fn optimize_measured(
 /// The e-graph cost model with profiled kernel times (see the module doc).
 pub struct MeasuredCost<'a> {
     analytical: AnalyticalCost,
-    target: &'a CudaTarget,
+    target: &'a dyn ProfiledTarget,
     batch: i64,
     dims: BTreeMap<String, i64>,
     /// Problem key → what pricing it found (also the memo of the target's answers).
@@ -103,7 +103,7 @@ enum Moved<'f> {
 
 impl<'a> MeasuredCost<'a> {
     /// Prices at `batch` (at least 1) with the default analytical rates.
-    pub fn new(target: &'a CudaTarget, batch: i64) -> MeasuredCost<'a> {
+    pub fn new(target: &'a dyn ProfiledTarget, batch: i64) -> MeasuredCost<'a> {
         let batch = batch.max(1);
         MeasuredCost {
             analytical: AnalyticalCost { symbol_value: batch, ..AnalyticalCost::default() },
@@ -567,8 +567,8 @@ mod tests {
     use crate::ir::ops::kernel::Act;
     use crate::ir::ops::testutil::GraphBuilder;
     use crate::ir::{Attr, Tensor};
-    use crate::lower::cuda::Arch;
-    use crate::lower::cuda::Measurements;
+    use crate::lower::cuda::{Arch, CudaTarget};
+    use crate::lower::target::Measurements;
     use crate::validate::inputs::random_tensor;
     use rand::SeedableRng;
 

@@ -21,7 +21,8 @@ use crate::codegen::Templates;
 use crate::error::{Error, Result};
 use crate::ir::Graph;
 use crate::lower::cuda::Arch;
-use crate::lower::cuda::{CudaTarget, ProfileProblem};
+use crate::lower::cuda::CudaTarget;
+use crate::lower::target::ProfileProblem;
 use crate::lower::{LibraryInstance, LowerOptions};
 use crate::runtime::profiler::{CaseError, ProfilerLib};
 use cache::{device_key, Outcome, ProfileCache};
@@ -400,7 +401,7 @@ pub fn measurements_for(
     arch: Arch,
     nvcc: &Nvcc,
     gpu: Option<&str>,
-) -> Result<Option<(String, crate::lower::cuda::Measurements)>> {
+) -> Result<Option<(String, crate::lower::target::Measurements)>> {
     let devices = cache.devices_for(arch.as_str(), nvcc.version(), nvcc.cutlass_version());
     let chosen = match gpu {
         Some(g) => {
