@@ -6,9 +6,11 @@
 #   4. `cargo test --release`. Release, because the model tests run whole networks through the
 #      CPU reference executor and ONNX Runtime; an unoptimised build makes them minutes slower.
 #   5. the Python package (scripts/test-python.sh: pip install ./src/python into .venv, a
-#      release build of its extension in target/, then its tests).
+#      release build of its extension in target/, then its tests),
+#   6. the crate docs (`cargo doc --no-deps`, warnings are errors: no intra-doc link is
+#      broken or points at a private item).
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh models -- --nocapture); a run with
-# them is a focused cargo run and leaves out step 5.
+# them is a focused cargo run and leaves out steps 5 and 6.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,13 +45,16 @@ set -e
 scripts/test-summary.sh "$LOG"
 
 PY_STATUS=0
+DOC_STATUS=0
 if [[ $# -eq 0 ]]; then
   echo "== python package (scripts/test-python.sh)"
   PY_START=$SECONDS
   scripts/test-python.sh || PY_STATUS=$?
   echo "python package: $((SECONDS - PY_START)) s"
+  echo "== crate docs (cargo doc --no-deps, warnings denied)"
+  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet || DOC_STATUS=$?
 else
-  echo "== python package: not tested (arguments given: a focused cargo run; scripts/test-python.sh tests it)"
+  echo "== python package and crate docs: not tested (arguments given: a focused cargo run)"
 fi
 
 if [[ $STATUS -ne 0 ]]; then
@@ -59,8 +64,11 @@ fi
 if [[ $PY_STATUS -ne 0 ]]; then
   echo "== FAILED (scripts/test-python.sh exit status $PY_STATUS)"
 fi
-if [[ $STATUS -eq 0 && $PY_STATUS -eq 0 ]]; then
+if [[ $DOC_STATUS -ne 0 ]]; then
+  echo "== FAILED (cargo doc exit status $DOC_STATUS: a rustdoc warning above)"
+fi
+if [[ $STATUS -eq 0 && $PY_STATUS -eq 0 && $DOC_STATUS -eq 0 ]]; then
   echo "== OK"
   exit 0
 fi
-exit $((STATUS != 0 ? STATUS : PY_STATUS))
+exit $((STATUS != 0 ? STATUS : PY_STATUS != 0 ? PY_STATUS : DOC_STATUS))

@@ -22,7 +22,7 @@
 //! - [`runtime`] loads, runs and times the built library;
 //! - [`profile`] times candidate instances on the GPU and keeps the profile cache;
 //! - [`validate`] compares a build (or the CPU executor) with ONNX Runtime;
-//! - [`reference`] executes any graph, fused kernels included, on the CPU.
+//! - [`reference`](mod@reference) executes any graph, fused kernels included, on the CPU.
 //!
 //! [`compile`] assembles the stages; [`error`] is the error every stage reports, naming the
 //! file, node and op.

@@ -979,7 +979,7 @@ impl Target for CudaTarget {
     /// patch matrix costs one extra pass over memory and the 1x1 product runs at the GEMM rate.
     ///
     /// Offered only when the im2col kernel can stage the window under one output pixel
-    /// ([`im2col_tile_q`]); otherwise the stem is padded to 4 channels as before.
+    /// (`im2col_tile_q`); otherwise the stem is padded to 4 channels as before.
     fn conv_im2col_columns(&self, p: &ConvProblem) -> Option<i64> {
         if p.group != 1 || p.c > THIN_CHANNELS || p.r * p.s <= 1 {
             return None;

@@ -3,7 +3,7 @@
 //!
 //! [`MeasuredCost`] wraps the [`AnalyticalCost`] roofline. For every convolution and matrix
 //! product node the extractor prices, it builds the library problem the lowering would build
-//! ([`ConvProblem`], [`GemmProblem`]) and asks the [`CudaTarget`] for the fastest profiled time of
+//! ([`ConvProblem`], [`GemmProblem`]) and asks the [`ProfiledTarget`] for the fastest profiled time of
 //! that problem's signature (the same signature and candidate set the target chooses an instance
 //! from). With a time, the node costs that time, plus, for an NCHW convolution, the layout
 //! transforms the lowering runs around the NHWC kernel (priced analytically, as the analytical
@@ -13,7 +13,7 @@
 //!
 //! Pricing batch. The extractor picks one graph for every run-time batch, so costs are taken at
 //! one batch: the symbolic batch (and every other symbol not bound with [`MeasuredCost::with_dims`],
-//! as in [`CudaTarget`] and the analytical model) is set to it, for measured and estimated
+//! as in [`crate::lower::cuda::CudaTarget`] and the analytical model) is set to it, for measured and estimated
 //! costs alike. The profile measures each problem at the target's batch ranges (1, 8, 64 and
 //! `--max-batch`), so the pricing batch should be one of those; `compile` prices at its largest
 //! (`--max-batch`), where the kernels are big and their choice matters most.

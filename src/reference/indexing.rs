@@ -93,7 +93,7 @@ pub fn gather<T: Elem>(a: &ArrayD<T>, axis: usize, indices: &[usize], idx_shape:
     collect_into(picked.view(), &out_shape)
 }
 
-/// `numpy.take_along_axis`: out[i] = a[i with axis coordinate replaced by indices[i]].
+/// `numpy.take_along_axis`: `out[i] = a[i with axis coordinate replaced by indices[i]]`.
 /// Indices are normalised to `[0, a.shape[axis])`; the other index coordinates must lie within
 /// `a`'s shape (checked by the op).
 pub fn gather_elements<T: Elem>(a: &ArrayD<T>, axis: usize, indices: &ArrayD<usize>) -> ArrayD<T> {

@@ -6,7 +6,7 @@
 //! storage (fp32 storage with `--precision fp32`): the per-element formulas, the rounding choices
 //! of nearest-neighbour resizing and the order of the sums that the reference fixes (cumulative
 //! sums) are reproduced; the resize weights themselves are taken from the reference
-//! implementation (see [`resize_taps`]).
+//! implementation (see `resize_taps`).
 
 use super::shape::{
     exprs, f32_literal, f32_table, fields, input_dims, input_ints, op_of, output_shape, row_major_strides,
