@@ -36,13 +36,12 @@ use crate::egraph::explain::kernel_detail;
 use crate::egraph::language::ONode;
 use crate::egraph::{optimize_with_cost, AnalyticalCost, CostModel, ExplainReport, OptimizeOptions};
 use crate::error::Result;
-use crate::ir::dim::product;
 use crate::ir::ops::kernel::{Conv2d, Gemm, Layout};
 use crate::ir::{DType, Dim, Fact, Graph, Op, ValueType};
 use crate::lower::ops::conv::{library_form, LibraryForm};
-use crate::lower::ops::gemm::{batching, contiguous_strides, operand_batch_strides, Batching};
+use crate::lower::ops::gemm::{ProductGeometry, ProductShapes};
 use crate::lower::target::ProfiledTarget;
-use crate::lower::{device_dtype, BiasKind, ConvProblem, GemmProblem, LowerError, Target};
+use crate::lower::{device_dtype, ConvProblem, GemmProblem, LowerError, Target};
 use egg::Id;
 use serde::Serialize;
 use std::cell::RefCell;
@@ -401,13 +400,10 @@ pub fn conv_problem(
     }
 }
 
-/// The matrix product problem `lower::ops::gemm` gives the target for a kernel-level `Gemm`. Err:
-/// why the lowering would not give the target one (an operand broadcast over some batch dims
-/// only, a broadcasting residual: the generic kernel; or a node that does not lower).
-///
-/// Refactor note: this mirrors the problem construction of `lower_product`; a shared
-/// `pub(crate) fn gemm_problem(op, a, b, bias, res, out, b_constant) -> LowerResult<Option<GemmProblem>>`
-/// (None: not expressible) in `lower/ops/gemm.rs` would let both call the same code.
+/// The matrix product problem `lower::ops::gemm` gives the target for a kernel-level `Gemm`
+/// (built by the lowering's own [`ProductGeometry`]). Err: why the lowering would not give the
+/// target one (an operand broadcast over some batch dims only, a broadcasting residual: the
+/// generic kernel; or a node that does not lower).
 pub fn gemm_problem(op: &Gemm, inputs: &[Option<&Fact>], out: &Fact) -> std::result::Result<GemmProblem, String> {
     let input = |i: usize| inputs.get(i).copied().flatten();
     let (Some(a), Some(b)) = (input(0), input(1)) else {
@@ -425,79 +421,20 @@ pub fn gemm_problem(op: &Gemm, inputs: &[Option<&Fact>], out: &Fact) -> std::res
     if !(op.alpha.is_finite() && op.beta.is_finite()) {
         return Err("alpha and beta must be finite".into());
     }
-    let (a_shape, b_shape, out_shape) = (a.shape(), b.shape(), out.shape());
-    let (ra0, rb0) = (a_shape.len(), b_shape.len());
-    if ra0 == 0 || rb0 == 0 || (op.trans_a && ra0 < 2) || (op.trans_b && rb0 < 2) {
-        return Err("operand ranks do not fit the product".into());
-    }
-    let one = Dim::known(1);
-    let a2: Vec<Dim> = if ra0 == 1 { vec![one.clone(), a_shape[0].clone()] } else { a_shape.to_vec() };
-    let b2: Vec<Dim> = if rb0 == 1 { vec![b_shape[0].clone(), one.clone()] } else { b_shape.to_vec() };
-    let (ra, rb) = (a2.len(), b2.len());
-    let (m, k) =
-        if op.trans_a { (a2[ra - 1].clone(), a2[ra - 2].clone()) } else { (a2[ra - 2].clone(), a2[ra - 1].clone()) };
-    let n = if op.trans_b { b2[rb - 2].clone() } else { b2[rb - 1].clone() };
-    let promoted = usize::from(ra0 > 1) + usize::from(rb0 > 1);
-    if out_shape.len() < promoted {
-        return Err("output rank too small for the operands".into());
-    }
-    let nb = out_shape.len() - promoted;
-    let out_batch = &out_shape[..nb];
-    let batch_count = product(out_batch);
-    let (a_batching, b_batching) =
-        (batching(&operand_batch_strides(&a2, nb), out_batch), batching(&operand_batch_strides(&b2, nb), out_batch));
-    // The bias's strides over [batch..., M, N]: one value per output column, or general.
-    let zero = Dim::known(0);
-    let bias_kind = match input(2) {
-        None => None,
-        Some(bias) => {
-            let shape = bias.shape();
-            if shape.len() > out_shape.len() {
-                return Err("the bias has a higher rank than the output".into());
-            }
-            let st = contiguous_strides(shape);
-            let lead = out_shape.len() - shape.len();
-            let stride: Vec<Dim> = (0..out_shape.len())
-                .map(|i| if i >= lead && shape[i - lead] != one { st[i - lead].clone() } else { zero.clone() })
-                .collect();
-            let sm = if ra0 > 1 { stride[nb].clone() } else { zero.clone() };
-            let sn = if rb0 > 1 { stride[stride.len() - 1].clone() } else { zero.clone() };
-            Some(if stride[..nb].iter().all(|d| *d == zero) && sm == zero && sn == one {
-                BiasKind::PerColumn
-            } else {
-                BiasKind::General
-            })
-        }
+    let shapes = ProductShapes {
+        a: a.shape(),
+        b: b.shape(),
+        bias: input(2).map(Fact::shape),
+        residual: input(3).map(Fact::shape),
+        out: out.shape(),
     };
-    let res_exact = input(3).is_none_or(|r| r.shape() == out_shape);
-    if !res_exact {
-        return Err("the residual broadcasts (generic kernel)".into());
+    let geo = ProductGeometry::of(op, &shapes).map_err(|e| match e {
+        LowerError::Unsupported(m) | LowerError::Invalid(m) => m,
+    })?;
+    if let Some(why) = geo.generic_only() {
+        return Err(format!("{why} (generic kernel)"));
     }
-    if a_batching == Batching::Partial || b_batching == Batching::Partial {
-        return Err("an operand broadcasts over some batch dims only (generic kernel)".into());
-    }
-    // A batched A times one shared B is one tall product.
-    let fold = a_batching == Batching::Batched
-        && b_batching == Batching::Broadcast
-        && !op.trans_a
-        && matches!(bias_kind, None | Some(BiasKind::PerColumn));
-    let (lib_m, lib_batch) = if fold { (batch_count.mul(&m), Dim::known(1)) } else { (m, batch_count) };
-    Ok(GemmProblem {
-        batch_count: lib_batch,
-        m: lib_m,
-        n,
-        k,
-        trans_a: op.trans_a,
-        trans_b: op.trans_b,
-        a_batched: a_batching == Batching::Batched && !fold,
-        b_batched: b_batching == Batching::Batched,
-        b_constant: b.konst.is_some(),
-        alpha: op.alpha,
-        beta: op.beta,
-        bias: bias_kind,
-        residual: input(3).is_some(),
-        act: op.act,
-    })
+    Ok(geo.problem(op, b.konst.is_some()))
 }
 
 /// The cost of one kernel of an optimised graph.
@@ -569,6 +506,7 @@ mod tests {
     use crate::ir::{Attr, Tensor};
     use crate::lower::cuda::{Arch, CudaTarget};
     use crate::lower::target::Measurements;
+    use crate::lower::BiasKind;
     use crate::validate::inputs::random_tensor;
     use rand::SeedableRng;
 

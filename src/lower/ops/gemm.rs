@@ -147,6 +147,169 @@ struct EpilogueStrides {
     n: Dim,
 }
 
+/// The shapes a matrix product is lowered from: operands, optional bias and residual, output.
+pub(crate) struct ProductShapes<'s> {
+    pub a: &'s [Dim],
+    pub b: &'s [Dim],
+    pub bias: Option<&'s [Dim]>,
+    pub residual: Option<&'s [Dim]>,
+    pub out: &'s [Dim],
+}
+
+/// A matrix product over `[batch..., M, N]` as `op` computes it: what the lowering and the
+/// measured cost model (`profile::cost`) derive from the shapes, in one place, so the problem
+/// the cost model prices is the one the lowering gives the target.
+pub(crate) struct ProductGeometry {
+    pub m: Dim,
+    pub n: Dim,
+    pub k: Dim,
+    /// Row lengths of A and B as stored.
+    pub a_cols: Dim,
+    pub b_cols: Dim,
+    /// op(A)[i, kk] and op(B)[kk, j] element strides.
+    pub a_sm: Dim,
+    pub a_sk: Dim,
+    pub b_sk: Dim,
+    pub b_sn: Dim,
+    /// Whether B has rank above 1 (a vector B has no N axis).
+    pub b_matrix: bool,
+    /// The output's batch dims, their count and product.
+    pub out_batch: Vec<Dim>,
+    pub nb: usize,
+    pub batch_count: Dim,
+    /// Operand strides over the batch dims, and how each operand advances over them.
+    pub a_bs: Vec<Dim>,
+    pub b_bs: Vec<Dim>,
+    pub a_batching: Batching,
+    pub b_batching: Batching,
+    bias_st: Option<EpilogueStrides>,
+    res_st: Option<EpilogueStrides>,
+    pub bias_kind: Option<BiasKind>,
+    /// The residual (if any) has the output's shape.
+    pub res_exact: bool,
+}
+
+impl ProductGeometry {
+    pub(crate) fn of(op: &Gemm, s: &ProductShapes) -> LowerResult<ProductGeometry> {
+        let (ra0, rb0) = (s.a.len(), s.b.len());
+        if ra0 == 0 || rb0 == 0 {
+            return Err(LowerError::Invalid("matrix product operands must have rank ≥ 1".into()));
+        }
+        if (op.trans_a && ra0 < 2) || (op.trans_b && rb0 < 2) {
+            return Err(LowerError::Invalid("transposed operands must have rank ≥ 2".into()));
+        }
+        let one = Dim::known(1);
+        let a2: Vec<Dim> = if ra0 == 1 { vec![one.clone(), s.a[0].clone()] } else { s.a.to_vec() };
+        let b2: Vec<Dim> = if rb0 == 1 { vec![s.b[0].clone(), one.clone()] } else { s.b.to_vec() };
+        let (ra, rb) = (a2.len(), b2.len());
+        let (a_cols, b_cols) = (a2[ra - 1].clone(), b2[rb - 1].clone());
+        let (m, k) = if op.trans_a {
+            (a2[ra - 1].clone(), a2[ra - 2].clone())
+        } else {
+            (a2[ra - 2].clone(), a2[ra - 1].clone())
+        };
+        let n = if op.trans_b { b2[rb - 2].clone() } else { b2[rb - 1].clone() };
+        let (a_sm, a_sk) = if op.trans_a { (one.clone(), a_cols.clone()) } else { (a_cols.clone(), one.clone()) };
+        let (b_sk, b_sn) = if op.trans_b { (one.clone(), b_cols.clone()) } else { (b_cols.clone(), one.clone()) };
+
+        let promoted = usize::from(ra0 > 1) + usize::from(rb0 > 1);
+        if s.out.len() < promoted {
+            return Err(LowerError::Invalid(format!("output rank {} is too small for the operands", s.out.len())));
+        }
+        let nb = s.out.len() - promoted;
+        let out_batch = s.out[..nb].to_vec();
+        let batch_count = product(&out_batch);
+        let (a_bs, b_bs) = (operand_batch_strides(&a2, nb), operand_batch_strides(&b2, nb));
+        let (a_batching, b_batching) = (batching(&a_bs, &out_batch), batching(&b_bs, &out_batch));
+
+        // Bias and residual strides over [batch..., M, N].
+        let epilogue_strides = |shape: Option<&[Dim]>, name: &str| -> LowerResult<Option<EpilogueStrides>> {
+            let Some(shape) = shape else { return Ok(None) };
+            let st = broadcast_strides(shape, s.out, name)?;
+            Ok(Some(EpilogueStrides {
+                batch: st[..nb].to_vec(),
+                m: if ra0 > 1 { st[nb].clone() } else { Dim::known(0) },
+                n: if rb0 > 1 { st[st.len() - 1].clone() } else { Dim::known(0) },
+            }))
+        };
+        let bias_st = epilogue_strides(s.bias, "bias")?;
+        let res_st = epilogue_strides(s.residual, "residual")?;
+        let zero = Dim::known(0);
+        let bias_kind = bias_st.as_ref().map(|st| {
+            if st.batch.iter().all(|d| *d == zero) && st.m == zero && st.n == one {
+                BiasKind::PerColumn
+            } else {
+                BiasKind::General
+            }
+        });
+        let res_exact = s.residual.is_none_or(|r| r == s.out);
+        Ok(ProductGeometry {
+            m,
+            n,
+            k,
+            a_cols,
+            b_cols,
+            a_sm,
+            a_sk,
+            b_sk,
+            b_sn,
+            b_matrix: rb0 > 1,
+            out_batch,
+            nb,
+            batch_count,
+            a_bs,
+            b_bs,
+            a_batching,
+            b_batching,
+            bias_st,
+            res_st,
+            bias_kind,
+            res_exact,
+        })
+    }
+
+    /// Why no library instance can compute the product (the generic kernel then does), or None.
+    pub(crate) fn generic_only(&self) -> Option<&'static str> {
+        if !self.res_exact {
+            Some("the residual broadcasts")
+        } else if self.a_batching == Batching::Partial || self.b_batching == Batching::Partial {
+            Some("an operand broadcasts over some batch dims only")
+        } else {
+            None
+        }
+    }
+
+    /// The library problem, a batched A times one shared B folded into one tall product.
+    pub(crate) fn problem(&self, op: &Gemm, b_constant: bool) -> GemmProblem {
+        let fold = self.a_batching == Batching::Batched
+            && self.b_batching == Batching::Broadcast
+            && !op.trans_a
+            && matches!(self.bias_kind, None | Some(BiasKind::PerColumn))
+            && self.res_exact;
+        let (m, batch_count) = if fold {
+            (self.batch_count.mul(&self.m), Dim::known(1))
+        } else {
+            (self.m.clone(), self.batch_count.clone())
+        };
+        GemmProblem {
+            batch_count,
+            m,
+            n: self.n.clone(),
+            k: self.k.clone(),
+            trans_a: op.trans_a,
+            trans_b: op.trans_b,
+            a_batched: self.a_batching == Batching::Batched && !fold,
+            b_batched: self.b_batching == Batching::Batched,
+            b_constant,
+            alpha: op.alpha,
+            beta: op.beta,
+            bias: self.bias_kind,
+            residual: self.res_st.is_some(),
+            act: op.act,
+        }
+    }
+}
+
 /// The fused matrix product of `node` (A, B, optional bias, optional residual) as `op` computes it.
 fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> LowerResult<()> {
     let input = |i: usize| node.inputs.get(i).copied().flatten();
@@ -169,90 +332,46 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
     let a_shape = value_shape(cx, input(0), "input A")?;
     let b_shape = value_shape(cx, input(1), "input B")?;
     let out_shape = value_shape(cx, node.outputs.first().copied(), "the output")?;
-    let (ra0, rb0) = (a_shape.len(), b_shape.len());
-    if ra0 == 0 || rb0 == 0 {
-        return Err(LowerError::Invalid("matrix product operands must have rank ≥ 1".into()));
-    }
-    if (op.trans_a && ra0 < 2) || (op.trans_b && rb0 < 2) {
-        return Err(LowerError::Invalid("transposed operands must have rank ≥ 2".into()));
-    }
-    let one = Dim::known(1);
-    let a2: Vec<Dim> = if ra0 == 1 { vec![one.clone(), a_shape[0].clone()] } else { a_shape.clone() };
-    let b2: Vec<Dim> = if rb0 == 1 { vec![b_shape[0].clone(), one.clone()] } else { b_shape.clone() };
-    let (ra, rb) = (a2.len(), b2.len());
-    let (a_cols, b_cols) = (a2[ra - 1].clone(), b2[rb - 1].clone());
-    let (m, k) =
-        if op.trans_a { (a2[ra - 1].clone(), a2[ra - 2].clone()) } else { (a2[ra - 2].clone(), a2[ra - 1].clone()) };
-    let n = if op.trans_b { b2[rb - 2].clone() } else { b2[rb - 1].clone() };
-    // op(A)[i, kk] and op(B)[kk, j] element strides.
-    let (a_sm, a_sk) = if op.trans_a { (one.clone(), a_cols.clone()) } else { (a_cols.clone(), one.clone()) };
-    let (b_sk, b_sn) = if op.trans_b { (one.clone(), b_cols.clone()) } else { (b_cols.clone(), one.clone()) };
-
-    let promoted = usize::from(ra0 > 1) + usize::from(rb0 > 1);
-    if out_shape.len() < promoted {
-        return Err(LowerError::Invalid(format!("output rank {} is too small for the operands", out_shape.len())));
-    }
-    let nb = out_shape.len() - promoted;
-    let out_batch = out_shape[..nb].to_vec();
-    let batch_count = product(&out_batch);
-    let (a_bs, b_bs) = (operand_batch_strides(&a2, nb), operand_batch_strides(&b2, nb));
-    let (a_batching, b_batching) = (batching(&a_bs, &out_batch), batching(&b_bs, &out_batch));
-
-    // Bias and residual strides over [batch..., M, N].
-    let epilogue_strides = |i: usize, name: &str| -> LowerResult<Option<EpilogueStrides>> {
-        let Some(v) = input(i) else { return Ok(None) };
-        let st = broadcast_strides(&value_shape(cx, Some(v), name)?, &out_shape, name)?;
-        Ok(Some(EpilogueStrides {
-            batch: st[..nb].to_vec(),
-            m: if ra0 > 1 { st[nb].clone() } else { Dim::known(0) },
-            n: if rb0 > 1 { st[st.len() - 1].clone() } else { Dim::known(0) },
-        }))
-    };
-    let bias_st = epilogue_strides(2, "bias")?;
-    let res_st = epilogue_strides(3, "residual")?;
-    let zero = Dim::known(0);
-    let bias_kind = bias_st.as_ref().map(|s| {
-        if s.batch.iter().all(|d| *d == zero) && s.m == zero && s.n == one {
-            BiasKind::PerColumn
-        } else {
-            BiasKind::General
-        }
-    });
-    let res_exact = match input(3) {
-        Some(v) => value_shape(cx, Some(v), "residual")? == out_shape,
-        None => true,
-    };
-
-    // The library problem, with a batched A times a shared B folded into one tall product.
-    let fold = a_batching == Batching::Batched
-        && b_batching == Batching::Broadcast
-        && !op.trans_a
-        && matches!(bias_kind, None | Some(BiasKind::PerColumn))
-        && res_exact;
-    let (lib_m, lib_batch) = if fold { (batch_count.mul(&m), Dim::known(1)) } else { (m.clone(), batch_count.clone()) };
-    let problem = GemmProblem {
-        batch_count: lib_batch.clone(),
-        m: lib_m.clone(),
-        n: n.clone(),
-        k: k.clone(),
-        trans_a: op.trans_a,
-        trans_b: op.trans_b,
-        a_batched: a_batching == Batching::Batched && !fold,
-        b_batched: b_batching == Batching::Batched,
-        b_constant: cx.konst(node, 1).is_some(),
-        alpha: op.alpha,
-        beta: op.beta,
-        bias: bias_kind,
-        residual: input(3).is_some(),
-        act: op.act,
-    };
-    let expressible = a_batching != Batching::Partial && b_batching != Batching::Partial && res_exact;
+    let bias_shape = input(2).map(|v| value_shape(cx, Some(v), "bias")).transpose()?;
+    let res_shape = input(3).map(|v| value_shape(cx, Some(v), "residual")).transpose()?;
+    let geo = ProductGeometry::of(
+        op,
+        &ProductShapes {
+            a: &a_shape,
+            b: &b_shape,
+            bias: bias_shape.as_deref(),
+            residual: res_shape.as_deref(),
+            out: &out_shape,
+        },
+    )?;
+    let problem = geo.problem(op, cx.konst(node, 1).is_some());
     // The library instances store fp16: at fp32 precision the generic kernel computes everything.
-    let inst = if expressible && cx.precision() == Precision::Fp16 {
+    let inst = if geo.generic_only().is_none() && cx.precision() == Precision::Fp16 {
         cx.target.gemm(&problem)
     } else {
         Instance::own(GENERIC_TEMPLATE, Map::new())
     };
+    let ProductGeometry {
+        m,
+        n,
+        k,
+        a_cols,
+        b_cols,
+        a_sm,
+        a_sk,
+        b_sk,
+        b_sn,
+        b_matrix,
+        out_batch,
+        nb,
+        batch_count,
+        a_bs,
+        b_bs,
+        bias_st,
+        res_st,
+        ..
+    } = geo;
+    let (lib_m, lib_batch) = (problem.m.clone(), problem.batch_count.clone());
 
     // Tensors: A, B, bias?, residual?, output.
     let a = cx.input(node, 0)?;
@@ -319,7 +438,7 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
             c.insert(key.into(), json!(e(d)?));
         }
         c.insert("a_k_contiguous".into(), json!(!op.trans_a));
-        c.insert("b_n_contiguous".into(), json!(!op.trans_b && rb0 > 1));
+        c.insert("b_n_contiguous".into(), json!(!op.trans_b && b_matrix));
         for (prefix, s) in [("bias", &bias_st), ("res", &res_st)] {
             let (sm, sn) = s.as_ref().map_or((Dim::known(0), Dim::known(0)), |s| (s.m.clone(), s.n.clone()));
             c.insert(format!("{prefix}_stride_m"), json!(e(&sm)?));
