@@ -38,7 +38,7 @@ use crate::egraph::{optimize_with_cost, AnalyticalCost, CostModel, ExplainReport
 use crate::error::Result;
 use crate::ir::ops::kernel::{Conv2d, Gemm, Layout};
 use crate::ir::{DType, Dim, Fact, Graph, Op, ValueType};
-use crate::lower::ops::conv::{library_form, LibraryForm};
+use crate::lower::ops::conv::{conv_problem_of, library_form, LibraryForm};
 use crate::lower::ops::gemm::{ProductGeometry, ProductShapes};
 use crate::lower::target::ProfiledTarget;
 use crate::lower::{device_dtype, ConvProblem, GemmProblem, LowerError, Target};
@@ -317,10 +317,6 @@ fn device_f16(dt: DType) -> bool {
     matches!(device_dtype(dt), Ok(DType::F16))
 }
 
-fn known(d: &Dim, what: &str) -> std::result::Result<i64, String> {
-    d.as_known().ok_or_else(|| format!("the {what} ({d}) is not known at compile time"))
-}
-
 /// The convolution problem `lower::ops::conv` gives the target for a kernel-level `Conv2d`: the
 /// node's geometry, in the form the lowering's own rule ([`library_form`]) chooses for a thin
 /// stem. Err: why the lowering would not give the target one (the node then fails to lower or
@@ -345,49 +341,10 @@ pub fn conv_problem(
             return Err(format!("the {what} is {} (the kernels compute on fp16)", f.dtype()));
         }
     }
-    let (xs, ws, os) = (x.shape(), wf.shape(), out.shape());
-    if xs.len() != 4 || ws.len() != 4 || os.len() != 4 {
-        return Err("input, weights and output must have rank 4".into());
-    }
-    let nchw = op.layout == Layout::Nchw;
-    let ([ih, iw, ic], [wk, wr, wsx, wc], [op_, oq]) =
-        if nchw { ([2, 3, 1], [0, 2, 3, 1], [2, 3]) } else { ([1, 2, 3], [0, 1, 2, 3], [1, 2]) };
-    let (h, w, c) =
-        (known(&xs[ih], "input height")?, known(&xs[iw], "input width")?, known(&xs[ic], "input channel count")?);
-    let (k, r, s, cg) = (
-        known(&ws[wk], "output channel count")?,
-        known(&ws[wr], "filter height")?,
-        known(&ws[wsx], "filter width")?,
-        known(&ws[wc], "channels per group")?,
-    );
-    let (p, q) = (known(&os[op_], "output height")?, known(&os[oq], "output width")?);
-    let geom = &op.geom;
-    let group = geom.group as i64;
-    if group < 1 || cg * group != c || k % group != 0 {
-        return Err(format!(
-            "weights with {k} filters of {r}x{s}x{cg} do not fit {c} input channels in {group} groups"
-        ));
-    }
-    let i = |v: usize| v as i64;
-    let problem = ConvProblem {
-        n: xs[0].clone(),
-        h,
-        w,
-        c,
-        k,
-        r,
-        s,
-        p,
-        q,
-        pads: geom.pads.map(i),
-        strides: geom.strides.map(i),
-        dilations: geom.dilations.map(i),
-        group,
-        bias: input(2).is_some(),
-        residual: input(3).is_some(),
-        pre_act: op.pre_act,
-        act: op.act,
-    };
+    let problem = conv_problem_of(op, x.shape(), wf.shape(), out.shape(), input(2).is_some(), input(3).is_some())
+        .map_err(|e| match e {
+            LowerError::Unsupported(m) | LowerError::Invalid(m) => m,
+        })?;
     // A thin stem with constant weights runs as the lowering runs it: an im2col and its 1x1
     // product, or padded to the library's channel count (the im2col / pad kernel in front is not
     // priced, here as in the analytical model).

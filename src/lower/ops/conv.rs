@@ -257,6 +257,66 @@ fn emit_im2col(cx: &mut LowerCtx, node: &Node, p: &ConvProblem, columns: i64, x:
     Ok(cols)
 }
 
+/// The convolution problem of a kernel-level `Conv2d` with input, weights and output shapes
+/// `xs`, `ws`, `os` (in the node's layout): what the lowering gives the target, and what the
+/// measured cost model (`profile::cost`) prices.
+pub(crate) fn conv_problem_of(
+    op: &Conv2d,
+    xs: &[Dim],
+    ws: &[Dim],
+    os: &[Dim],
+    bias: bool,
+    residual: bool,
+) -> LowerResult<ConvProblem> {
+    if xs.len() != 4 || ws.len() != 4 || os.len() != 4 {
+        return Err(LowerError::Invalid(format!(
+            "Conv2d needs rank-4 input, weights and output, found ranks {}, {} and {}",
+            xs.len(),
+            ws.len(),
+            os.len()
+        )));
+    }
+    // Axis positions of (H, W, C) in x, (K, R, S, Cg) in w and (P, Q) in the output.
+    let ([ih, iw, ic], [wk, wr, wsx, wc], [op_, oq]) =
+        if op.layout == Layout::Nchw { ([2, 3, 1], [0, 2, 3, 1], [2, 3]) } else { ([1, 2, 3], [0, 1, 2, 3], [1, 2]) };
+    let (h, w, c) =
+        (known(&xs[ih], "input height")?, known(&xs[iw], "input width")?, known(&xs[ic], "input channel count")?);
+    let (k, r, s, cg) = (
+        known(&ws[wk], "output channel count")?,
+        known(&ws[wr], "filter height")?,
+        known(&ws[wsx], "filter width")?,
+        known(&ws[wc], "channels per group")?,
+    );
+    let (p, q) = (known(&os[op_], "output height")?, known(&os[oq], "output width")?);
+    let geom = &op.geom;
+    let group = geom.group as i64;
+    if group < 1 || cg * group != c || k % group != 0 {
+        return Err(LowerError::Invalid(format!(
+            "weights with {k} filters of {r}x{s}x{cg} do not fit {c} input channels in {group} groups"
+        )));
+    }
+    let i = |v: usize| v as i64;
+    Ok(ConvProblem {
+        n: xs[0].clone(),
+        h,
+        w,
+        c,
+        k,
+        r,
+        s,
+        p,
+        q,
+        pads: geom.pads.map(i),
+        strides: geom.strides.map(i),
+        dilations: geom.dilations.map(i),
+        group,
+        bias,
+        residual,
+        pre_act: op.pre_act,
+        act: op.act,
+    })
+}
+
 /// The lowering of a kernel-level `Conv2d` node.
 fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let op = node
@@ -278,55 +338,16 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
             .shape
             .clone()
     };
-    if xs.len() != 4 || ws.len() != 4 || out_shape.len() != 4 {
-        return Err(LowerError::Invalid(format!(
-            "Conv2d needs rank-4 input, weights and output, found ranks {}, {} and {}",
-            xs.len(),
-            ws.len(),
-            out_shape.len()
-        )));
-    }
-    // Axis positions of (H, W, C) in x, (K, R, S, Cg) in w and (P, Q) in the output.
-    let ([ih, iw, ic], [wk, wr, wsx, wc], [op_, oq]) =
-        if nchw { ([2, 3, 1], [0, 2, 3, 1], [2, 3]) } else { ([1, 2, 3], [0, 1, 2, 3], [1, 2]) };
-    let n = xs[0].clone();
-    let (h, w, c) =
-        (known(&xs[ih], "input height")?, known(&xs[iw], "input width")?, known(&xs[ic], "input channel count")?);
-    let (k, r, s_, cg) = (
-        known(&ws[wk], "output channel count")?,
-        known(&ws[wr], "filter height")?,
-        known(&ws[wsx], "filter width")?,
-        known(&ws[wc], "channels per group")?,
-    );
-    let (p, q) = (known(&out_shape[op_], "output height")?, known(&out_shape[oq], "output width")?);
-    let geom = &op.geom;
-    let group = geom.group as i64;
-    if group < 1 || cg * group != c || k % group != 0 {
-        return Err(LowerError::Invalid(format!(
-            "weights with {k} filters of {r}x{s_}x{cg} do not fit {c} input channels in {group} groups"
-        )));
-    }
-    let i64s = |v: &[usize]| -> Vec<i64> { v.iter().map(|&x| x as i64).collect() };
-    let (pads, strides, dilations) = (i64s(&geom.pads), i64s(&geom.strides), i64s(&geom.dilations));
-    let problem = ConvProblem {
-        n: n.clone(),
-        h,
-        w,
-        c,
-        k,
-        r,
-        s: s_,
-        p,
-        q,
-        pads: [pads[0], pads[1], pads[2], pads[3]],
-        strides: [strides[0], strides[1]],
-        dilations: [dilations[0], dilations[1]],
-        group,
-        bias: node.inputs.get(2).copied().flatten().is_some(),
-        residual: node.inputs.get(3).copied().flatten().is_some(),
-        pre_act: op.pre_act,
-        act: op.act,
-    };
+    let problem = conv_problem_of(
+        op,
+        &xs,
+        &ws,
+        &out_shape,
+        node.inputs.get(2).copied().flatten().is_some(),
+        node.inputs.get(3).copied().flatten().is_some(),
+    )?;
+    let ConvProblem { ref n, h, w, c, k, r, s: s_, p, q, group, .. } = problem;
+    let (n, cg) = (n.clone(), c / group);
     let d = Dim::known;
     let nhwc_in = vec![n.clone(), d(h), d(w), d(c)];
     let nhwc_out = vec![n.clone(), d(p), d(q), d(k)];
