@@ -358,7 +358,7 @@ pub fn conv_problem(
 }
 
 /// The matrix product problem `lower::ops::gemm` gives the target for a kernel-level `Gemm`
-/// (built by the lowering's own [`ProductGeometry`]). Err: why the lowering would not give the
+/// (built by the lowering's own `lower::ops::gemm::ProductGeometry`). Err: why the lowering would not give the
 /// target one (an operand broadcast over some batch dims only, a broadcasting residual: the
 /// generic kernel; or a node that does not lower).
 pub fn gemm_problem(op: &Gemm, inputs: &[Option<&Fact>], out: &Fact) -> std::result::Result<GemmProblem, String> {
