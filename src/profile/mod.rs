@@ -156,6 +156,10 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     let templates = Templates::for_target("cuda")?;
     let dir = &opts.work_dir;
     std::fs::create_dir_all(dir).map_err(|e| Error::Other(format!("profile: cannot create {}: {e}", dir.display())))?;
+    // One profile at a time per work folder: another would rewrite the sources and replace
+    // libprofile.so under this one. The cache is opened after the wait, so what the other run
+    // measured (saved into the cache) is not built or timed again.
+    let _work_lock = lock_work_dir(dir, opts.progress)?;
 
     // The GPU is known only once the profiler runs. A cache holding times of exactly one GPU for
     // this toolchain is taken to be of this one (checked after loading), so what it has already
@@ -436,6 +440,19 @@ pub fn default_work_dir(cache: &Path) -> PathBuf {
     cache.parent().map(|d| d.join("profiler")).unwrap_or_else(|| PathBuf::from("onnx2ait-profiler"))
 }
 
+/// The lock of a profiler work folder (`<dir>/.profile.lock`), waited for when another profile
+/// holds it (saying so on stderr with `progress`).
+fn lock_work_dir(dir: &Path, progress: bool) -> Result<crate::build::lock::FileLock> {
+    let path = dir.join(".profile.lock");
+    if let Some(held) = crate::build::lock::try_lock(&path)? {
+        return Ok(held);
+    }
+    if progress {
+        eprintln!("profile: another profile is using {}; waiting for it to finish", dir.display());
+    }
+    crate::build::lock::lock(&path)
+}
+
 /// The object cache of a profile with the default work folder and no shared cache directory:
 /// where `compile` finds the instances the profiler compiled.
 pub fn default_object_cache(cache: &Path) -> PathBuf {
@@ -533,5 +550,28 @@ mod tests {
         assert!(r.problems[0].best.is_none());
         assert_eq!(r.problems[0].counts[3], all[0].candidates.len());
         assert!(r.summary().contains(&p.signature));
+    }
+
+    /// A second profile of the same work folder waits for the first to release it.
+    #[test]
+    fn profiles_of_one_work_folder_take_turns() {
+        let dir = std::env::temp_dir().join(format!("o2a-profile-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = lock_work_dir(&dir, false).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let second = std::thread::spawn({
+            let dir = dir.clone();
+            move || {
+                let held = lock_work_dir(&dir, false);
+                tx.send(()).unwrap();
+                held.map(|_| ())
+            }
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(200)).is_err(), "the second did not wait");
+        drop(first);
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the second got the folder");
+        second.join().unwrap().unwrap();
+        std::fs::remove_dir_all(&dir).ok();
     }
 }
