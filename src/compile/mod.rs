@@ -323,9 +323,11 @@ impl Generated {
         // The profiler compiled every candidate it timed into its own object cache (beside the
         // profile cache, unless a shared cache dir gave both the same one): the chosen
         // instances are taken from there instead of being compiled again.
-        let seed_caches = match profile_cache_file(&opts.kernel_choice) {
-            Some(Ok(file)) => vec![crate::profile::default_object_cache(&file)],
-            _ => Vec::new(),
+        let seed_caches = match &opts.kernel_choice {
+            KernelChoice::ProfileCache(f) | KernelChoice::Profile(f) => {
+                profile_cache_file(f).map(|file| vec![crate::profile::default_object_cache(&file)]).unwrap_or_default()
+            }
+            KernelChoice::Heuristic => Vec::new(),
         };
         let build_opts =
             BuildOptions { jobs: opts.jobs, cache_dir: opts.cache_dir.clone(), progress: opts.progress, seed_caches };
@@ -356,16 +358,11 @@ impl Generated {
     }
 }
 
-/// The profile cache file a kernel choice reads: `None` for the heuristic, an error when no
-/// default location exists.
-fn profile_cache_file(choice: &KernelChoice) -> Option<Result<PathBuf>> {
-    let file = match choice {
-        KernelChoice::Heuristic => return None,
-        KernelChoice::ProfileCache(f) | KernelChoice::Profile(f) => f,
-    };
-    Some(file.clone().or_else(crate::profile::cache::default_path).ok_or_else(|| {
+/// The profile cache file: the one given, else the default location; an error when there is none.
+fn profile_cache_file(given: &Option<PathBuf>) -> Result<PathBuf> {
+    given.clone().or_else(crate::profile::cache::default_path).ok_or_else(|| {
         Error::Other("no profile cache location: pass --profile-cache FILE or set ONNX2AIT_PROFILE_CACHE".into())
-    }))
+    })
 }
 
 /// Every value of the graph at `max_batch` (the one symbol the dims leave is the batch) fits the
@@ -431,18 +428,17 @@ fn kernel_choice(
     lower: &LowerOptions,
 ) -> Result<(CudaTarget, String, Option<String>)> {
     let target = CudaTarget::new(opts.arch).with_max_batch(opts.max_batch);
-    let explicit = match &opts.kernel_choice {
+    let (file, explicit) = match &opts.kernel_choice {
         KernelChoice::Heuristic => return Ok((target, "kernel choice: heuristic (--no-profile)".into(), None)),
-        KernelChoice::ProfileCache(file) => file.is_some(),
-        KernelChoice::Profile(_) => true,
+        KernelChoice::ProfileCache(file) => (file, file.is_some()),
+        KernelChoice::Profile(file) => (file, true),
     };
-    let cache_file = match profile_cache_file(&opts.kernel_choice) {
-        Some(Ok(f)) => f,
-        Some(Err(_)) | None if !explicit => {
+    let cache_file = match profile_cache_file(file) {
+        Ok(f) => f,
+        Err(_) if !explicit => {
             return Ok((target, "kernel choice: heuristic (no profile cache location)".into(), None))
         }
-        Some(Err(e)) => return Err(e),
-        None => unreachable!("the heuristic returned above"),
+        Err(e) => return Err(e),
     };
     let mut profile_summary = None;
     if matches!(opts.kernel_choice, KernelChoice::Profile(_)) {

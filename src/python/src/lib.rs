@@ -7,9 +7,9 @@
 //! The GIL is released while the pipeline or the model runs, so other Python threads go on.
 
 use numpy::{Element, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
-use onnx2ait::lower::cuda::Arch;
 use onnx2ait::compile::{checks, CompileOptions, KernelChoice};
 use onnx2ait::ir::{DType, Tensor};
+use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::Precision;
 use onnx2ait::runtime::{Library, Model};
 use pyo3::create_exception;
@@ -219,24 +219,6 @@ struct NativeModel {
     model: Mutex<Model>,
 }
 
-fn dtype_name(t: DType) -> &'static str {
-    match t {
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::U8 => "uint8",
-        DType::U16 => "uint16",
-        DType::U32 => "uint32",
-        DType::U64 => "uint64",
-        DType::Bool => "bool",
-    }
-}
-
 /// One input or output: (name, dtype name, shape at batch 1, shape at batch 2 or None when the
 /// model runs only batch 1). The Python side puts the batch symbol where they differ.
 type IoRow = (String, &'static str, Vec<usize>, Option<Vec<usize>>);
@@ -249,7 +231,7 @@ fn io_rows(lib: &Library, output: bool) -> PyResult<Vec<IoRow>> {
         .enumerate()
         .map(|(i, info)| {
             let at2 = if lib.max_batch() >= 2 { Some(shape(i, 2).map_err(err)?) } else { None };
-            Ok((info.name.clone(), dtype_name(info.dtype), shape(i, 1).map_err(err)?, at2))
+            Ok((info.name.clone(), info.dtype.name(), shape(i, 1).map_err(err)?, at2))
         })
         .collect()
 }
