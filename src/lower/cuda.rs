@@ -48,8 +48,17 @@
 //! GEMM-K loop walks filter taps × 8 channels with no masked lanes), `kAnalytic` when a filter
 //! side exceeds 32 (the optimized iterator's mask bits), `kOptimized` otherwise.
 //!
-//! Workspace: no instance uses split-K; each may use up to `O2A_LIBRARY_WORKSPACE_BYTES`
-//! ([`LIBRARY_WORKSPACE_BYTES`]) and checks what it needs against what it is given.
+//! Stream-K: a matrix product whose 64x64 grid covers at most a quarter of the SMs, with a long
+//! reduction (K ≥ [`STREAM_K_MIN_K`]) and M and N above 64, takes the cooperative 128x64 tile
+//! on CUTLASS's stream-K scheduler, which splits the k-loop over every SM (one CTA per 64x64
+//! tile left most of the H200 idle at BERT batch 1);
+//! the profiler also times a 128x128 stream-K tile, and stream-K 1x1 convolutions as GEMMs.
+//!
+//! Workspace: a node whose dispatch may run a stream-K instance reserves
+//! [`STREAM_K_WORKSPACE_BYTES`] (`O2A_STREAM_K_WORKSPACE_BYTES`, what the profiler gives every
+//! candidate) for the fp32 partial tiles; every other library node reserves
+//! [`LIBRARY_WORKSPACE_BYTES`] (`O2A_LIBRARY_WORKSPACE_BYTES`). Each instance checks what it
+//! needs against what it is given (a stream-K one falls back to data-parallel tiles).
 
 use super::ops::act::act_call;
 pub use super::ops::conv::DEPTHWISE_TEMPLATE;
@@ -125,8 +134,18 @@ impl FromStr for Arch {
 /// target has no batch range (a direct `CudaTarget::new`).
 pub const DEFAULT_BATCH_HINT: i64 = 32;
 
-/// Workspace every library instance may use (`O2A_LIBRARY_WORKSPACE_BYTES` in library.cuh).
+/// Workspace every library node reserves (`O2A_LIBRARY_WORKSPACE_BYTES` in library.cuh); a node
+/// that may run a stream-K instance reserves [`STREAM_K_WORKSPACE_BYTES`].
 pub const LIBRARY_WORKSPACE_BYTES: u64 = 4 << 20;
+
+/// The workspace a library node with this dispatch reserves.
+fn dispatch_workspace(dispatch: &[Dispatch]) -> u64 {
+    if dispatch.iter().any(|d| d.instance.config.ends_with(" streamk")) {
+        STREAM_K_WORKSPACE_BYTES
+    } else {
+        LIBRARY_WORKSPACE_BYTES
+    }
+}
 
 /// Channel multiple of CUTLASS's 128-bit fp16 accesses.
 const ALIGNMENT: i64 = 8;
@@ -224,11 +243,19 @@ pub struct Sm90Tile {
     pub cluster_n: i64,
     /// GEMM only: cooperative (two consumer warp groups on one tile; M ≥ 128) or ping-pong.
     pub pingpong: bool,
+    /// GEMM only (cooperative): CUTLASS's stream-K tile scheduler, which spreads the k-loop of a
+    /// grid smaller than a wave over every SM, instead of one persistent CTA per output tile.
+    pub stream_k: bool,
 }
 
 impl Sm90Tile {
     const fn new(m: i64, n: i64, cluster_m: i64, pingpong: bool) -> Sm90Tile {
-        Sm90Tile { m, n, k: 64, cluster_m, cluster_n: 1, pingpong }
+        Sm90Tile { m, n, k: 64, cluster_m, cluster_n: 1, pingpong, stream_k: false }
+    }
+
+    /// A cooperative tile on the stream-K scheduler.
+    const fn stream_k(m: i64, n: i64) -> Sm90Tile {
+        Sm90Tile { m, n, k: 64, cluster_m: 1, cluster_n: 1, pingpong: false, stream_k: true }
     }
 
     fn config(&self, gemm: bool) -> String {
@@ -236,6 +263,8 @@ impl Sm90Tile {
             ""
         } else if self.pingpong {
             " pingpong"
+        } else if self.stream_k {
+            " cooperative streamk"
         } else {
             " cooperative"
         };
@@ -255,6 +284,7 @@ impl Sm90Tile {
         }
         if gemm {
             c.insert("schedule".into(), json!(if self.pingpong { "pingpong" } else { "cooperative" }));
+            c.insert("tile_scheduler".into(), json!(if self.stream_k { "stream_k" } else { "persistent" }));
         }
         c
     }
@@ -271,26 +301,47 @@ pub const SM90_CONV_TILES: [Sm90Tile; 5] = [
     Sm90Tile::new(64, 128, 1, false),
 ];
 
-/// sm90 GEMM tiles, largest first.
-pub const SM90_GEMM_TILES: [Sm90Tile; 5] = [
+/// sm90 GEMM tiles: the data-parallel ones largest first, then the stream-K ones.
+pub const SM90_GEMM_TILES: [Sm90Tile; 7] = [
     Sm90Tile::new(128, 256, 1, false),
     Sm90Tile::new(128, 128, 2, false),
     Sm90Tile::new(128, 128, 1, false),
     Sm90Tile::new(64, 128, 1, true),
     Sm90Tile::new(64, 64, 1, true),
+    Sm90Tile::stream_k(128, 128),
+    SM90_STREAM_K_TILE,
 ];
+
+/// The stream-K tile the heuristic picks for a product whose grid is below a wave and whose
+/// reduction is long ([`STREAM_K_MIN_K`]): BERT-base at batch 1 (M = 128, N = 768, K = 768 or
+/// 3072) has 12 such tiles for the H200's 132 SMs, where one CTA per 64x64 tile keeps 24 SMs
+/// busy, each streaming its 64 weight columns alone.
+pub const SM90_STREAM_K_TILE: Sm90Tile = Sm90Tile::stream_k(128, 64);
+
+/// The shortest reduction the heuristic splits with stream-K: 8 k-tiles of 64; below that the
+/// fp32 partial tiles cost about as much as the k-loop they split.
+pub const STREAM_K_MIN_K: i64 = 512;
+
+/// Workspace of a node that may run a stream-K instance (`O2A_STREAM_K_WORKSPACE_BYTES` in
+/// library.cuh): its fp32 partial tiles, one or two per SM (132 SMs x 128x128 x 4 bytes =
+/// 8.25 MiB on the H200). With less, the instance runs the data-parallel decomposition (see
+/// gemm_sm90.cu.hbs), so this bounds memory, not correctness.
+pub const STREAM_K_WORKSPACE_BYTES: u64 = 16 << 20;
 
 /// Tiles of a 1x1 convolution computed as a GEMM ([`CONV_GEMM_TEMPLATE`]), largest first. Besides
 /// the cooperative tiles, ping-pong ones at M = 128: the two consumer warp groups alternate over
 /// tiles, so one's epilogue (bias, residual, store) overlaps the other's mainloop, which is what a
 /// short reduction (C = 64..512) needs.
-pub const SM90_CONV_GEMM_TILES: [Sm90Tile; 6] = [
+pub const SM90_CONV_GEMM_TILES: [Sm90Tile; 7] = [
     Sm90Tile::new(128, 256, 1, false),
     Sm90Tile::new(128, 128, 1, false),
     Sm90Tile::new(128, 128, 1, true),
     Sm90Tile::new(64, 256, 1, true),
     Sm90Tile::new(128, 64, 1, true),
     Sm90Tile::new(64, 128, 1, true),
+    // ResNet's late 1x1 convs at batch 1 (M = 49, C = 512..2048) fill a few SMs: a profiler
+    // candidate only (the heuristic leaves such small problems to the conv tiles).
+    SM90_STREAM_K_TILE,
 ];
 
 /// A narrow tile for 1x1 convolutions with at most 32 output channels (MobileNet's projections):
@@ -318,7 +369,7 @@ pub fn pick_tile(m: i64, n: i64, batches: i64, sms: i64) -> Tile {
 fn pick_sm90_tile(tiles: &[Sm90Tile], m: i64, n: i64, batches: i64, min_ctas: i64) -> Option<Sm90Tile> {
     tiles
         .iter()
-        .filter(|t| t.cluster_m == 1 && t.cluster_n == 1)
+        .filter(|t| t.cluster_m == 1 && t.cluster_n == 1 && !t.stream_k)
         .filter(|t| !(t.m > 64 && m <= 64 || t.n > 64 && n <= 64 || t.n > 128 && n <= 128))
         .find(|t| ((m + t.m - 1) / t.m) * ((n + t.n - 1) / t.n) * batches.max(1) >= min_ctas)
         .copied()
@@ -782,11 +833,21 @@ impl CudaTarget {
         let [bc, m, n, _] = Self::gemm_dims(p, b);
         let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
         if self.hopper() {
-            // Below a wave, the smallest sm90 tile (ping-pong 64x64): on the H200 it won every
-            // classifier product of ResNet-50 and MobileNetV2 (M = 1..256, N = 1000, K = 1280 or
-            // 2048), 0.009 ms where the sm80 64x64 tile took 0.014–0.015 ms.
-            let t = pick_sm90_tile(&SM90_GEMM_TILES, m, n, bc, self.sms())
-                .unwrap_or(SM90_GEMM_TILES[SM90_GEMM_TILES.len() - 1]);
+            // Below a wave, the smallest data-parallel sm90 tile (ping-pong 64x64): on the H200
+            // it won every classifier product of ResNet-50 and MobileNetV2 (M = 1..256, N = 1000,
+            // K = 1280 or 2048, up to 64 tiles), 0.009 ms where the sm80 64x64 tile took
+            // 0.014–0.015 ms. Only when even its grid covers at most a quarter of the SMs, with
+            // a long reduction over more than 64 rows and columns, stream-K.
+            let [_, _, _, k] = Self::gemm_dims(p, b);
+            let small = Sm90Tile::new(64, 64, 1, true);
+            let small_ctas = ((m + small.m - 1) / small.m) * ((n + small.n - 1) / small.n) * bc.max(1);
+            let t = pick_sm90_tile(&SM90_GEMM_TILES, m, n, bc, self.sms()).unwrap_or(
+                if m > 64 && n > 64 && k >= STREAM_K_MIN_K && small_ctas * 4 <= self.sms() {
+                    SM90_STREAM_K_TILE
+                } else {
+                    small
+                },
+            );
             if let Some(c) = find(&format!("gemm_sm90 {}", t.config(true))) {
                 return c;
             }
@@ -921,7 +982,7 @@ impl Target for CudaTarget {
         Instance {
             template: CONV_NODE_TEMPLATE.into(),
             context: Map::new(),
-            workspace_bytes: LIBRARY_WORKSPACE_BYTES,
+            workspace_bytes: dispatch_workspace(&dispatch),
             dispatch,
         }
     }
@@ -963,7 +1024,7 @@ impl Target for CudaTarget {
         Instance {
             template: GEMM_NODE_TEMPLATE.into(),
             context: Map::new(),
-            workspace_bytes: LIBRARY_WORKSPACE_BYTES,
+            workspace_bytes: dispatch_workspace(&dispatch),
             dispatch,
         }
     }
@@ -1267,6 +1328,35 @@ mod tests {
         assert_eq!(i.template, GEMM_NODE_TEMPLATE);
         assert_eq!(i.dispatch[0].instance.context["layout_b"], "ColumnMajor");
         assert_eq!(i.dispatch[0].instance.context["has_residual"], true);
+    }
+
+    #[test]
+    fn stream_k_below_a_wave_with_a_long_reduction() {
+        // BERT-base linear layers, rows = 128 x batch: stream-K at batch 1 (12 output tiles of
+        // 128x64 for 132 SMs), data-parallel tiles from batch 8 (the 64x64 grid fills the SMs).
+        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(32);
+        let rows = Dim::sym("N").mul(&Dim::known(128));
+        for k in [768, 3072] {
+            let i = t.gemm(&gemm(rows.clone(), 768, k));
+            assert_eq!(configs(&i)[0], (1, "gemm_sm90 128x64x64 c1x1 cooperative streamk".to_string()), "k = {k}");
+            assert!(configs(&i)[1..].iter().all(|(_, c)| !c.ends_with("streamk")), "{:?}", configs(&i));
+            assert_eq!(i.workspace_bytes, STREAM_K_WORKSPACE_BYTES);
+            assert_eq!(i.dispatch[0].instance.context["tile_scheduler"], "stream_k");
+            assert_eq!(i.dispatch[0].instance.context["schedule"], "cooperative");
+        }
+        // A short reduction (the attention products, K = 64), or a side of at most 64 (a batch-1
+        // classifier): the ping-pong 64x64 tile as before; no stream-K workspace.
+        for (m, n, k) in [(128, 128, 64), (1, 1000, 2048), (128, 64, 3072)] {
+            let i = t.gemm(&gemm(Dim::known(m), n, k));
+            assert_eq!(configs(&i), vec![(32, "gemm_sm90 64x64x64 c1x1 pingpong".to_string())], "{m}x{n}x{k}");
+            assert_eq!(i.workspace_bytes, LIBRARY_WORKSPACE_BYTES);
+        }
+        // Every stream-K tile is cooperative (CUTLASS's stream-K scheduler has no ping-pong
+        // kernel), and the data-parallel heuristic never lands on one.
+        for tile in SM90_GEMM_TILES.iter().chain(SM90_CONV_GEMM_TILES.iter()) {
+            assert!(!tile.stream_k || !tile.pingpong, "{tile:?}");
+        }
+        assert!(!pick_sm90_tile(&SM90_GEMM_TILES, 1 << 20, 1 << 12, 1, 1).unwrap().stream_k);
     }
 
     #[test]

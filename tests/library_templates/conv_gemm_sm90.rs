@@ -27,6 +27,7 @@ fn conv_gemm_sm90_bias_residual_relu_pingpong_128x128() {
         "cluster_m": 1,
         "cluster_n": 1,
         "schedule": "pingpong",
+        "tile_scheduler": "persistent",
     });
     let src = common::render("conv2d_gemm_sm90", &ctx, "res");
     let text = std::fs::read_to_string(&src).unwrap();
@@ -105,6 +106,7 @@ fn conv_gemm_sm90_bias_pingpong_128x32() {
         "cluster_m": 1,
         "cluster_n": 1,
         "schedule": "pingpong",
+        "tile_scheduler": "persistent",
     });
     common::build("conv2d_gemm_sm90", Arch::Sm90a, "O2aConvArgs", "narrow", &ctx);
 }
