@@ -76,8 +76,10 @@ pub struct ExplainArgs {
 
 pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
     a.model.check()?;
-    let g = super::checks::load_model(&a.model.model)?;
+    let mut g = super::checks::load_model(&a.model.model)?;
     let dims = super::checks::check_dims(&g, &a.dims)?;
+    // As compile does: the fixed dims are numbers before optimising.
+    onnx2ait::ir::specialize::bind_dims(&mut g, &dims)?;
     let opts = OptimizeOptions::pipeline(a.attention.fused())?;
     let (optimised, report, costs) = match &a.profile_cache {
         None => {

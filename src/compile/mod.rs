@@ -157,9 +157,12 @@ pub struct Prepared {
 /// Checks the options against the imported graph (dim names, every value's size at
 /// `max_batch` with checked arithmetic, bounded by the GPU memory), optimises it and chooses
 /// the kernel instances (profiling first with [`KernelChoice::Profile`]).
-pub fn prepare(graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
+pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     let pairs: Vec<(String, i64)> = opts.dims.iter().map(|(k, v)| (k.clone(), *v)).collect();
     let dims = checks::check_dims(&graph, &pairs)?;
+    // The fixed dims become numbers before optimising, so the shape and index subgraphs that
+    // read them fold into constants (see ir::specialize).
+    crate::ir::specialize::bind_dims(&mut graph, &dims)?;
     if opts.max_batch < 1 {
         return Err(Error::Other(format!("--max-batch {}: must be at least 1", opts.max_batch)));
     }

@@ -8,6 +8,7 @@ pub mod graph;
 pub mod infer;
 pub mod op;
 pub mod ops;
+pub mod specialize;
 pub mod tensor;
 
 pub use attr::{Attr, Attributes, NodeCtx};

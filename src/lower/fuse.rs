@@ -336,7 +336,7 @@ fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
 
 /// Drops the tensors marked dead (no kernel, view or graph io refers to them) and renumbers the
 /// others in order.
-fn remove_tensors(p: &mut Program, dead: &[bool]) {
+pub(super) fn remove_tensors(p: &mut Program, dead: &[bool]) {
     let mut new_id = vec![usize::MAX; p.tensors.len()];
     let mut next = 0;
     for (t, &d) in dead.iter().enumerate() {
@@ -364,7 +364,7 @@ fn remove_tensors(p: &mut Program, dead: &[bool]) {
 
 /// Names the kernels `k<NNN>_<template>` (`LowerCtx::emit`'s scheme) by their position again;
 /// names of another form are kept.
-fn renumber_kernels(p: &mut Program) {
+pub(super) fn renumber_kernels(p: &mut Program) {
     for (i, k) in p.kernels.iter_mut().enumerate() {
         let numbered = k
             .name

@@ -15,6 +15,8 @@
 //!   other such node at once;
 //! - outputs: the producing kernel writes the caller's buffer directly when the dtypes agree,
 //!   otherwise a cast kernel does;
+//! - clean-up: [`fuse`] merges the input's boundary kernels, [`dead`] removes kernels whose
+//!   results no live kernel reads (shape tensors that a kernel takes from its symbolic type);
 //! - memory: [`plan`] places every arena tensor by lifetime.
 //!
 //! The target (`Target`) is asked only where a library instance is chosen (conv, gemm, and only
@@ -22,6 +24,7 @@
 //! that each target provides.
 
 pub mod cuda;
+pub mod dead;
 pub mod fuse;
 pub mod ops;
 pub mod plan;
@@ -601,6 +604,7 @@ pub fn lower(graph: &Graph, target: &dyn Target, opts: &LowerOptions) -> Result<
 
     let mut program = cx.program;
     fuse::fuse_program(&mut program);
+    dead::remove_unread_kernels(&mut program);
     plan::plan_memory(&mut program);
     Ok(program)
 }
