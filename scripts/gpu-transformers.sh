@@ -152,9 +152,9 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   say "bench $name: rc $? $(tr -d '\n ' <"$W/bench_$name.json" | head -c 400)"
   record "{\"kind\":\"bench\",\"name\":\"$name\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_$name.json")}"
 done
-# Where the time goes: per-kernel times of the first exporter's builds at the smallest and largest batch.
-for m in "${MODEL_LIST[@]}"; do
-  name=${m}_${EXPORTER_LIST[0]}
+# Where the time goes: per-kernel times of the first exporter's builds (and of the fused-attention
+# build) at the smallest and largest batch.
+for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}"; done) "bert_${EXPORTER_LIST[0]}_fusedattn"; do
   [[ -n ${BUILT[$name]:-} ]] || continue
   within_budget 90 || { say "kernel times $name: not run (time budget)"; continue; }
   "$BIN" bench "$W/build_$name" --batch "${BATCHES%%,*},${BATCHES##*,}" --kernels --kernel-top 15 \
