@@ -106,7 +106,9 @@ def section(recs, commit, command, when=None, gpu=None, regenerated=None):
     lines += ["", "### Latency (median ms; CUDA graph replay for both; ratio = PyTorch CUDA graph / onnx2ait)", "",
               "| build | seq | batch | onnx2ait (graph) | onnx2ait (plain launches) | PyTorch eager | PyTorch + CUDA graph | ratio |",
               "|---|---|---|---|---|---|---|---|"]
-    notes = []
+    # One line per (model, note), naming the batches it applies to (the same note otherwise repeats
+    # for every batch and every build of the model).
+    notes = {}
     for r in recs:
         if r["kind"] != "bench":
             continue
@@ -122,11 +124,14 @@ def section(recs, commit, command, when=None, gpu=None, regenerated=None):
             ours = b.get("graph_median_ms")
             ratio = f"{graph / ours:.2f}×" if graph and ours else "—"
             if p.get("cuda_graph_note"):
-                notes.append(f"PyTorch {model} batch {b['batch']}: {p['cuda_graph_note']}")
+                batches = notes.setdefault((model, p["cuda_graph_note"]), [])
+                if b["batch"] not in batches:
+                    batches.append(b["batch"])
             lines.append(f"| {r['name']} | {r['seq'] if model == 'bert' else '—'} | {b['batch']} | {fmt(ours)} | "
                          f"{fmt(b.get('median_ms'))} | {fmt(eager)} | {fmt(graph)} | {ratio} |")
     if notes:
-        lines += [""] + [f"- {n}" for n in notes]
+        lines += [""] + [f"- PyTorch {model} batch {', '.join(map(str, batches))}: {note}"
+                         for (model, note), batches in notes.items()]
     return "\n".join(lines) + "\n"
 
 
