@@ -19,6 +19,9 @@
 #                                                     built with `compile --attention fused`, as
 #                                                     bert_<exporter>_fusedattn, validated and timed
 #                                                     next to the default unfused build)
+#                               [--profile]          (profile every build's kernels on this GPU first,
+#                                                     `compile --profile`, into one cache shared by
+#                                                     the builds; they are named <build>_profiled)
 #
 # Prepare first on the CPU machine with scripts/gpu-prepare.sh (it builds .gpu/bin/onnx2ait and
 # packs the CUTLASS headers). Results go to $OUT (default ./gpu-out): gpu-transformers.log,
@@ -28,7 +31,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 FUSED_ATTENTION=1
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 FUSED_ATTENTION=1 PROFILE=0
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -41,6 +44,7 @@ while (($#)); do
     --size) SIZE=$2; shift ;;
     --rowwise) ROWWISE=1 ;;
     --no-fused-attention) FUSED_ATTENTION=0 ;;
+    --profile) PROFILE=1 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-transformers.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -95,8 +99,10 @@ build() { # name onnx seq [extra compile options...]
   shift 3
   local dims=()
   [[ $name == bert* ]] && dims=(--dim "seq=$seq")
+  local choice=(--no-profile)
+  ((PROFILE)) && choice=(--profile --profile-cache "$W/profile.json")
   t0=$(date +%s.%N)
-  "$BIN" compile "$onnx" -o "$W/build_$name" "${dims[@]}" --max-batch "$MAX_BATCH" --no-profile \
+  "$BIN" compile "$onnx" -o "$W/build_$name" "${dims[@]}" --max-batch "$MAX_BATCH" "${choice[@]}" \
     --jobs "$JOBS" "$@" >"$W/build_$name.log" 2>&1
   local rc=$?
   local secs
@@ -122,21 +128,25 @@ validate() { # name onnx seq batch
 # BERT's first exporter is built at --seq, the others at --seq2 (a non-power-of-two length), so
 # one run covers both exporters and both kinds of sequence length without a third build.
 declare -A BUILT SEQ_OF
+SUF=; ((PROFILE)) && SUF=_profiled
 for m in "${MODEL_LIST[@]}"; do
   first=1
   for e in "${EXPORTER_LIST[@]}"; do
     [[ -f $W/${m}_$e.onnx ]] || continue
     seq=$SEQ; ((first)) || seq=$SEQ2
     first=0
-    within_budget 120 || { say "build ${m}_$e: not run (time budget)"; continue; }
-    build "${m}_$e" "$W/${m}_$e.onnx" "$seq" && { BUILT[${m}_$e]=1; SEQ_OF[${m}_$e]=$seq; }
+    name=${m}_$e$SUF
+    within_budget 120 || { say "build $name: not run (time budget)"; continue; }
+    # Validation reads the model by build name: a link in the same folder (external data resolves alike).
+    [[ -z $SUF ]] || ln -sfn "${m}_$e.onnx" "$W/$name.onnx"
+    build "$name" "$W/$name.onnx" "$seq" && { BUILT[$name]=1; SEQ_OF[$name]=$seq; }
   done
 done
 # The fused attention kernel (opt-in) next to the default unfused build: BERT, first exporter, --seq.
 # (ViT's attention, sequence-first, is not matched by the attention rules yet.)
 e=${EXPORTER_LIST[0]}
 if ((FUSED_ATTENTION)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; then
-  name=bert_${e}_fusedattn
+  name=bert_${e}_fusedattn$SUF
   if within_budget 120; then
     ln -sfn "bert_$e.onnx" "$W/$name.onnx"  # same folder: external data (if any) resolves alike
     build "$name" "$W/$name.onnx" "$SEQ" --attention fused && { BUILT[$name]=1; SEQ_OF[$name]=$SEQ; }
@@ -154,7 +164,7 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
 done
 # Where the time goes: per-kernel times of the first exporter's builds (and of the fused-attention
 # build) at the smallest and largest batch.
-for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}"; done) "bert_${EXPORTER_LIST[0]}_fusedattn"; do
+for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}$SUF"; done) "bert_${EXPORTER_LIST[0]}_fusedattn$SUF"; do
   [[ -n ${BUILT[$name]:-} ]] || continue
   within_budget 90 || { say "kernel times $name: not run (time budget)"; continue; }
   "$BIN" bench "$W/build_$name" --batch "${BATCHES%%,*},${BATCHES##*,}" --kernels --kernel-top 15 \
@@ -192,6 +202,6 @@ fi
 # 6. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((FUSED_ATTENTION)) || echo ' --no-fused-attention')"
+  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((FUSED_ATTENTION)) || echo ' --no-fused-attention')$( ((PROFILE)) && echo ' --profile')"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

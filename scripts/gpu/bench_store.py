@@ -282,9 +282,14 @@ def parse_cnn(text, script, run):
 
 def parse_transformers(text, run):
     def model_variant(build, seq):
-        model, _, exporter = build.partition("_")
+        # <model>_<exporter>[_fusedattn][_profiled] (scripts/gpu-transformers.sh's build names).
+        model, _, rest = build.partition("_")
+        parts = rest.split("_") if rest else []
+        exporter = parts[0] if parts else "default"
+        options = "fused attention, " if "fusedattn" in parts[1:] else ""
+        kernels = "profiled kernels" if "profiled" in parts[1:] else "heuristic kernels"
         seq_v = int(seq) if number(seq) is not None else None
-        return model, f"{exporter or 'default'} export, heuristic kernels", seq_v
+        return model, f"{exporter} export, {options}{kernels}", seq_v
 
     for heading, header, rows, notes in blocks(text):
         if heading.startswith("Builds") and "wall time" in header:
@@ -440,7 +445,18 @@ def load_text(text):
         details = demote(re.sub(r"^<a id=\"[^\"]*\"></a>\n\n?", "", d.group(1)), -1) if d else ""
         runs[r["id"]] = dict(r, details=details)
     store["runs"] = runs
+    relabel_legacy_builds(store)
     return store
+
+
+def relabel_legacy_builds(store):
+    """Build labels stored before the transformer build names were parsed into options: the
+    fused-attention build was filed as `<exporter>_fusedattn export, heuristic kernels`."""
+    for kind in ("builds", "validation", "latency"):
+        for rec in store.get(kind, []):
+            m = re.fullmatch(r"(\w+?)_fusedattn export, (.*)", rec.get("build", ""))
+            if m:
+                rec["build"] = f"{m.group(1)} export, fused attention, {m.group(2)}"
 
 
 def load(path):

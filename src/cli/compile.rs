@@ -85,9 +85,8 @@ pub struct CompileArgs {
     pub precision: Precision,
     /// Attention subgraphs: `unfused` (default: the score products, mask add, softmax and head
     /// transposes as separate kernels) or `fused` (one kernel per attention, attention.cu.hbs).
-    /// Not yet the default: the fused kernel's first version, validated on an H200, was slower
-    /// than the unfused kernels for BERT-base (README), and the current version has not
-    /// been timed yet.
+    /// Not yet the default: on an H200 the current kernel is faster for BERT-base at batch 1
+    /// and 8 but slower at 32, and has not been validated on a GPU yet (README).
     #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
     pub attention: AttentionMode,
 }
