@@ -48,11 +48,10 @@
 //! GEMM-K loop walks filter taps × 8 channels with no masked lanes), `kAnalytic` when a filter
 //! side exceeds 32 (the optimized iterator's mask bits), `kOptimized` otherwise.
 //!
-//! Stream-K: a matrix product whose 64x64 grid covers at most a quarter of the SMs, with a long
-//! reduction (K ≥ [`STREAM_K_MIN_K`]) and M and N above 64, takes the cooperative 128x64 tile
-//! on CUTLASS's stream-K scheduler, which splits the k-loop over every SM (one CTA per 64x64
-//! tile left most of the H200 idle at BERT batch 1);
-//! the profiler also times a 128x128 stream-K tile, and stream-K 1x1 convolutions as GEMMs.
+//! Stream-K: the profiler also times GEMMs (128x128 and 128x64) and 1x1 convolutions (128x64)
+//! on CUTLASS's stream-K tile scheduler, which splits the k-loop of a grid smaller than a wave
+//! over every SM; a measured choice may take them. The heuristic does not: on the H200 they made
+//! BERT-base's batch-1 linear layers slower than the ping-pong 64x64 tile (see `gemm_heuristic`).
 //!
 //! Workspace: a node whose dispatch may run a stream-K instance reserves
 //! [`STREAM_K_WORKSPACE_BYTES`] (`O2A_STREAM_K_WORKSPACE_BYTES`, what the profiler gives every
@@ -312,15 +311,8 @@ pub const SM90_GEMM_TILES: [Sm90Tile; 7] = [
     SM90_STREAM_K_TILE,
 ];
 
-/// The stream-K tile the heuristic picks for a product whose grid is below a wave and whose
-/// reduction is long ([`STREAM_K_MIN_K`]): BERT-base at batch 1 (M = 128, N = 768, K = 768 or
-/// 3072) has 12 such tiles for the H200's 132 SMs, where one CTA per 64x64 tile keeps 24 SMs
-/// busy, each streaming its 64 weight columns alone.
+/// The narrower stream-K tile (a profiler candidate for GEMMs and 1x1 convolutions).
 pub const SM90_STREAM_K_TILE: Sm90Tile = Sm90Tile::stream_k(128, 64);
-
-/// The shortest reduction the heuristic splits with stream-K: 8 k-tiles of 64; below that the
-/// fp32 partial tiles cost about as much as the k-loop they split.
-pub const STREAM_K_MIN_K: i64 = 512;
 
 /// Workspace of a node that may run a stream-K instance (`O2A_STREAM_K_WORKSPACE_BYTES` in
 /// library.cuh): its fp32 partial tiles, one or two per SM (132 SMs x 128x128 x 4 bytes =
@@ -835,19 +827,11 @@ impl CudaTarget {
         if self.hopper() {
             // Below a wave, the smallest data-parallel sm90 tile (ping-pong 64x64): on the H200
             // it won every classifier product of ResNet-50 and MobileNetV2 (M = 1..256, N = 1000,
-            // K = 1280 or 2048, up to 64 tiles), 0.009 ms where the sm80 64x64 tile took
-            // 0.014–0.015 ms. Only when even its grid covers at most a quarter of the SMs, with
-            // a long reduction over more than 64 rows and columns, stream-K.
-            let [_, _, _, k] = Self::gemm_dims(p, b);
-            let small = Sm90Tile::new(64, 64, 1, true);
-            let small_ctas = ((m + small.m - 1) / small.m) * ((n + small.n - 1) / small.n) * bc.max(1);
-            let t = pick_sm90_tile(&SM90_GEMM_TILES, m, n, bc, self.sms()).unwrap_or(
-                if m > 64 && n > 64 && k >= STREAM_K_MIN_K && small_ctas * 4 <= self.sms() {
-                    SM90_STREAM_K_TILE
-                } else {
-                    small
-                },
-            );
+            // K = 1280 or 2048), 0.009 ms where the sm80 64x64 tile took 0.014–0.015 ms. Not
+            // stream-K: BERT-base at batch 1 with the stream-K 128x64 tile on its linear layers
+            // ran 1.007 ms against 0.737 ms (BENCHMARKS.md, 2026-12-05 03:37 and 02:04 runs):
+            // each such product took 0.016–0.020 ms. The profiler still times the stream-K tiles.
+            let t = pick_sm90_tile(&SM90_GEMM_TILES, m, n, bc, self.sms()).unwrap_or(Sm90Tile::new(64, 64, 1, true));
             if let Some(c) = find(&format!("gemm_sm90 {}", t.config(true))) {
                 return c;
             }
@@ -1331,32 +1315,40 @@ mod tests {
     }
 
     #[test]
-    fn stream_k_below_a_wave_with_a_long_reduction() {
-        // BERT-base linear layers, rows = 128 x batch: stream-K at batch 1 (12 output tiles of
-        // 128x64 for 132 SMs), data-parallel tiles from batch 8 (the 64x64 grid fills the SMs).
-        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(32);
+    fn stream_k_tiles_are_candidates_the_heuristic_does_not_pick() {
+        // BERT-base linear layers, rows = 128 x batch: the ping-pong 64x64 tile at batch 1 (the
+        // stream-K tile measured slower there), data-parallel tiles above; the stream-K tiles
+        // are profiler candidates, cooperative (CUTLASS's stream-K scheduler has no ping-pong
+        // kernel).
+        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(32).recording();
         let rows = Dim::sym("N").mul(&Dim::known(128));
         for k in [768, 3072] {
             let i = t.gemm(&gemm(rows.clone(), 768, k));
-            assert_eq!(configs(&i)[0], (1, "gemm_sm90 128x64x64 c1x1 cooperative streamk".to_string()), "k = {k}");
-            assert!(configs(&i)[1..].iter().all(|(_, c)| !c.ends_with("streamk")), "{:?}", configs(&i));
-            assert_eq!(i.workspace_bytes, STREAM_K_WORKSPACE_BYTES);
-            assert_eq!(i.dispatch[0].instance.context["tile_scheduler"], "stream_k");
-            assert_eq!(i.dispatch[0].instance.context["schedule"], "cooperative");
-        }
-        // A short reduction (the attention products, K = 64), or a side of at most 64 (a batch-1
-        // classifier): the ping-pong 64x64 tile as before; no stream-K workspace.
-        for (m, n, k) in [(128, 128, 64), (1, 1000, 2048), (128, 64, 3072)] {
-            let i = t.gemm(&gemm(Dim::known(m), n, k));
-            assert_eq!(configs(&i), vec![(32, "gemm_sm90 64x64x64 c1x1 pingpong".to_string())], "{m}x{n}x{k}");
+            assert_eq!(configs(&i)[0].1, "gemm_sm90 64x64x64 c1x1 pingpong", "batch 1, k = {k}");
+            assert!(configs(&i).iter().all(|(_, c)| !c.ends_with("streamk")), "{:?}", configs(&i));
             assert_eq!(i.workspace_bytes, LIBRARY_WORKSPACE_BYTES);
         }
-        // Every stream-K tile is cooperative (CUTLASS's stream-K scheduler has no ping-pong
-        // kernel), and the data-parallel heuristic never lands on one.
+        let recorded = t.recorded();
+        let candidates: Vec<&str> = recorded[0].candidates.iter().map(|c| c.config.as_str()).collect();
+        for streamk in ["gemm_sm90 128x128x64 c1x1 cooperative streamk", "gemm_sm90 128x64x64 c1x1 cooperative streamk"]
+        {
+            assert!(candidates.contains(&streamk), "{candidates:?}");
+        }
+        let c = recorded[0].candidates.iter().find(|c| c.config.ends_with("streamk")).unwrap();
+        assert_eq!(c.context["tile_scheduler"], "stream_k");
+        assert_eq!(c.context["schedule"], "cooperative");
         for tile in SM90_GEMM_TILES.iter().chain(SM90_CONV_GEMM_TILES.iter()) {
             assert!(!tile.stream_k || !tile.pingpong, "{tile:?}");
         }
         assert!(!pick_sm90_tile(&SM90_GEMM_TILES, 1 << 20, 1 << 12, 1, 1).unwrap().stream_k);
+        // A node whose measured choice is a stream-K instance reserves its partial tiles.
+        let d = |config: &str| Dispatch {
+            max_batch: 1,
+            instance: LibraryInstance { config: config.to_string(), ..c.clone() },
+            measured: true,
+        };
+        assert_eq!(dispatch_workspace(&[d("gemm_sm90 128x64x64 c1x1 cooperative streamk")]), STREAM_K_WORKSPACE_BYTES);
+        assert_eq!(dispatch_workspace(&[d("gemm_sm90 64x64x64 c1x1 pingpong")]), LIBRARY_WORKSPACE_BYTES);
     }
 
     #[test]
