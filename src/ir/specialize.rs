@@ -7,7 +7,8 @@
 //! kernels; once it is a number, inference folds them into constants, so the e-graph sees
 //! concrete shapes and the library runs only what depends on the run-time batch or on data.
 //! On Hugging Face BERT's TorchScript export (tiny configuration, `--dim seq=128`) this removes
-//! every `Range` and most shape kernels of the embedding and mask preamble.
+//! the `Range` kernels over the sequence and most shape kernels of the embedding and mask
+//! preamble (the range over the batch stays).
 
 use super::dim::Dim;
 use super::graph::Graph;

@@ -23,10 +23,7 @@ pub fn remove_unread_kernels(p: &mut Program) -> usize {
     }
     let mut live = vec![false; p.kernels.len()];
     for (k, kernel) in p.kernels.iter().enumerate().rev() {
-        let writes_needed = kernel.writes.iter().any(|&slot| {
-            let t = p.base(kernel.args[slot]);
-            needed[t] || matches!(p.tensors[t].storage, Storage::Output { .. } | Storage::Input { .. })
-        });
+        let writes_needed = kernel.writes.iter().any(|&slot| needed[p.base(kernel.args[slot])]);
         if !writes_needed {
             continue;
         }

@@ -104,9 +104,9 @@ fn gemm_sm90_linear_bias_relu_cooperative_128x128_cluster2() {
 }
 
 /// gelu(x·Wᵀ + bias), BERT's first feed-forward product, on the stream-K tile scheduler
-/// (cooperative 128x64x64): the tile the heuristic picks below a quarter wave with a long
-/// reduction. CHECK mode answers for the data-parallel decomposition without asking the device
-/// for its SM count, so the same host-side questions hold.
+/// (cooperative 128x64x64), a profiler candidate. CHECK mode answers for the data-parallel
+/// decomposition without asking the device for its SM count, so the same host-side questions
+/// hold.
 #[test]
 fn gemm_sm90_linear_bias_gelu_stream_k_128x64() {
     let v = Variant {
