@@ -229,7 +229,8 @@ def shared_producer():
 def attention():
     b = ModelBuilder("attention", "The attention rules of fusion.rules: scaled dot-product attention as PyTorch "
                      "exports it (heads split by Reshape and Transpose, scores multiplied or divided by a "
-                     "constant, with and without an additive mask), four blocks, each fused into one kernel.")
+                     "constant, with and without an additive mask; heads-last and heads-first), eight "
+                     "blocks, each fused into one kernel.")
     x = b.input("x", [2, 5, 16])
     mask = b.input("mask", [2, 1, 1, 5])
     heads = b.ints("heads", [0, 0, 2, 8])
@@ -242,6 +243,29 @@ def attention():
         v = b.node("Transpose", [proj("wv")], perm=[0, 2, 1, 3])
         c = b.init("scale", np.array(0.35 if how == "Mul" else 2.8, np.float32))
         s = b.node(how, [b.node("MatMul", [q, k]), c])
+        if masked:
+            s = b.node("Add", [s, mask])
+        o = b.node("MatMul", [b.node("Softmax", [s], axis=-1), v])
+        o = b.node("Reshape", [b.node("Transpose", [o], perm=[0, 2, 1, 3]), merged])
+        x = b.node("Add", [x, o])
+    # Heads-first blocks (the attention-bhsd-* rules): q and v [B, H, S, D], the scores' right
+    # operand kᵀ [B, H, D, S] made by a transpose of k's last two axes (torch.onnx) or by
+    # reshape-transpose-reshape (torch.export); the scale split as √scale on q and kᵀ, or
+    # applied once to the scores; with and without the mask.
+    flat = b.ints("flat", [4, 5, 8])
+    flat_t = b.ints("flat_t", [2, 2, 8, 5])
+    for split, masked in ((True, False), (True, True), (False, False), (False, True)):
+        def heads_first(base):
+            return b.node("Transpose", [b.node("Reshape", [b.node("MatMul", [x, b.he(base, (16, 16), 16)]), heads])],
+                          perm=[0, 2, 1, 3])
+        q, k, v = heads_first("wq"), heads_first("wk"), heads_first("wv")
+        if split:
+            kt = b.node("Transpose", [k], perm=[0, 1, 3, 2])
+            r = b.init("root_scale", np.array(0.59, np.float32))
+            s = b.node("MatMul", [b.node("Mul", [q, r]), b.node("Mul", [kt, r])])
+        else:
+            kt = b.node("Reshape", [b.node("Transpose", [b.node("Reshape", [k, flat])], perm=[0, 2, 1]), flat_t])
+            s = b.node("Mul", [b.node("MatMul", [q, kt]), b.init("scale", np.array(0.35, np.float32))])
         if masked:
             s = b.node("Add", [s, mask])
         o = b.node("MatMul", [b.node("Softmax", [s], axis=-1), v])

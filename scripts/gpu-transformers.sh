@@ -15,10 +15,11 @@
 #                               [--size base|tiny]   (tiny: the small test configurations, for a dry run)
 #                               [--rowwise]          (also the softmax / layernorm bandwidth sweep of
 #                                                     scripts/gpu/bench_rowwise.py, K = 32..16384)
-#                               [--no-fused-attention] (by default the first exporter's BERT is also
-#                                                     built with `compile --attention fused`, as
-#                                                     bert_<exporter>_fusedattn, validated and timed
-#                                                     next to the default unfused build)
+#                               [--unfused-attention] (also build the first exporter's BERT with
+#                                                     `compile --attention unfused`, as
+#                                                     bert_<exporter>, validated and timed next to
+#                                                     the default fused-attention builds, which are
+#                                                     named <model>_<exporter>_fusedattn)
 #                               [--profile]          (profile every build's kernels on this GPU first,
 #                                                     `compile --profile`, into one cache shared by
 #                                                     the builds; they are named <build>_profiled)
@@ -31,7 +32,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 FUSED_ATTENTION=1 PROFILE=0
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -43,7 +44,7 @@ while (($#)); do
     --budget) BUDGET=$2; shift ;;
     --size) SIZE=$2; shift ;;
     --rowwise) ROWWISE=1 ;;
-    --no-fused-attention) FUSED_ATTENTION=0 ;;
+    --unfused-attention) UNFUSED_ATTENTION=1 ;;
     --profile) PROFILE=1 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-transformers.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -135,21 +136,20 @@ for m in "${MODEL_LIST[@]}"; do
     [[ -f $W/${m}_$e.onnx ]] || continue
     seq=$SEQ; ((first)) || seq=$SEQ2
     first=0
-    name=${m}_$e$SUF
+    name=${m}_${e}_fusedattn$SUF
     within_budget 120 || { say "build $name: not run (time budget)"; continue; }
     # Validation reads the model by build name: a link in the same folder (external data resolves alike).
-    [[ -z $SUF ]] || ln -sfn "${m}_$e.onnx" "$W/$name.onnx"
-    build "$name" "$W/$name.onnx" "$seq" && { BUILT[$name]=1; SEQ_OF[$name]=$seq; }
+    ln -sfn "${m}_$e.onnx" "$W/$name.onnx"
+    build "$name" "$W/$name.onnx" "$seq" --attention fused && { BUILT[$name]=1; SEQ_OF[$name]=$seq; }
   done
 done
-# The fused attention kernel (opt-in) next to the default unfused build: BERT, first exporter, --seq.
-# (ViT's attention, sequence-first, is not matched by the attention rules yet.)
+# The unfused attention kernels next to the default fused build: BERT, first exporter, --seq.
 e=${EXPORTER_LIST[0]}
-if ((FUSED_ATTENTION)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; then
-  name=bert_${e}_fusedattn$SUF
+if ((UNFUSED_ATTENTION)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; then
+  name=bert_${e}$SUF
   if within_budget 120; then
-    ln -sfn "bert_$e.onnx" "$W/$name.onnx"  # same folder: external data (if any) resolves alike
-    build "$name" "$W/$name.onnx" "$SEQ" --attention fused && { BUILT[$name]=1; SEQ_OF[$name]=$SEQ; }
+    [[ -z $SUF ]] || ln -sfn "bert_$e.onnx" "$W/$name.onnx"
+    build "$name" "$W/$name.onnx" "$SEQ" --attention unfused && { BUILT[$name]=1; SEQ_OF[$name]=$SEQ; }
   else
     say "build $name: not run (time budget)"
   fi
@@ -171,9 +171,9 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
     within_budget 40 && validate "$name" "$onnx" "$seq" "$b" || say "validate $name batch $b: not run (time budget)"
   done
 done
-# 5. Where the time goes: per-kernel times of the first exporter's builds (and of the fused-attention
+# 5. Where the time goes: per-kernel times of the first exporter's builds (and of the unfused
 # build) at the smallest and largest batch.
-for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}$SUF"; done) "bert_${EXPORTER_LIST[0]}_fusedattn$SUF"; do
+for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}_fusedattn$SUF"; done) "bert_${EXPORTER_LIST[0]}$SUF"; do
   [[ -n ${BUILT[$name]:-} ]] || continue
   within_budget 90 || { say "kernel times $name: not run (time budget)"; continue; }
   "$BIN" bench "$W/build_$name" --batch "${BATCHES%%,*},${BATCHES##*,}" --kernels --kernel-top 15 \
@@ -203,6 +203,6 @@ fi
 # 7. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((FUSED_ATTENTION)) || echo ' --no-fused-attention')$( ((PROFILE)) && echo ' --profile')"
+  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

@@ -314,14 +314,17 @@ fn transformer_patterns_fuse() {
     assert!(mlp.fusions.iter().any(|f| f.detail == "gemm+bias+gelu"), "{mlp}");
 
     let att = check("onnx_models/pattern_attention.onnx", &opts, 1e-4);
-    let biased = att.fusions.iter().filter(|f| f.detail.starts_with("gemm+bias")).count();
-    assert!(biased >= 4, "q, k, v and output projections carry their bias\n{att}");
-    // Q, K, V and output projections; the scores, softmax and weighted sum are one kernel.
-    assert_eq!(att.kernels_after.get("gemm"), Some(&4), "{att}");
+    // The q, k and v projections are one packed product carrying the three biases (its fusion
+    // covers the three MatMul + Add pairs); the output projection carries its bias and the
+    // residual; the scores, softmax and weighted sum are one kernel.
+    let packed = att.fusions.iter().filter(|f| f.detail == "gemm+bias" && f.onnx_nodes.len() == 6).count();
+    assert_eq!(packed, 1, "q, k and v projections packed with their biases\n{att}");
+    assert!(att.fusions.iter().any(|f| f.detail == "gemm+bias+residual"), "{att}");
+    assert_eq!(att.kernels_after.get("gemm"), Some(&2), "{att}");
     assert_eq!(att.kernels_after.get("attention"), Some(&1), "{att}");
     assert_eq!(att.kernels_after.get("layernorm"), Some(&1), "{att}");
-    // By default (no --attention fused) the scores, softmax and weighted sum stay separate.
-    let unfused = check("onnx_models/pattern_attention.onnx", &OptimizeOptions::standard().unwrap(), 1e-4);
+    // With --attention unfused the scores, softmax and weighted sum stay separate.
+    let unfused = check("onnx_models/pattern_attention.onnx", &OptimizeOptions::pipeline(false).unwrap(), 1e-4);
     assert_eq!(unfused.kernels_after.get("attention"), None, "{unfused}");
     assert_eq!(unfused.kernels_after.get("softmax"), Some(&1), "{unfused}");
 
@@ -345,8 +348,9 @@ fn bert12_structure() {
     let opts = OptimizeOptions::pipeline(true).expect("embedded rules load");
     let r = check(path, &opts, 1e-4);
     println!("{r}");
-    // Per layer: Q, K, V, output and two feed-forward projections, and one fused attention.
-    assert_eq!(r.kernels_after.get("gemm"), Some(&72), "{r}");
+    // Per layer: the packed Q, K, V projection, the output and two feed-forward projections,
+    // and one fused attention.
+    assert_eq!(r.kernels_after.get("gemm"), Some(&48), "{r}");
     assert_eq!(r.kernels_after.get("attention"), Some(&12), "{r}");
     assert_eq!(r.kernels_after.get("layernorm"), Some(&24), "{r}");
     for k in ["shape", "gather", "unsqueeze", "concat", "erf", "reducemean", "softmax", "transpose"] {
@@ -399,19 +403,21 @@ fn shape_subgraphs_become_static_reshapes() {
     assert_eq!(r.kernels_after, BTreeMap::from([("elementwise".to_string(), 1), ("reshape".to_string(), 2)]), "{r}");
 }
 
-/// The four attention blocks of onnx_models/rules/attention.onnx (scores multiplied or divided,
-/// with and without a mask) become four fused attention kernels: no softmax, no head transposes
-/// and no score products are left, and the result matches the original within 1e-5.
+/// The eight attention blocks of onnx_models/rules/attention.onnx (heads-last and heads-first,
+/// scores multiplied or divided or the scale split over q and kᵀ, with and without a mask)
+/// become eight fused attention kernels: no softmax, no head transposes, reshapes or score
+/// products are left, each block's q, k and v projections are one packed product, and the
+/// result matches the original within 1e-5.
 #[test]
 fn attention_blocks_fuse_into_one_kernel_each() {
     let opts = OptimizeOptions::pipeline(true).expect("embedded rules load");
     let r = check("onnx_models/rules/attention.onnx", &opts, 1e-5);
-    assert_eq!(r.kernels_after.get("attention"), Some(&4), "{r}");
+    assert_eq!(r.kernels_after.get("attention"), Some(&8), "{r}");
     assert_eq!(r.kernels_after.get("transpose"), None, "{r}");
-    // Only the 12 projections remain as products.
-    assert_eq!(r.kernels_after.get("gemm"), Some(&12), "{r}");
-    // The attention rules are opt-in: the standard pipeline leaves the four blocks unfused.
-    let unfused = check("onnx_models/rules/attention.onnx", &OptimizeOptions::standard().unwrap(), 1e-5);
+    assert_eq!(r.kernels_after.get("reshape"), None, "{r}");
+    assert_eq!(r.kernels_after.get("gemm"), Some(&8), "{r}");
+    // --attention unfused leaves the eight blocks unfused.
+    let unfused = check("onnx_models/rules/attention.onnx", &OptimizeOptions::pipeline(false).unwrap(), 1e-5);
     assert_eq!(unfused.kernels_after.get("attention"), None, "{unfused}");
-    assert_eq!(unfused.kernels_after.get("softmax"), Some(&4), "{unfused}");
+    assert_eq!(unfused.kernels_after.get("softmax"), Some(&8), "{unfused}");
 }

@@ -96,6 +96,18 @@ fn optimised_exports_match_the_original() {
         for (stem, _) in EXPORTS {
             let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
             let (opt, report) = optimize(&g, &opts).unwrap_or_else(|e| panic!("{stem}: {e}"));
+            if fused {
+                // Both layers' attention fuses, whichever layout the export computes it in, and
+                // the layout ops around it fold into strided views: no softmax and no
+                // transposes of heads are left (ViT keeps the ones around its projections).
+                assert_eq!(report.kernels_after.get("attention"), Some(&2), "{stem}\n{report}");
+                assert!(!report.kernels_after.contains_key("softmax"), "{stem}\n{report}");
+                if stem.starts_with("bert") {
+                    // q, k and v are one packed product per layer: 2 x (qkv, out, ffn1, ffn2) + pooler.
+                    assert_eq!(report.kernels_after.get("gemm"), Some(&9), "{stem}\n{report}");
+                    assert!(!report.kernels_after.contains_key("transpose"), "{stem}\n{report}");
+                }
+            }
             let mut rng = rand::rngs::StdRng::seed_from_u64(3);
             let bound = dims(stem, 2, 7);
             let inputs: BTreeMap<String, Tensor> = g
@@ -124,16 +136,24 @@ fn optimised_exports_match_the_original() {
     }
 }
 
-/// With `seq` bound at compile time the exports lower and render; the trees are snapshots
-/// (`snapshots/exports__*.snap`; regenerate with `INSTA_UPDATE=always cargo test --release
+/// With `seq` bound at compile time the exports lower and render, with attention unfused and
+/// fused (`*_fused_attention`); the trees are snapshots (`snapshots/exports__*.snap`; regenerate with `INSTA_UPDATE=always cargo test --release
 /// --test exports` and review the diff).
 #[test]
 fn exports_generate_cuda_snapshots() {
-    let opts = OptimizeOptions::standard().expect("embedded rules load");
-    for (stem, _) in EXPORTS {
+    for fused in [false, true] {
+        let opts = OptimizeOptions::pipeline(fused).expect("embedded rules load");
+        for (stem, _) in EXPORTS {
+            generate_snapshot(stem, &opts, if fused { "_fused_attention" } else { "" });
+        }
+    }
+}
+
+fn generate_snapshot(stem: &str, opts: &OptimizeOptions, suffix: &str) {
+    {
         let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
-        let (opt, _) = optimize(&g, &opts).unwrap();
-        let out = std::env::temp_dir().join(format!("onnx2ait-exports-{}-{stem}", std::process::id()));
+        let (opt, _) = optimize(&g, opts).unwrap();
+        let out = std::env::temp_dir().join(format!("onnx2ait-exports-{}-{stem}{suffix}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
         let mut bound = dims(stem, 1, 16);
         bound.remove("batch");
@@ -142,7 +162,7 @@ fn exports_generate_cuda_snapshots() {
         let text = tree_text(&out);
         let _ = std::fs::remove_dir_all(&out);
         insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
-            insta::assert_snapshot!(format!("exports__{stem}"), text);
+            insta::assert_snapshot!(format!("exports__{stem}{suffix}"), text);
         });
     }
 }

@@ -83,11 +83,11 @@ pub struct CompileArgs {
     /// matrix products then run on the slower direct/generic kernels).
     #[arg(long, default_value = "fp16", value_name = "fp16|fp32")]
     pub precision: Precision,
-    /// Attention subgraphs: `unfused` (default: the score products, mask add, softmax and head
-    /// transposes as separate kernels) or `fused` (one kernel per attention, attention.cu.hbs).
-    /// Not yet the default: on an H200 the current kernel is faster for BERT-base at batch 1
-    /// and 8 but slower at 32, and has not been validated on a GPU yet (README).
-    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    /// Attention subgraphs: `fused` (default: one kernel per attention, attention.cu.hbs, reading
+    /// q, k and v where the projection wrote them, with q, k and v projections packed into one
+    /// product) or `unfused` (the score products, mask add, softmax and head transposes as
+    /// separate kernels; BENCHMARKS.md compares the two on an H200).
+    #[arg(long, default_value = "fused", value_name = "fused|unfused")]
     pub attention: AttentionMode,
 }
 

@@ -6,8 +6,8 @@
 use super::language::{leaf_kind, opaque_ref, LeafKind, ONode};
 use crate::ir::infer::FOLD_LIMIT;
 use crate::ir::ops::kernel::{
-    Act, Attention, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool, LayerNorm, Layout,
-    Pool, ReduceMean, Transpose,
+    Act, Attention, AttentionLayout, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool,
+    LayerNorm, Layout, Pool, ReduceMean, Transpose,
 };
 use crate::ir::ops::shape::{self, AxesFrom};
 use crate::ir::{Fact, Op, OpError, OpResult, Tensor};
@@ -260,12 +260,17 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
                 .filter(|t| t.len() == 1)
                 .and_then(|t| t.scalar_f64())
                 .ok_or_else(|| OpError(format!("'{node}': the scale must be a one-element constant")))?;
-            let scale = match tok(*how)?.as_str() {
+            let how = tok(*how)?;
+            let (mode, layout) = match how.strip_suffix("-bhsd") {
+                Some(mode) => (mode, AttentionLayout::HeadsFirst),
+                None => (how.as_str(), AttentionLayout::HeadsLast),
+            };
+            let scale = match mode {
                 "mul" => c as f32,
                 "div" => (1.0 / c) as f32,
-                other => op_bail!("'{node}': scale mode must be mul or div, found '{other}'"),
+                other => op_bail!("'{node}': scale mode must be mul, div, mul-bhsd or div-bhsd, found '{other}'"),
             };
-            d(Box::new(Attention { scale }), vec![Some(*q), Some(*k), Some(*v), opt(*m)])
+            d(Box::new(Attention { scale, layout }), vec![Some(*q), Some(*k), Some(*v), opt(*m)])
         }
         ONode::Opaque(sym, children) => {
             let Some((k, j)) = opaque_ref(sym.as_str()) else { op_bail!("malformed opaque node '{sym}'") };

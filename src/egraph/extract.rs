@@ -11,7 +11,7 @@
 use super::analysis::{children_typed, denote, OGraph};
 use super::language::ONode;
 use crate::ir::dim::Dim;
-use crate::ir::ops::kernel::{Conv2d, Elementwise, Gemm, Layout};
+use crate::ir::ops::kernel::{Attention, Conv2d, Elementwise, Gemm, Layout};
 use crate::ir::{Fact, Op};
 use egg::{Id, Language};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -114,10 +114,13 @@ impl CostModel for AnalyticalCost {
             // Two products per score on tensor cores; the scores never leave the chip.
             ONode::Attention(_) => {
                 let (q, k) = (inputs.first().copied().flatten(), inputs.get(1).copied().flatten());
-                let flops = match (q, k) {
-                    (Some(q), Some(k)) if q.rank() == 4 && k.rank() == 4 => {
-                        4.0 * self.elems(q) * self.dim(&k.shape()[1])
-                    }
+                let v = inputs.get(2).copied().flatten();
+                let sizes = match (op.and_then(|o| o.downcast_ref::<Attention>()), q, k, v) {
+                    (Some(a), Some(q), Some(k), Some(v)) => a.scores_shape(q.shape(), k.shape(), v.shape()).ok(),
+                    _ => None,
+                };
+                let flops = match (q, sizes) {
+                    (Some(q), Some(scores)) => 4.0 * self.elems(q) * self.dim(&scores[3]),
                     _ => self.elems(out),
                 };
                 self.kernel(flops, true, io_bytes)

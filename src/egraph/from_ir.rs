@@ -493,9 +493,15 @@ fn recognise_kernel(
         });
     }
     if let Some(a) = op.downcast_ref::<k::Attention>() {
+        let how = match a.layout {
+            k::AttentionLayout::HeadsLast => "mul",
+            k::AttentionLayout::HeadsFirst => "mul-bhsd",
+            // Strided views are made after extraction and never re-enter an e-graph as such.
+            k::AttentionLayout::Strided(_) => return None,
+        };
         let qf = fact_of(b, x)?.clone();
         let s = b.scalar(a.scale, &qf);
-        let how = b.leaf("mul");
+        let how = b.leaf(how);
         let m = opt(b, 3);
         return Some(ONode::Attention([x?, ch.get(1).copied().flatten()?, ch.get(2).copied().flatten()?, m, s, how]));
     }

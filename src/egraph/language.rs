@@ -66,9 +66,10 @@ define_language! {
         // the coerced axis is the last one); orig is the original node, which implements it and
         // names it when no rule rewrites it away.
         "softmax" = Softmax([Id; 2]),
-        // q k v mask scale how — fused attention over heads-last `[B, S, H, D]` operands
-        // (kernel::Attention); mask is `none` or additive, scale a scalar constant the scores are
-        // multiplied (`how` = `mul`) or divided (`div`) by.
+        // q k v mask scale how — fused attention (kernel::Attention); mask is `none` or
+        // additive, scale a scalar constant the scores are multiplied (`how` = `mul`) or divided
+        // (`div`) by; operands are heads-last `[B, S, H, D]`, or heads-first `[B, H, S, D]` with
+        // `how` = `mul-bhsd` / `div-bhsd`.
         "attention" = Attention([Id; 6]),
         Leaf(Symbol),
         Opaque(Symbol, Vec<Id>),

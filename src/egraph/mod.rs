@@ -5,7 +5,8 @@
 //! Modules: [`language`] (the e-graph language), [`analysis`] (dtype/shape/layout/constness,
 //! by calling each denoted op's `infer`), [`rules`] (the `rewrites/*.rules` parser and the
 //! predicate registry), [`runner`] (phases), [`extract`] (cost model and DAG-aware extraction),
-//! [`from_ir`] / [`to_ir`], [`explain`] (the report and Graphviz output).
+//! [`from_ir`] / [`to_ir`], [`views`] (strided attention operands and packed projections,
+//! after extraction), [`explain`] (the report and Graphviz output).
 //!
 //! Three steps happen outside the rewrite rules, on purpose:
 //! - Extraction never computes a conv or gemm twice: when two chosen kernels would each absorb
@@ -37,6 +38,7 @@ pub mod language;
 pub mod rules;
 pub mod runner;
 pub mod to_ir;
+pub mod views;
 
 pub use explain::{write_dot, ExplainReport, Fusion};
 pub use extract::{AnalyticalCost, CostModel};
@@ -56,20 +58,23 @@ pub struct OptimizeOptions {
     pub phases: Vec<Phase>,
     /// Fuse chains of elementwise kernels after extraction.
     pub fuse_elementwise_chains: bool,
+    /// Fold the layout ops around fused attention into strided views, and pack q, k and v
+    /// projections into one product ([`views`]), after extraction.
+    pub attention_views: bool,
 }
 
 impl OptimizeOptions {
     /// The standard pipeline: cleanup → layout → fusion → cleanup, rules from `rewrites/`,
-    /// attention left unfused (what `compile` does by default; see [`Self::pipeline`]).
+    /// attention fused (what `compile` does by default; see [`Self::pipeline`]).
     pub fn standard() -> Result<OptimizeOptions> {
-        Self::pipeline(false)
+        Self::pipeline(true)
     }
 
     /// The standard pipeline with (`fused_attention`) or without the attention rules of
     /// fusion.rules (those named `attention-*`, which make the fused `kernel::Attention`).
-    /// They are opt-in (`compile --attention fused`): the fused kernel's first version, run on
-    /// an H200, was slower than the unfused kernels for BERT-base, and the analytical cost model
-    /// cannot tell which wins, so the default is the path that was measured faster.
+    /// Without them (`compile --attention unfused`) the score products, softmax and head
+    /// transposes stay separate kernels, which the analytical cost model cannot weigh against
+    /// the fused kernel: the choice is the user's, measured (README, BENCHMARKS.md).
     pub fn pipeline(fused_attention: bool) -> Result<OptimizeOptions> {
         let rule_err = |e: rules::RuleError| Error::Other(e.to_string());
         let mut phases = vec![
@@ -83,12 +88,12 @@ impl OptimizeOptions {
                 p.rules.retain(|r| !r.name.starts_with(ATTENTION_RULE_PREFIX));
             }
         }
-        Ok(OptimizeOptions { phases, fuse_elementwise_chains: true })
+        Ok(OptimizeOptions { phases, fuse_elementwise_chains: true, attention_views: true })
     }
 
     /// No rewriting: the graph goes through the e-graph and back unchanged (a round-trip check).
     pub fn no_rules() -> OptimizeOptions {
-        OptimizeOptions { phases: Vec::new(), fuse_elementwise_chains: false }
+        OptimizeOptions { phases: Vec::new(), fuse_elementwise_chains: false, attention_views: false }
     }
 }
 
@@ -114,6 +119,9 @@ pub fn optimize_with_cost(g: &Graph, opts: &OptimizeOptions, cost: &dyn CostMode
     let mut lowered = to_ir::to_ir(&eg, &ex, g)?;
     if opts.fuse_elementwise_chains {
         to_ir::fuse_elementwise_chains(&mut lowered.graph, &mut lowered.node_class);
+    }
+    if opts.attention_views {
+        views::fold_attention_views(&mut lowered);
     }
     let fusions = attribute(&eg, &imported.node_classes, &imported.node_inputs, g, &lowered);
     let mut kernels_after = BTreeMap::new();
@@ -143,7 +151,12 @@ fn attribute(
     g: &Graph,
     low: &to_ir::Lowered,
 ) -> Vec<Fusion> {
-    let computed: BTreeMap<Id, usize> = low.node_class.iter().enumerate().map(|(i, &c)| (eg.find(c), i)).collect();
+    let mut computed: BTreeMap<Id, usize> = low.node_class.iter().enumerate().map(|(i, &c)| (eg.find(c), i)).collect();
+    for &(from, to) in &low.absorbed {
+        if let Some(&k) = computed.get(&eg.find(to)) {
+            computed.entry(eg.find(from)).or_insert(k);
+        }
+    }
     let producers = low.graph.producers();
     // A layout transform, or a view the optimiser added (the squeeze/unsqueeze around a 1-D
     // conv), is not where an ONNX node's work went: look through it.

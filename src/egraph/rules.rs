@@ -430,6 +430,21 @@ fn p_beta_one(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
 /// `none`) are operands the fused attention kernel accepts (equal batch, heads and head size, a
 /// mask that broadcasts to the scores), and its output has the matched class's type.
 fn p_attention_fits(eg: &OGraph, root: Id, s: &Subst, a: &[PredArg]) -> bool {
+    attention_fits(eg, root, s, a, crate::ir::ops::kernel::AttentionLayout::HeadsLast)
+}
+
+/// `attention-fits-bhsd(?q, ?k, ?v, ?m)`: `attention-fits` for heads-first `[B, H, S, D]` operands.
+fn p_attention_fits_bhsd(eg: &OGraph, root: Id, s: &Subst, a: &[PredArg]) -> bool {
+    attention_fits(eg, root, s, a, crate::ir::ops::kernel::AttentionLayout::HeadsFirst)
+}
+
+fn attention_fits(
+    eg: &OGraph,
+    root: Id,
+    s: &Subst,
+    a: &[PredArg],
+    layout: crate::ir::ops::kernel::AttentionLayout,
+) -> bool {
     use crate::ir::Op;
     let (Some(q), Some(k), Some(v)) = (fact(eg, s, &a[0]), fact(eg, s, &a[1]), fact(eg, s, &a[2])) else {
         return false;
@@ -442,7 +457,7 @@ fn p_attention_fits(eg: &OGraph, root: Id, s: &Subst, a: &[PredArg]) -> bool {
             None => return false,
         },
     };
-    let out = crate::ir::ops::kernel::Attention { scale: 1.0 }.infer(&[Some(q), Some(k), Some(v), m]);
+    let out = crate::ir::ops::kernel::Attention { scale: 1.0, layout }.infer(&[Some(q), Some(k), Some(v), m]);
     matches!((out, eg[root].data.fact.as_ref()), (Ok(o), Some(r)) if o.len() == 1 && o[0].ty == r.ty)
 }
 
@@ -517,6 +532,12 @@ pub static PREDICATES: &[Predicate] = &[
         arity: 4,
         doc: "attention-fits(?q, ?k, ?v, ?m|none): heads-last operands (and mask) the fused attention kernel accepts, giving the matched class's type",
         check: p_attention_fits,
+    },
+    Predicate {
+        name: "attention-fits-bhsd",
+        arity: 4,
+        doc: "attention-fits-bhsd(?q, ?k, ?v, ?m|none): heads-first [B, H, S, D] operands (and mask) the fused attention kernel accepts, giving the matched class's type",
+        check: p_attention_fits_bhsd,
     },
     Predicate {
         name: "beta-one",

@@ -14,6 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct Lowered {
     pub graph: Graph,
     pub node_class: Vec<Id>,
+    /// (class, class of the node that computes it now): classes whose node a pass after
+    /// extraction folded into another (a packed projection, a layout op absorbed into a view),
+    /// so reports attribute their ONNX nodes to the kernel that does the work.
+    pub absorbed: Vec<(Id, Id)>,
 }
 
 /// Builds the IR graph of an extraction. Graph inputs and outputs keep their names and order.
@@ -164,7 +168,7 @@ pub fn to_ir(eg: &OGraph, ex: &Extraction, src: &Graph) -> Result<Lowered> {
         node_class.push(r);
         g.outputs.push(out);
     }
-    Ok(Lowered { graph: g, node_class })
+    Ok(Lowered { graph: g, node_class, absorbed: Vec::new() })
 }
 
 fn map_inputs(

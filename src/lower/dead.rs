@@ -81,7 +81,6 @@ pub fn remove_unread_kernels(p: &mut Program) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::ir::infer::infer_graph;
     use crate::ir::ops::testutil::GraphBuilder;
     use crate::ir::{DType, Tensor};

@@ -177,6 +177,9 @@ pub struct LowerCtx<'a> {
     /// Device tensor of each graph value, once created.
     value_tensor: Vec<Option<TensorId>>,
     batch_symbol: Option<String>,
+    /// Dims bound at compile time (`--dim`), for the dims ops hold themselves (graph value types
+    /// have them substituted already).
+    bound: BTreeMap<String, i64>,
     precision: Precision,
 }
 
@@ -304,8 +307,13 @@ impl<'a> LowerCtx<'a> {
     }
 
     /// A dim as a C++ expression in `batch` (`"802816"`, `"(batch*802816)"`).
+    /// `d` with the compile-time dims substituted (for dims an op holds itself).
+    pub fn bind(&self, d: &Dim) -> Dim {
+        d.eval(&self.bound)
+    }
+
     pub fn expr(&self, d: &Dim) -> LowerResult<String> {
-        dim_expr(d, self.batch_symbol.as_deref())
+        dim_expr(&d.eval(&self.bound), self.batch_symbol.as_deref())
     }
 
     /// Every dim of a shape as C++ expressions.
@@ -530,6 +538,7 @@ pub fn lower(graph: &Graph, target: &dyn Target, opts: &LowerOptions) -> Result<
         program,
         value_tensor: vec![None; g.values.len()],
         batch_symbol: batch.map(|b| b.symbol),
+        bound: opts.dims.clone(),
         precision: opts.precision,
     };
     let node_err =

@@ -1,13 +1,16 @@
 //! Fused attention (`kernel::Attention`, made by the attention rules of rewrites/fusion.rules):
-//! `attention.cu.hbs`. fp16 operands with a head size that is a multiple of 16 up to 128 (and
-//! equal for K and V) run on tensor cores with an online softmax, so any sequence length fits;
-//! anything else (fp32 storage, other head sizes, misaligned buffers) runs the per-row kernel,
-//! which keeps a row's scores in shared memory.
+//! `attention.cu.hbs`. Every layout reaches the kernel as four strided views (an element offset
+//! and batch, sequence and head strides of q, k, v and the output; the head-size axis is
+//! contiguous), so heads-last, heads-first and packed-projection operands run the same code.
+//! fp16 operands with a head size that is a multiple of 16 up to 128 (and equal for K and V)
+//! run on tensor cores with an online softmax, so any sequence length fits; anything else (fp32
+//! storage, other head sizes, views not 16-byte aligned) runs the per-row kernel, which keeps a
+//! row's scores in shared memory.
 
 use super::act::float_lit;
 use super::{require_float, LowerSpec};
 use crate::ir::dim::product;
-use crate::ir::ops::kernel::Attention;
+use crate::ir::ops::kernel::{Attention, AttentionLayout, OperandOrder, OperandView};
 use crate::ir::{DType, Dim, Node};
 use crate::lower::{ctype, LowerCtx, LowerError, LowerResult};
 use serde_json::{json, Map};
@@ -22,26 +25,32 @@ fn lower_attention(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let mask = cx.opt_input(node, 3)?;
     require_float(cx, q, "attention")?;
     let o = cx.output(node, 0)?;
-    let (qs, ks, vs) = (cx.shape(q).to_vec(), cx.shape(k).to_vec(), cx.shape(v).to_vec());
-    if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 {
-        return Err(LowerError::Invalid("attention operands must be [B, S, H, D]".into()));
-    }
     let dt = cx.dtype(q);
     if cx.dtype(k) != dt || cx.dtype(v) != dt || cx.dtype(o) != dt {
         return Err(LowerError::Invalid("attention operands must share one element type".into()));
     }
+    let (sizes, views) = operand_views(op, cx.shape(q), cx.shape(k), cx.shape(v))?;
+    // A strided attention holds its own dims: substitute the ones bound at compile time.
+    let [b, heads, sq, sk, d, dv] = sizes.map(|x| cx.bind(&x));
     let mut c = Map::new();
     c.insert("ctype".into(), json!(ctype(dt)));
-    for (key, d) in [("b", &qs[0]), ("sq", &qs[1]), ("sk", &ks[1]), ("heads", &qs[2]), ("d", &qs[3]), ("dv", &vs[3])] {
-        c.insert(key.into(), json!(cx.expr(d)?));
+    for (key, x) in [("b", &b), ("sq", &sq), ("sk", &sk), ("heads", &heads), ("d", &d), ("dv", &dv)] {
+        c.insert(key.into(), json!(cx.expr(x)?));
+    }
+    for (name, view) in ["q", "k", "v", "o"].iter().zip(&views) {
+        for (field, x) in
+            [("off", &view.offset), ("sb", &view.batch), ("ss", &view.seq), ("sh", &view.head), ("sd", &view.dim)]
+        {
+            c.insert(format!("{name}_{field}"), json!(cx.expr(x)?));
+        }
     }
     c.insert("scale".into(), json!(float_lit(op.scale)));
-    let head = qs[3].as_known().filter(|&d| d > 0 && d % 16 == 0 && d <= 128 && vs[3] == qs[3]);
+    let head = d.as_known().filter(|&x| x > 0 && x % 16 == 0 && x <= 128 && dv == d);
     c.insert("fast".into(), json!(dt == DType::F16 && head.is_some()));
     c.insert("head_dim".into(), json!(head.unwrap_or(0)));
     let mut args = vec![q, k, v];
     c.insert("has_mask".into(), json!(mask.is_some()));
-    let scores = [qs[0].clone(), qs[2].clone(), qs[1].clone(), ks[1].clone()];
+    let scores = [b, heads, sq, sk];
     let strides = match mask {
         Some(m) => {
             c.insert("mask_ctype".into(), json!(ctype(cx.dtype(m))));
@@ -58,6 +67,30 @@ fn lower_attention(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     args.push(o);
     let writes = vec![args.len() - 1];
     cx.emit(&node.name, "attention", args, writes, c, 0)
+}
+
+/// `[B, H, Sq, Sk, D, Dv]` and the views of q, k, v and the output in their tensors.
+fn operand_views(op: &Attention, q: &[Dim], k: &[Dim], v: &[Dim]) -> LowerResult<([Dim; 6], [OperandView; 4])> {
+    let invalid = |e: crate::ir::OpError| LowerError::Invalid(e.0);
+    if let AttentionLayout::Strided(st) = &op.layout {
+        let sizes = [st.batch.clone(), st.heads.clone(), st.sq.clone(), st.sk.clone(), st.d.clone(), st.dv.clone()];
+        return Ok((sizes, [st.q.clone(), st.k.clone(), st.v.clone(), st.o.clone()]));
+    }
+    let (order, k_order) = match op.layout {
+        AttentionLayout::HeadsFirst => (OperandOrder::Bhsd, OperandOrder::Bhds),
+        _ => (OperandOrder::Bshd, OperandOrder::Bshd),
+    };
+    let scores = op.scores_shape(q, k, v).map_err(invalid)?;
+    let [b, h, sq, sk]: [Dim; 4] =
+        scores.try_into().map_err(|_| LowerError::Invalid("attention scores must have rank 4".into()))?;
+    let (d, dv) = (q[3].clone(), v[3].clone());
+    let views = [
+        OperandView::contiguous(order, &sq, &h, &d),
+        OperandView::contiguous(k_order, &sk, &h, &d),
+        OperandView::contiguous(order, &sk, &h, &dv),
+        OperandView::contiguous(order, &sq, &h, &dv),
+    ];
+    Ok(([b, h, sq, sk, d, dv], views))
 }
 
 /// Element strides of `shape` (right-aligned) read as `target`: 0 along broadcast axes.

@@ -656,6 +656,7 @@ pub(crate) mod tests {
             program,
             value_tensor: vec![None; g.values.len()],
             batch_symbol: Some("N".into()),
+            bound: Default::default(),
             precision,
         };
         for (index, &v) in g.inputs.iter().enumerate() {

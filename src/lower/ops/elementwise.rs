@@ -935,6 +935,7 @@ pub(crate) mod testkit {
             program,
             value_tensor: vec![None; g.values.len()],
             batch_symbol: has_n.then(|| "N".to_string()),
+            bound: Default::default(),
             precision,
         };
         for (index, &v) in g.inputs.iter().enumerate() {

@@ -394,6 +394,7 @@ pub(crate) mod testing {
             program,
             value_tensor: vec![None; g.values.len()],
             batch_symbol,
+            bound: Default::default(),
             precision,
         };
         for (index, &v) in g.inputs.iter().enumerate() {
@@ -430,6 +431,7 @@ pub(crate) mod testing {
             program,
             value_tensor: vec![None; g.values.len()],
             batch_symbol: batch_symbol.map(|b| b.symbol),
+            bound: Default::default(),
             precision: crate::lower::Precision::Fp16,
         };
         let placeholder = |cx: &mut LowerCtx, v: usize| {

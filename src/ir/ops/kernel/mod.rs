@@ -16,7 +16,7 @@ mod gemm;
 mod misc;
 
 pub use act::Act;
-pub use attention::Attention;
+pub use attention::{Attention, AttentionLayout, OperandOrder, OperandView, StridedOperands};
 pub use conv::{Conv2d, ConvGeom};
 pub use elementwise::{BinOp, Elementwise, EwExpr};
 pub use gemm::Gemm;
