@@ -62,19 +62,19 @@ fn generated_tree_snapshots() {
     }
 }
 
-/// The unfused attention kernels (`compile --attention unfused`: score products, softmax and
-/// head transposes as separate kernels) as generated for the bundled attention block; the
-/// default, fused, is in `codegen__pattern_attention`.
+/// The fused attention kernel (`compile --attention fused`) as generated for the bundled
+/// attention block, its q, k and v projections packed into one product: its template's changes
+/// are reviewed here.
 #[test]
-fn unfused_attention_snapshot() {
+fn fused_attention_snapshot() {
     let model = Path::new("onnx_models/pattern_attention.onnx");
-    let out = fresh_dir("pattern_attention_unfused");
-    generate_with(model, &out, 8, &OptimizeOptions::pipeline(false).expect("rules load")).expect("lowers");
+    let out = fresh_dir("pattern_attention_fused");
+    generate_with(model, &out, 8, &OptimizeOptions::pipeline(true).expect("rules load")).expect("lowers");
     let text = tree_text(&out);
     let _ = std::fs::remove_dir_all(&out);
-    assert!(text.contains("softmax"), "no softmax kernel in the tree");
+    assert!(text.contains("attention"), "no attention kernel in the tree");
     insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
-        insta::assert_snapshot!("codegen__pattern_attention_unfused", text);
+        insta::assert_snapshot!("codegen__pattern_attention_fused", text);
     });
 }
 

@@ -68,9 +68,9 @@ pub struct ExplainArgs {
     /// Fixes a symbolic dim before pricing (repeatable), as compile's --dim: --dim seq=128.
     #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim, requires = "profile_cache")]
     pub dims: Vec<(String, i64)>,
-    /// Attention subgraphs fused into one kernel each (default) or unfused, as compile's
+    /// Attention subgraphs unfused (default) or fused into one kernel each, as compile's
     /// --attention.
-    #[arg(long, default_value = "fused", value_name = "fused|unfused")]
+    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
     pub attention: super::compile::AttentionMode,
 }
 

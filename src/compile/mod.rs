@@ -71,7 +71,7 @@ pub struct CompileOptions {
     pub dims: BTreeMap<String, i64>,
     /// Storage type of float activations and weights (`--precision`).
     pub precision: Precision,
-    /// One kernel per attention block (`--attention fused`, the default); see [`OptimizeOptions::pipeline`].
+    /// One kernel per attention block (`--attention fused`); see [`OptimizeOptions::pipeline`].
     pub fused_attention: bool,
     pub kernel_choice: KernelChoice,
     /// The GPU whose profiled times to use when the cache has several (`--profile-gpu`).
@@ -100,7 +100,7 @@ impl Default for CompileOptions {
             max_memory: None,
             dims: BTreeMap::new(),
             precision: Precision::Fp16,
-            fused_attention: true,
+            fused_attention: false,
             kernel_choice: KernelChoice::ProfileCache(None),
             profile_gpu: None,
             reuse_within: 0.01,

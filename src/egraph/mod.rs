@@ -65,16 +65,18 @@ pub struct OptimizeOptions {
 
 impl OptimizeOptions {
     /// The standard pipeline: cleanup → layout → fusion → cleanup, rules from `rewrites/`,
-    /// attention fused (what `compile` does by default; see [`Self::pipeline`]).
+    /// attention left unfused (what `compile` does by default; see [`Self::pipeline`]).
     pub fn standard() -> Result<OptimizeOptions> {
-        Self::pipeline(true)
+        Self::pipeline(false)
     }
 
     /// The standard pipeline with (`fused_attention`) or without the attention rules of
     /// fusion.rules (those named `attention-*`, which make the fused `kernel::Attention`).
-    /// Without them (`compile --attention unfused`) the score products, softmax and head
-    /// transposes stay separate kernels, which the analytical cost model cannot weigh against
-    /// the fused kernel: the choice is the user's, measured (README, BENCHMARKS.md).
+    /// Without them (`compile --attention unfused`, the default) the score products, softmax
+    /// and head transposes stay separate kernels, which the analytical cost model cannot weigh
+    /// against the fused kernel: the choice is the user's, measured (README, BENCHMARKS.md). The
+    /// default becomes `fused` once the strided fused kernel (packed projections, heads-first
+    /// operands) has been validated on a GPU; the unfused path is the validated one.
     pub fn pipeline(fused_attention: bool) -> Result<OptimizeOptions> {
         let rule_err = |e: rules::RuleError| Error::Other(e.to_string());
         let mut phases = vec![

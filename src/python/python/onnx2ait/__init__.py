@@ -69,7 +69,7 @@ def compile(
     max_memory: Union[int, str, None] = None,
     dims: Optional[Mapping[str, int]] = None,
     precision: str = "fp16",
-    attention: str = "fused",
+    attention: str = "unfused",
     profile: bool = False,
     profile_cache: Optional[PathLike] = None,
     no_profile: bool = False,
@@ -89,7 +89,7 @@ def compile(
     max_memory     GPU memory the library may take, bytes or a size such as "40GiB" (--max-memory)
     dims           values of symbolic dims, e.g. {"seq": 128} (--dim seq=128)
     precision      "fp16" or "fp32" storage of float values on the GPU (--precision)
-    attention      "fused" (default) or "unfused" attention kernels (--attention)
+    attention      "unfused" (default) or "fused" attention kernels (--attention)
     profile        profile the kernels on this machine's GPU first (--profile)
     profile_cache  the profile cache file to read (and write with profile=True) (--profile-cache)
     no_profile     ignore profile caches: the heuristic chooses (--no-profile)
