@@ -528,7 +528,12 @@ fn fold_one(g: &mut Graph, ai: usize, stats: &mut ViewStats) -> Option<Folded> {
     // Three distinct single-reader products of one input: pack them.
     let gemm_of = |v: ValueId| producers[v].filter(|&p| g.nodes[p].op.downcast_ref::<Gemm>().is_some());
     let gemms: Vec<Option<usize>> = operands.iter().map(|o| gemm_of(o.base)).collect();
-    let single_reader = |o: &Operand| consumers[o.base].len() == 1 && !g.outputs.contains(&o.base);
+    // Packing replaces the pieces' outputs: only when nothing but this attention reads them,
+    // directly or through the chain of layout ops (a value along it with another reader would
+    // lose its producer).
+    let private = |v: ValueId| consumers[v].len() == 1 && !g.outputs.contains(&v);
+    let single_reader =
+        |o: &Operand| private(o.base) && o.nodes.iter().all(|&n| g.nodes[n].outputs.iter().all(|&v| private(v)));
     if let [Some(a), Some(b), Some(c)] = gemms[..] {
         let nodes = [&g.nodes[a], &g.nodes[b], &g.nodes[c]];
         if a != b && b != c && a != c && operands.iter().all(single_reader) && packable(g, &nodes) {
@@ -621,6 +626,81 @@ mod tests {
         let v = v.transpose(&[1, 0, 2]).unwrap().reshape(&[n(), d(h), d(s), d(hd)]).unwrap();
         let ov = operand_view(&v, OperandOrder::Bhsd).unwrap();
         assert_eq!(ov, OperandView { offset: d(e), batch: d(3 * e), seq: n().mul(&d(3 * e)), head: d(hd), dim: d(1) });
+    }
+
+    /// A heads-last attention block (BERT's form) on `[2, 5, 16]`, two heads of 8; with
+    /// `k_also_output`, k's per-head view is a graph output too. Returns the inferred graph.
+    fn attention_block(k_also_output: bool) -> Graph {
+        use crate::ir::ops::testutil::{t_f32, t_ints, GraphBuilder};
+        use crate::ir::{Attr, DType};
+        let mut b = GraphBuilder::new(17);
+        let x = b.input("x", DType::F32, "2,5,16");
+        let w = |b: &mut GraphBuilder, name: &str, seed: usize| {
+            b.konst(
+                name,
+                t_f32(&[16, 16], (0..256).map(|i| (((i * 7 + seed * 13) % 19) as f32 - 9.0) / 20.0).collect()),
+            )
+        };
+        let heads = b.konst("heads", t_ints(&[2, 5, 2, 8]));
+        let merged = b.konst("merged", t_ints(&[2, 5, 16]));
+        let mut proj = |b: &mut GraphBuilder, name: &str, seed: usize, perm: Vec<i64>| {
+            let wv = w(b, name, seed);
+            let m = b.node("MatMul", vec![], &[x, wv], 1)[0];
+            let r = b.node("Reshape", vec![], &[m, heads], 1)[0];
+            (r, b.node("Transpose", vec![("perm", Attr::Ints(perm))], &[r], 1)[0])
+        };
+        let (_, q) = proj(&mut b, "wq", 1, vec![0, 2, 1, 3]);
+        let (k_heads, k) = proj(&mut b, "wk", 2, vec![0, 2, 3, 1]);
+        let (_, v) = proj(&mut b, "wv", 3, vec![0, 2, 1, 3]);
+        let scale = b.konst("scale", t_f32(&[], vec![0.35]));
+        let s = b.node("MatMul", vec![], &[q, k], 1)[0];
+        let s = b.node("Mul", vec![], &[s, scale], 1)[0];
+        let p = b.node("Softmax", vec![("axis", Attr::Int(-1))], &[s], 1)[0];
+        let o = b.node("MatMul", vec![], &[p, v], 1)[0];
+        let o = b.node("Transpose", vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))], &[o], 1)[0];
+        let o = b.node("Reshape", vec![], &[o, merged], 1)[0];
+        b.g.outputs.push(o);
+        if k_also_output {
+            b.g.outputs.push(k_heads);
+        }
+        crate::ir::infer::infer_graph(&mut b.g).expect("the block infers");
+        b.g
+    }
+
+    /// Optimised with fused attention: (kernel counts, max relative error against the original).
+    fn optimise(g: &Graph) -> (std::collections::BTreeMap<String, usize>, f64) {
+        let (opt, report) =
+            crate::egraph::optimize(g, &crate::egraph::OptimizeOptions::pipeline(true).unwrap()).unwrap();
+        let x = crate::ir::ops::testutil::t_f32(
+            &[2, 5, 16],
+            (0..160).map(|i| ((i * 11 % 23) as f32 - 11.0) / 10.0).collect(),
+        );
+        let inputs = std::collections::BTreeMap::from([("x".to_string(), x)]);
+        let want = crate::reference::run(g, &inputs).unwrap();
+        let got = crate::reference::run(&opt, &inputs).unwrap();
+        let mut err = 0f64;
+        for ((_, w), (_, o)) in want.iter().zip(&got) {
+            let (w, o) = (w.to_f64_vec(), o.to_f64_vec());
+            let scale = w.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
+            err = w.iter().zip(&o).fold(err, |m, (a, b)| m.max((a - b).abs() / scale));
+        }
+        (report.kernels_after, err)
+    }
+
+    /// The q, k and v projections pack into one product and the attention reads it through
+    /// views; when k's per-head view has another reader (here: it is a graph output), the
+    /// projections stay separate and that reader still gets its value.
+    #[test]
+    fn projections_pack_only_when_the_attention_reads_them_alone() {
+        let (kernels, err) = optimise(&attention_block(false));
+        assert_eq!(
+            (kernels.get("gemm"), kernels.get("attention"), kernels.get("transpose")),
+            (Some(&1), Some(&1), None)
+        );
+        assert!(err <= 1e-5, "{err:e}");
+        let (kernels, err) = optimise(&attention_block(true));
+        assert_eq!((kernels.get("gemm"), kernels.get("attention")), (Some(&3), Some(&1)), "{kernels:?}");
+        assert!(err <= 1e-5, "{err:e}");
     }
 
     /// A reshape that would need elements across a part boundary it cannot split fails.
