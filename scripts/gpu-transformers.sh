@@ -110,6 +110,10 @@ build() { # name onnx seq [extra compile options...]
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   local kernels
   kernels=$(grep -m1 '^generated:' "$W/build_$name/summary.txt" 2>/dev/null | sed 's/"/\\"/g')
+  # A rebuild on a warm machine takes its objects from the cache: say so next to the wall time.
+  local objects
+  objects=$(grep -m1 -oE '[0-9]+ compiled, [0-9]+ cached' "$W/build_$name.log" 2>/dev/null)
+  [[ -z $objects ]] || kernels="$kernels; objects: $objects"
   say "build $name (seq $seq): rc $rc, ${secs}s; $kernels"
   ((rc == 0)) || tail -20 "$W/build_$name.log"
   record "{\"kind\":\"build\",\"name\":\"$name\",\"seq\":$seq,\"rc\":$rc,\"seconds\":$secs,\"generated\":\"$kernels\"}"

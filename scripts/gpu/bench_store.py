@@ -299,8 +299,10 @@ def parse_transformers(text, run):
                     continue
                 model, variant, seq = model_variant(r["build"], r.get("seq"))
                 k = re.search(r"(\d+) kernels", r.get("kernels", ""))
+                c = re.search(r"(\d+) compiled, (\d+) cached", r.get("kernels", ""))
                 run["builds"].append({"model": model, "build": variant, "seq": seq, "step": "onnx2ait compile",
                                       "seconds": secs, "detail": (f"{k.group(1)} kernels; " if k else "")
+                                      + (f"{c.group(1)} objects compiled, {c.group(2)} from cache; " if c else "")
                                       + "gpu-transformers, nothing else running"})
         elif heading.startswith("Validation") and "GPU rel err" in header:
             for r in rows:

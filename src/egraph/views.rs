@@ -548,23 +548,24 @@ fn fold_one(g: &mut Graph, ai: usize, stats: &mut ViewStats) -> Option<Folded> {
                     }
                     views.push(view.and_then(|v| operand_view(&v, o.order)));
                 }
-                // The operands traced from contiguous pieces; the same ops on the packed strides
-                // only fail if a reshape merged a piece's rows, which a packed row cannot give.
-                let views: Vec<OperandView> = views.into_iter().collect::<Option<_>>()?;
-                let packed = pack(g, &[a, b, c])?;
-                for (o, v) in operands.iter_mut().zip(views) {
-                    o.base = packed;
-                    o.view = v;
+                // The same ops on the packed strides fail where a reshape merged a piece's rows
+                // (a packed row is wider than the piece's): then the pieces stay separate.
+                let views: Option<Vec<OperandView>> = views.into_iter().collect();
+                if let Some((views, packed)) = views.and_then(|v| Some((v, pack(g, &[a, b, c])?))) {
+                    for (o, v) in operands.iter_mut().zip(views) {
+                        o.base = packed;
+                        o.view = v;
+                    }
+                    // `pack` rewrote q's product; it moves to the earliest of the three (its
+                    // inputs, A and constants, are ready there) and the other two go.
+                    let first = a.min(b).min(c);
+                    if a != first {
+                        g.nodes[first] = g.nodes[a].clone();
+                    }
+                    drop.extend([a, b, c].into_iter().filter(|&x| x != first));
+                    absorbed.extend([a, b, c].into_iter().filter(|&x| x != first).map(|x| (x, first)));
+                    stats.packed_projections += 1;
                 }
-                // `pack` rewrote q's product; it moves to the earliest of the three (its inputs,
-                // A and constants, are ready there) and the other two go.
-                let first = a.min(b).min(c);
-                if a != first {
-                    g.nodes[first] = g.nodes[a].clone();
-                }
-                drop.extend([a, b, c].into_iter().filter(|&x| x != first));
-                absorbed.extend([a, b, c].into_iter().filter(|&x| x != first).map(|x| (x, first)));
-                stats.packed_projections += 1;
             }
         }
     }
@@ -643,7 +644,7 @@ mod tests {
         };
         let heads = b.konst("heads", t_ints(&[2, 5, 2, 8]));
         let merged = b.konst("merged", t_ints(&[2, 5, 16]));
-        let mut proj = |b: &mut GraphBuilder, name: &str, seed: usize, perm: Vec<i64>| {
+        let proj = |b: &mut GraphBuilder, name: &str, seed: usize, perm: Vec<i64>| {
             let wv = w(b, name, seed);
             let m = b.node("MatMul", vec![], &[x, wv], 1)[0];
             let r = b.node("Reshape", vec![], &[m, heads], 1)[0];
