@@ -17,7 +17,7 @@
 //! (a view moves no data; a packed product computes the same outputs in one launch).
 
 use super::to_ir::Lowered;
-use crate::ir::dim::product;
+use crate::ir::dim::{product, row_major_strides};
 use crate::ir::ops::kernel::{
     Attention, AttentionLayout, ChannelView, Flatten as KFlatten, Gemm, OperandOrder, OperandView, StridedOperands,
     Transpose as KTranspose,
@@ -26,15 +26,6 @@ use crate::ir::ops::{cast::IdentityOp, indexing::Gather, shape};
 use crate::ir::{Dim, Graph, Node, Tensor, Value, ValueId, ValueType};
 use std::collections::VecDeque;
 use std::sync::Arc;
-
-/// What the pass changed: attentions rewritten to strided views, products packed, layout
-/// nodes that no longer run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ViewStats {
-    pub attentions: usize,
-    pub packed_projections: usize,
-    pub nodes_removed: usize,
-}
 
 /// A strided view of a contiguous tensor. Each axis is a list of (size, stride) parts, outermost
 /// first: a reshape that merges axes whose strides do not line up keeps their parts, so a later
@@ -58,17 +49,13 @@ fn exact_div(a: &Dim, b: &Dim) -> Option<Dim> {
     (q.mul(b) == *a).then_some(q)
 }
 
-fn contiguous_strides(shape: &[Dim]) -> Vec<Dim> {
-    (0..shape.len()).map(|i| product(&shape[i + 1..])).collect()
-}
-
 impl View {
     fn with_strides(shape: &[Dim], strides: &[Dim], offset: Dim) -> View {
         View { axes: shape.iter().zip(strides).map(|(n, s)| vec![(n.clone(), s.clone())]).collect(), offset }
     }
 
     fn contiguous(shape: &[Dim]) -> View {
-        View::with_strides(shape, &contiguous_strides(shape), Dim::known(0))
+        View::with_strides(shape, &row_major_strides(shape), Dim::known(0))
     }
 
     fn shape(&self) -> Vec<Dim> {
@@ -454,45 +441,31 @@ fn pack(g: &mut Graph, gemm_nodes: &[usize]) -> Option<ValueId> {
 
 /// Rewrites every fused attention of `low` to strided views (and packs its projections where
 /// it can), then drops the nodes nothing reads any more.
-pub fn fold_attention_views(low: &mut Lowered) -> ViewStats {
-    let mut stats = ViewStats::default();
-    let before = low.graph.nodes.len();
+pub fn fold_attention_views(low: &mut Lowered) {
     let names: Vec<String> =
         low.graph.nodes.iter().filter(|n| n.op.downcast_ref::<Attention>().is_some()).map(|n| n.name.clone()).collect();
     for name in names {
         let Some(ai) = low.graph.nodes.iter().position(|n| n.name == name) else { continue };
-        if let Some((drop, absorbed)) = fold_one(&mut low.graph, ai, &mut stats) {
+        if let Some((drop, absorbed)) = fold_one(&mut low.graph, ai) {
             for (from, to) in absorbed {
                 low.absorbed.push((low.node_class[from], low.node_class[to]));
             }
             // The packed-away products and the output chain: their values come from elsewhere now.
-            let mut k = (0..low.graph.nodes.len()).map(|i| !drop.contains(&i));
-            low.graph.nodes.retain(|_| k.next().unwrap_or(true));
-            let mut k = (0..low.node_class.len()).map(|i| !drop.contains(&i));
-            low.node_class.retain(|_| k.next().unwrap_or(true));
+            let keep: Vec<bool> = (0..low.graph.nodes.len()).map(|i| !drop.contains(&i)).collect();
+            retain_nodes(low, &keep);
         }
     }
     // Whatever nobody reads any more (the layout chains before the operands).
-    let g = &low.graph;
-    let mut live = vec![false; g.values.len()];
-    for &o in &g.outputs {
-        live[o] = true;
-    }
-    let mut keep = vec![false; g.nodes.len()];
-    for (i, node) in g.nodes.iter().enumerate().rev() {
-        if node.outputs.iter().any(|&o| live[o]) {
-            keep[i] = true;
-            for x in node.inputs.iter().flatten() {
-                live[*x] = true;
-            }
-        }
-    }
+    let keep = low.graph.live_nodes();
+    retain_nodes(low, &keep);
+}
+
+/// Keeps the nodes marked in `keep` (and their classes, index-aligned with them).
+fn retain_nodes(low: &mut Lowered, keep: &[bool]) {
     let mut k = keep.iter();
     low.graph.nodes.retain(|_| *k.next().unwrap_or(&true));
     let mut k = keep.iter();
     low.node_class.retain(|_| *k.next().unwrap_or(&true));
-    stats.nodes_removed = before - low.graph.nodes.len();
-    stats
 }
 
 /// What folding one attention did: the nodes that must go, and (node, node now doing its work).
@@ -501,7 +474,7 @@ type Folded = (Vec<usize>, Vec<(usize, usize)>);
 /// Rewrites attention node `ai`; returns the nodes that must go (their outputs are computed
 /// elsewhere now) and (node, node now doing its work) pairs for reports, or None when nothing
 /// folds.
-fn fold_one(g: &mut Graph, ai: usize, stats: &mut ViewStats) -> Option<Folded> {
+fn fold_one(g: &mut Graph, ai: usize) -> Option<Folded> {
     let att = g.nodes[ai].op.downcast_ref::<Attention>()?.clone();
     // Orders of q, k, v and the output.
     let orders = match att.layout {
@@ -538,7 +511,7 @@ fn fold_one(g: &mut Graph, ai: usize, stats: &mut ViewStats) -> Option<Folded> {
         let nodes = [&g.nodes[a], &g.nodes[b], &g.nodes[c]];
         if a != b && b != c && a != c && operands.iter().all(single_reader) && packable(g, &nodes) {
             if let Some((packed_shape, offsets)) = packed_layout(g, &[a, b, c]) {
-                let strides = contiguous_strides(&packed_shape);
+                let strides = row_major_strides(&packed_shape);
                 let mut views = Vec::new();
                 for (o, off) in operands.iter().zip(&offsets) {
                     let piece_shape = shape_of(g, o.base)?;
@@ -564,7 +537,6 @@ fn fold_one(g: &mut Graph, ai: usize, stats: &mut ViewStats) -> Option<Folded> {
                     }
                     drop.extend([a, b, c].into_iter().filter(|&x| x != first));
                     absorbed.extend([a, b, c].into_iter().filter(|&x| x != first).map(|x| (x, first)));
-                    stats.packed_projections += 1;
                 }
             }
         }
@@ -573,12 +545,8 @@ fn fold_one(g: &mut Graph, ai: usize, stats: &mut ViewStats) -> Option<Folded> {
     if nothing_folded {
         return (!drop.is_empty()).then_some((drop, absorbed));
     }
-    let sizes = {
-        let s = att.scores_shape(&shapes[0], &shapes[1], &shapes[2]).ok()?;
-        let (d, dv) = (shapes[0][3].clone(), shapes[2][3].clone());
-        (s, d, dv)
-    };
-    let ([b, h, sq, sk], d, dv) = (<[Dim; 4]>::try_from(sizes.0).ok()?, sizes.1, sizes.2);
+    let [b, h, sq, sk]: [Dim; 4] = att.scores_shape(&shapes[0], &shapes[1], &shapes[2]).ok()?.try_into().ok()?;
+    let (d, dv) = (shapes[0][3].clone(), shapes[2][3].clone());
     let st = StridedOperands {
         batch: b,
         heads: h,
@@ -599,7 +567,6 @@ fn fold_one(g: &mut Graph, ai: usize, stats: &mut ViewStats) -> Option<Folded> {
         node.inputs[i] = Some(o.base);
     }
     node.outputs = vec![end];
-    stats.attentions += 1;
     Some((drop, absorbed))
 }
 

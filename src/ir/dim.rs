@@ -315,6 +315,16 @@ pub fn product(shape: &[Dim]) -> Dim {
     shape.iter().fold(Dim::known(1), |acc, d| acc.mul(d))
 }
 
+/// Row-major (contiguous) element strides of a shape: each dim's stride is the product of the
+/// dims after it.
+pub fn row_major_strides(shape: &[Dim]) -> Vec<Dim> {
+    let mut strides = vec![Dim::known(1); shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].mul(&shape[i + 1]);
+    }
+    strides
+}
+
 /// Known values of a shape, if all are known.
 pub fn known_shape(shape: &[Dim]) -> Option<Vec<usize>> {
     shape.iter().map(|d| d.as_known().filter(|v| *v >= 0).map(|v| v as usize)).collect()

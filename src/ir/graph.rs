@@ -121,8 +121,8 @@ impl Graph {
         h
     }
 
-    /// Removes nodes whose outputs nobody reads (and that are not graph outputs).
-    pub fn remove_dead_nodes(&mut self) {
+    /// For each node, whether a graph output depends on it.
+    pub fn live_nodes(&self) -> Vec<bool> {
         let mut live = vec![false; self.values.len()];
         for &o in &self.outputs {
             live[o] = true;
@@ -136,6 +136,12 @@ impl Graph {
                 }
             }
         }
+        keep
+    }
+
+    /// Removes nodes whose outputs nobody reads (and that are not graph outputs).
+    pub fn remove_dead_nodes(&mut self) {
+        let keep = self.live_nodes();
         let mut k = keep.iter();
         self.nodes.retain(|_| *k.next().unwrap());
     }

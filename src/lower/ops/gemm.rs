@@ -24,7 +24,7 @@
 
 use super::act::{act_call, float_lit};
 use super::{float_storage_fields, LowerSpec};
-use crate::ir::dim::product;
+use crate::ir::dim::{product, row_major_strides};
 use crate::ir::ops::kernel::{Act, Gemm};
 use crate::ir::ops::linalg;
 use crate::ir::{Dim, Node};
@@ -78,11 +78,6 @@ fn value_shape(cx: &LowerCtx, v: Option<usize>, what: &str) -> LowerResult<Vec<D
     Ok(ty.shape.clone())
 }
 
-/// Row-major strides of a contiguous tensor.
-pub(crate) fn contiguous_strides(shape: &[Dim]) -> Vec<Dim> {
-    (0..shape.len()).map(|i| product(&shape[i + 1..])).collect()
-}
-
 /// The element stride of a contiguous tensor of `shape` along each dim of `out` (`shape`
 /// right-aligned to `out`, numpy broadcasting): 0 where it broadcasts.
 fn broadcast_strides(shape: &[Dim], out: &[Dim], what: &str) -> LowerResult<Vec<Dim>> {
@@ -90,7 +85,7 @@ fn broadcast_strides(shape: &[Dim], out: &[Dim], what: &str) -> LowerResult<Vec<
         return Err(LowerError::Invalid(format!("{what} has rank {} above the output's {}", shape.len(), out.len())));
     }
     let one = Dim::known(1);
-    let st = contiguous_strides(shape);
+    let st = row_major_strides(shape);
     let lead = out.len() - shape.len();
     Ok((0..out.len())
         .map(|i| if i >= lead && shape[i - lead] != one { st[i - lead].clone() } else { Dim::known(0) })
@@ -126,7 +121,7 @@ pub(crate) fn batching(strides: &[Dim], out_batch: &[Dim]) -> Batching {
 /// (a missing or size-1 dim).
 pub(crate) fn operand_batch_strides(shape2: &[Dim], nb: usize) -> Vec<Dim> {
     let one = Dim::known(1);
-    let st = contiguous_strides(shape2);
+    let st = row_major_strides(shape2);
     let ob = shape2.len() - 2;
     (0..nb)
         .map(|d| {

@@ -92,14 +92,7 @@ pub(crate) fn output_shape(cx: &LowerCtx, node: &Node, i: usize) -> LowerResult<
         .ok_or_else(|| LowerError::Invalid(format!("value '{}' has no inferred type", val.name)))
 }
 
-/// Row-major element strides of a shape.
-pub(crate) fn row_major_strides(shape: &[Dim]) -> Vec<Dim> {
-    let mut strides = vec![Dim::known(1); shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1].mul(&shape[i + 1]);
-    }
-    strides
-}
+pub(crate) use crate::ir::dim::row_major_strides;
 
 /// An f32 parameter table packed into the weights blob bit for bit: the blob stores float
 /// tensors as fp16, but per-channel scales, resize weights and the like are kept in f32 so the
