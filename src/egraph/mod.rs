@@ -61,6 +61,9 @@ pub struct OptimizeOptions {
     /// Fold the layout ops around fused attention into strided views, and pack q, k and v
     /// projections into one product ([`views`]), after extraction.
     pub attention_views: bool,
+    /// Before the e-graph: gathers through iota-built indices become reshapes and logic ops
+    /// with a neutral constant become their operand ([`crate::ir::index_views`]).
+    pub index_views: bool,
 }
 
 impl OptimizeOptions {
@@ -90,12 +93,17 @@ impl OptimizeOptions {
                 p.rules.retain(|r| !r.name.starts_with(ATTENTION_RULE_PREFIX));
             }
         }
-        Ok(OptimizeOptions { phases, fuse_elementwise_chains: true, attention_views: true })
+        Ok(OptimizeOptions { phases, fuse_elementwise_chains: true, attention_views: true, index_views: true })
     }
 
     /// No rewriting: the graph goes through the e-graph and back unchanged (a round-trip check).
     pub fn no_rules() -> OptimizeOptions {
-        OptimizeOptions { phases: Vec::new(), fuse_elementwise_chains: false, attention_views: false }
+        OptimizeOptions {
+            phases: Vec::new(),
+            fuse_elementwise_chains: false,
+            attention_views: false,
+            index_views: false,
+        }
     }
 }
 
@@ -107,6 +115,16 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, ExplainRepo
 /// `optimize` with another cost model.
 pub fn optimize_with_cost(g: &Graph, opts: &OptimizeOptions, cost: &dyn CostModel) -> Result<(Graph, ExplainReport)> {
     let path = g.info.source.clone();
+    let ops_before = g.op_histogram();
+    let simplified;
+    let g = if opts.index_views {
+        let mut s = g.clone();
+        crate::ir::index_views::simplify(&mut s)?;
+        simplified = s;
+        &simplified
+    } else {
+        g
+    };
     let imported = from_ir::from_ir(g)?;
     let roots = imported.roots.clone();
     let mut eg = imported.eg;
@@ -132,7 +150,7 @@ pub fn optimize_with_cost(g: &Graph, opts: &OptimizeOptions, cost: &dyn CostMode
     }
     let report = ExplainReport {
         model: path,
-        ops_before: g.op_histogram(),
+        ops_before,
         kernels_after,
         fusions,
         phases,

@@ -11,7 +11,18 @@
 //!   along N, and the attention reads each operand at its column offset: one launch instead of
 //!   three, and a grid three times wider for the small batches that leave most SMs idle.
 //!
-//! Both happen here rather than in rewrite rules: a view spans a chain of any length of layout
+//! - **Broadcast masks.** An additive mask made by `Expand` (Hugging Face's `[B, 1, S, S]` from
+//!   a `[B, 1, 1, S]` padding mask) is read before the expansion: the kernel adds the mask
+//!   through broadcast strides, so the expanded copy is never written.
+//!
+//! - **Row permutations through products.** A transpose that keeps the last axis commutes with
+//!   a row-wise product (`T(x)·W = T(x·W)`): `torch.nn.MultiheadAttention` (torchvision ViT)
+//!   transposes `[B, S, E]` to `[S, B, E]` before its in-projection and back after its
+//!   out-projection. The first transpose moves after the in-projection and the second before the
+//!   out-projection, where the attention's views absorb both; the residual add after the
+//!   out-projection then fuses into its epilogue. Two transposes and an add fewer per layer.
+//!
+//! These happen here rather than in rewrite rules: a view spans a chain of any length of layout
 //! ops, several of them opaque to the e-graph (`Reshape` reads its target from a constant), and
 //! packing makes one new constant of three; neither leaves a choice for extraction to weigh
 //! (a view moves no data; a packed product computes the same outputs in one launch).
@@ -19,8 +30,8 @@
 use super::to_ir::Lowered;
 use crate::ir::dim::{product, row_major_strides};
 use crate::ir::ops::kernel::{
-    Attention, AttentionLayout, ChannelView, Flatten as KFlatten, Gemm, OperandOrder, OperandView, StridedOperands,
-    Transpose as KTranspose,
+    Attention, AttentionLayout, BinOp, ChannelView, Elementwise, EwExpr, Flatten as KFlatten, Gemm, OperandOrder,
+    OperandView, StridedOperands, Transpose as KTranspose,
 };
 use crate::ir::ops::{cast::IdentityOp, indexing::Gather, shape};
 use crate::ir::{Dim, Graph, Node, Tensor, Value, ValueId, ValueType};
@@ -444,8 +455,20 @@ fn pack(g: &mut Graph, gemm_nodes: &[usize]) -> Option<ValueId> {
 pub fn fold_attention_views(low: &mut Lowered) {
     let names: Vec<String> =
         low.graph.nodes.iter().filter(|n| n.op.downcast_ref::<Attention>().is_some()).map(|n| n.name.clone()).collect();
+    for name in &names {
+        let find = |low: &Lowered| low.graph.nodes.iter().position(|n| &n.name == name);
+        if let Some(ai) = find(low) {
+            transposes_after_projections(low, ai);
+        }
+        if let Some(ai) = find(low) {
+            transposes_before_out_projection(low, ai);
+        }
+    }
     for name in names {
         let Some(ai) = low.graph.nodes.iter().position(|n| n.name == name) else { continue };
+        for e in mask_before_expand(&mut low.graph, ai) {
+            low.absorbed.push((low.node_class[e], low.node_class[ai]));
+        }
         if let Some((drop, absorbed)) = fold_one(&mut low.graph, ai) {
             for (from, to) in absorbed {
                 low.absorbed.push((low.node_class[from], low.node_class[to]));
@@ -458,6 +481,279 @@ pub fn fold_attention_views(low: &mut Lowered) {
     // Whatever nobody reads any more (the layout chains before the operands).
     let keep = low.graph.live_nodes();
     retain_nodes(low, &keep);
+}
+
+/// A product whose rows are the rows of its A operand: A not transposed, B a constant matrix,
+/// no residual (a residual would need the same permutation), any bias per column.
+fn row_wise_gemm(g: &Graph, n: usize) -> bool {
+    let node = &g.nodes[n];
+    let Some(gemm) = node.op.downcast_ref::<Gemm>() else { return false };
+    let b = node.inputs.get(1).copied().flatten();
+    let bias_ok = match node.inputs.get(2).copied().flatten() {
+        None => true,
+        Some(v) => shape_of(g, v).is_some_and(|s| s.iter().rev().skip(1).all(|d| *d == one())),
+    };
+    !gemm.trans_a
+        && b.is_some_and(|b| g.values[b].konst.is_some() && shape_of(g, b).is_some_and(|s| s.len() == 2))
+        && bias_ok
+        && node.inputs.get(3).copied().flatten().is_none()
+}
+
+/// The permutation of a transpose node that keeps the last axis in place (it permutes rows).
+fn row_permutation(node: &Node) -> Option<Vec<usize>> {
+    let perm = node.op.downcast_ref::<KTranspose>()?.perm.clone();
+    (perm.last() == Some(&(perm.len() - 1))).then_some(perm)
+}
+
+/// Whether every reader of `v`, through chains of layout ops, is an attention (so a transpose
+/// put on `v` is absorbed into the attention's views rather than run).
+fn read_only_by_attentions(g: &Graph, consumers: &[Vec<usize>], v: ValueId) -> bool {
+    let mut todo = vec![v];
+    while let Some(v) = todo.pop() {
+        if g.outputs.contains(&v) || consumers[v].is_empty() {
+            return false;
+        }
+        for &c in &consumers[v] {
+            let node = &g.nodes[c];
+            if node.op.downcast_ref::<Attention>().is_some() && node.inputs.iter().take(3).any(|&i| i == Some(v)) {
+                continue;
+            }
+            if layout_ops(g, node).is_none() {
+                return false;
+            }
+            todo.push(node.outputs[0]);
+        }
+    }
+    true
+}
+
+/// Inserts `node` (computing class `class`) at `at`, keeping classes aligned.
+fn insert_node(low: &mut Lowered, at: usize, node: Node, class: egg::Id) {
+    low.graph.nodes.insert(at, node);
+    low.node_class.insert(at, class);
+}
+
+fn remove_node(low: &mut Lowered, at: usize) {
+    low.graph.nodes.remove(at);
+    low.node_class.remove(at);
+}
+
+/// Input side: for each q/k/v of attention `ai` computed by a row-wise product of a row
+/// permutation `T(x)` read by nothing else, computes the product on `x` and puts `T` after it,
+/// where the attention's operand views absorb it (`fold_one`).
+fn transposes_after_projections(low: &mut Lowered, ai: usize) {
+    let name = low.graph.nodes[ai].name.clone();
+    for slot in 0..3 {
+        let g = &low.graph;
+        let Some(ai) = g.nodes.iter().position(|n| n.name == name) else { return };
+        let producers = g.producers();
+        let consumers = g.consumers();
+        let Some(mut v) = g.nodes[ai].inputs.get(slot).copied().flatten() else { continue };
+        // Back through the operand's layout ops to the product.
+        while let Some(p) = producers[v] {
+            if layout_ops(g, &g.nodes[p]).is_none() {
+                break;
+            }
+            let Some(x) = g.nodes[p].inputs[0] else { break };
+            v = x;
+        }
+        let Some(gi) = producers[v].filter(|&p| row_wise_gemm(g, p)) else { continue };
+        let Some(a) = g.nodes[gi].inputs[0] else { continue };
+        let Some(ti) = producers[a] else { continue };
+        if row_permutation(&g.nodes[ti]).is_none() {
+            continue;
+        }
+        let Some(x) = g.nodes[ti].inputs[0] else { continue };
+        if consumers[a].len() != 1 || g.outputs.contains(&a) || !read_only_by_attentions(g, &consumers, v) {
+            continue;
+        }
+        let (Some(xs), Some(ys), Some(dtype)) =
+            (shape_of(g, x), shape_of(g, v), g.values[v].ty.as_ref().map(|t| t.dtype))
+        else {
+            continue;
+        };
+        let mut unpermuted = xs.clone();
+        *unpermuted.last_mut().expect("a row permutation has rank >= 1") = ys.last().cloned().unwrap_or_else(one);
+        let rows = low
+            .graph
+            .add_value(format!("{}/unpermuted", low.graph.values[v].name), Some(ValueType::new(dtype, unpermuted)));
+        let gemm = &mut low.graph.nodes[gi];
+        gemm.inputs[0] = Some(x);
+        gemm.outputs = vec![rows];
+        let mut t = low.graph.nodes[ti].clone();
+        t.name = format!("{}/after_{}", t.name, low.graph.nodes[gi].name);
+        t.inputs = vec![Some(rows)];
+        t.outputs = vec![v];
+        let class = low.node_class[ti];
+        insert_node(low, gi + 1, t, class);
+        remove_node(low, ti);
+    }
+}
+
+/// Output side: when the product reading attention `ai`'s output is row-wise and its result is
+/// only reshaped (rows regrouped) and row-permuted, the reshapes and the permutation move before
+/// the product, where the attention's output view absorbs them; a residual add of the permuted
+/// result then fuses into the product's epilogue.
+fn transposes_before_out_projection(low: &mut Lowered, ai: usize) {
+    let g = &low.graph;
+    let consumers = g.consumers();
+    // Forward from the attention output through its layout chain to the product.
+    let mut v = g.nodes[ai].outputs[0];
+    let gi = loop {
+        let [c] = consumers[v][..] else { return };
+        if g.outputs.contains(&v) {
+            return;
+        }
+        if row_wise_gemm(g, c) && g.nodes[c].inputs[0] == Some(v) {
+            break c;
+        }
+        if layout_ops(g, &g.nodes[c]).is_none() {
+            return;
+        }
+        v = g.nodes[c].outputs[0];
+    };
+    let a = v;
+    let (Some(a_shape), Some(dtype)) = (shape_of(g, a), g.values[a].ty.as_ref().map(|t| t.dtype)) else { return };
+    let k = a_shape.last().cloned().unwrap_or_else(one);
+    // After the product: single-reader reshapes keeping the last axis, then a row permutation.
+    let mut chain = Vec::new();
+    let mut w = g.nodes[gi].outputs[0];
+    let (ti, perm) = loop {
+        let [c] = consumers[w][..] else { return };
+        if g.outputs.contains(&w) {
+            return;
+        }
+        let node = &g.nodes[c];
+        if let Some(perm) = row_permutation(node) {
+            break (c, perm);
+        }
+        let (Some(ws), Some(os)) = (shape_of(g, w), shape_of(g, node.outputs[0])) else { return };
+        let keeps_rows_apart = node.op.downcast_ref::<shape::Reshape>().is_some() && ws.last() == os.last();
+        if !keeps_rows_apart {
+            return;
+        }
+        chain.push(c);
+        w = node.outputs[0];
+    };
+    let z = g.nodes[ti].outputs[0];
+    // Rebuild the chain on A: same row shapes, A's last axis.
+    let mut nodes = Vec::new();
+    let mut cur = a;
+    for &c in &chain {
+        let Some(mut rows) = shape_of(&low.graph, low.graph.nodes[c].outputs[0]) else { return };
+        *rows.last_mut().expect("rank >= 1") = k.clone();
+        let target: Option<Vec<i64>> = {
+            let unknown = rows.iter().filter(|d| !d.is_known()).count();
+            (unknown <= 1).then(|| rows.iter().map(|d| d.as_known().unwrap_or(-1)).collect())
+        };
+        let Some(target) = target else { return };
+        let out = low.graph.add_value(
+            format!("{}/rows", low.graph.values[low.graph.nodes[c].outputs[0]].name),
+            Some(ValueType::new(dtype, rows)),
+        );
+        let node = Node {
+            name: format!("{}/before_{}", low.graph.nodes[c].name, low.graph.nodes[gi].name),
+            op_type: "Reshape".into(),
+            domain: String::new(),
+            op: Box::new(shape::Reshape { allowzero: false, attr_shape: Some(target) }),
+            inputs: vec![Some(cur)],
+            outputs: vec![out],
+        };
+        nodes.push((node, low.node_class[c]));
+        cur = out;
+    }
+    let Some(cur_shape) = shape_of(&low.graph, cur) else { return };
+    if cur_shape.len() != perm.len() {
+        return;
+    }
+    let permuted: Vec<Dim> = perm.iter().map(|&p| cur_shape[p].clone()).collect();
+    let pv = low.graph.add_value(format!("{}/rows", low.graph.values[z].name), Some(ValueType::new(dtype, permuted)));
+    let mut t = low.graph.nodes[ti].clone();
+    t.name = format!("{}/before_{}", t.name, low.graph.nodes[gi].name);
+    t.inputs = vec![Some(cur)];
+    t.outputs = vec![pv];
+    nodes.push((t, low.node_class[ti]));
+    // The product reads the permuted rows and writes what the permutation wrote.
+    low.graph.nodes[gi].inputs[0] = Some(pv);
+    low.graph.nodes[gi].outputs = vec![z];
+    // Remove the old chain and permutation (after the product), then insert the new ones before it.
+    let mut old: Vec<usize> = chain.clone();
+    old.push(ti);
+    old.sort_unstable();
+    for &i in old.iter().rev() {
+        remove_node(low, i);
+    }
+    for (i, (node, class)) in nodes.into_iter().enumerate() {
+        insert_node(low, gi + i, node, class);
+    }
+    residual_into_product(low, z);
+}
+
+/// Fuses `add(z, r)` (a two-input elementwise add, in either order) into the product writing
+/// `z` as its residual, when the product has none and no activation, `z` has no other reader and
+/// `r` is ready before the product runs.
+fn residual_into_product(low: &mut Lowered, z: ValueId) {
+    let g = &low.graph;
+    let producers = g.producers();
+    let consumers = g.consumers();
+    let Some(gi) = producers[z] else { return };
+    let [ei] = consumers[z][..] else { return };
+    if g.outputs.contains(&z) {
+        return;
+    }
+    let Some(gemm) = g.nodes[gi].op.downcast_ref::<Gemm>() else { return };
+    if gemm.act.is_some() || g.nodes[gi].inputs.get(3).copied().flatten().is_some() {
+        return;
+    }
+    let Some(ew) = g.nodes[ei].op.downcast_ref::<Elementwise>() else { return };
+    let is_add = ew.num_inputs == 2
+        && matches!(&ew.expr, EwExpr::Binary(BinOp::Add, l, r)
+            if matches!((&**l, &**r), (EwExpr::Input(0), EwExpr::Input(1)) | (EwExpr::Input(1), EwExpr::Input(0))));
+    if !is_add {
+        return;
+    }
+    let Some(r) = g.nodes[ei].inputs.iter().flatten().copied().find(|&v| v != z) else { return };
+    if g.nodes[ei].inputs.iter().filter(|&&v| v == Some(z)).count() != 1 || shape_of(g, r) != shape_of(g, z) {
+        return;
+    }
+    if producers[r].is_some_and(|p| p > gi) {
+        return;
+    }
+    let out = g.nodes[ei].outputs[0];
+    let node = &mut low.graph.nodes[gi];
+    while node.inputs.len() < 4 {
+        node.inputs.push(None);
+    }
+    node.inputs[3] = Some(r);
+    node.outputs = vec![out];
+    low.absorbed.push((low.node_class[ei], low.node_class[gi]));
+    remove_node(low, ei);
+}
+
+/// Points attention `ai`'s mask at the input of the `Expand`s that made it (the kernel adds the
+/// mask through broadcast strides, so reading it unexpanded gives the same sums). Returns the
+/// `Expand` nodes looked through.
+fn mask_before_expand(g: &mut Graph, ai: usize) -> Vec<usize> {
+    let producers = g.producers();
+    let mut through = Vec::new();
+    while let Some(m) = g.nodes[ai].inputs.get(3).copied().flatten() {
+        let Some(e) = producers[m] else { break };
+        let en = &g.nodes[e];
+        if en.domain != "" || en.op.downcast_ref::<shape::Expand>().is_none() {
+            break;
+        }
+        let Some(x) = en.inputs[0] else { break };
+        let (Some(xs), Some(ms)) = (shape_of(g, x), shape_of(g, m)) else { break };
+        // Right-aligned, every axis of x is 1 or the expanded extent: a broadcast of the same
+        // values (Expand's own check; repeated so a malformed node is left alone).
+        let fits = xs.len() <= ms.len() && xs.iter().rev().zip(ms.iter().rev()).all(|(a, b)| *a == one() || a == b);
+        if !fits {
+            break;
+        }
+        g.nodes[ai].inputs[3] = Some(x);
+        through.push(e);
+    }
+    through
 }
 
 /// Keeps the nodes marked in `keep` (and their classes, index-aligned with them).

@@ -5,6 +5,7 @@ pub mod broadcast;
 pub mod dim;
 pub mod dtype;
 pub mod graph;
+pub mod index_views;
 pub mod infer;
 pub mod op;
 pub mod ops;

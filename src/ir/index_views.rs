@@ -1,0 +1,751 @@
+//! Index arithmetic that only re-addresses data: a `Gather` or `GatherND` whose indices are built
+//! from `Range`s (iotas) by broadcasting, scaling and adding reads its data in row-major order,
+//! so it is a `Reshape`; a logical `And` with an all-true constant (`Or` with an all-false one)
+//! only broadcasts its other operand; and an `Expand` read by one elementwise op whose other
+//! operands broadcast into the expanded tensor's input moves after that op, so the op runs on
+//! the small tensor (the mask's `Where(Expand(m), 0, -inf)` becomes `Expand(Where(m, 0, -inf))`,
+//! and the attention reads the broadcast through strides, see `crate::egraph::views`).
+//!
+//! Why: exporters build attention masks this way. Hugging Face BERT (transformers ≥ 4.48) makes
+//! the padding mask as `mask.flatten()[arange(B)[:,None,None,None]·S + arange(S)]` (TorchScript
+//! export: `Range → Unsqueeze → Mul → Add → Gather`) or as
+//! `GatherND(mask, concat(expand(arange(B)), expand(arange(S))))` (`torch.export`), then `And`s
+//! it with `arange(S) >= 0`. The ranges over the run-time batch never fold into constants, so
+//! each of these nodes was a kernel (five of BERT's seven mask kernels) for what is a view of
+//! `attention_mask`.
+//!
+//! The analysis tracks, for integer tensors, an affine map from coordinates to values
+//! (`value[p] = offset + Σ coeff[i]·p[i]`, coefficients and offset as dims, so `·S` stays
+//! symbolic). A gather is a reshape when its indices enumerate the gathered axes exactly once in
+//! row-major order: offset 0 and coefficients equal to the row-major strides of the index
+//! shape's non-unit axes, whose product is the gathered extent. Anything else is left alone:
+//! the pass only ever replaces a node by an equal view, it never guesses.
+
+use super::dim::Dim;
+use super::graph::{Graph, Node, Value, ValueId};
+use super::infer::infer_graph;
+use super::op::ValueType;
+use super::ops::arithmetic::{BinaryKind, BinaryOp};
+use super::ops::cast::CastOp;
+use super::ops::generator::Range;
+use super::ops::indexing::{Concat, Gather};
+use super::ops::logical::{CompareOp, LogicKind, LogicOp, WhereOp};
+use super::ops::scatter::GatherNd;
+use super::ops::shape::{Expand, Reshape};
+use super::tensor::Tensor;
+use super::DType;
+use crate::error::Result;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Constant index tensors up to this many elements are checked for an affine form.
+const MAX_CONST_SCAN: usize = 1 << 16;
+
+/// `value[p] = offset + Σ coeffs[i]·p[i]` over the tensor's coordinates `p`.
+#[derive(Clone, Debug, PartialEq)]
+struct Affine {
+    offset: Dim,
+    coeffs: Vec<Dim>,
+}
+
+impl Affine {
+    fn uniform(v: Dim, rank: usize) -> Affine {
+        Affine { offset: v, coeffs: vec![Dim::known(0); rank] }
+    }
+
+    fn is_uniform(&self) -> bool {
+        self.coeffs.iter().all(|c| *c == Dim::known(0))
+    }
+
+    /// The same values seen through a broadcast from `from` to `to` (right-aligned; an axis of
+    /// extent 1 repeats its single value, so its coefficient becomes 0).
+    fn broadcast(&self, from: &[Dim], to: &[Dim]) -> Option<Affine> {
+        let lead = to.len().checked_sub(from.len())?;
+        let mut coeffs = vec![Dim::known(0); to.len()];
+        for (i, d) in from.iter().enumerate() {
+            if *d != Dim::known(1) {
+                coeffs[lead + i] = self.coeffs[i].clone();
+            }
+        }
+        Some(Affine { offset: self.offset.clone(), coeffs })
+    }
+
+    fn scale(&self, k: &Dim) -> Affine {
+        Affine { offset: self.offset.mul(k), coeffs: self.coeffs.iter().map(|c| c.mul(k)).collect() }
+    }
+
+    fn add(&self, o: &Affine, negate: bool) -> Affine {
+        let f = |a: &Dim, b: &Dim| if negate { a.sub(b) } else { a.add(b) };
+        Affine {
+            offset: f(&self.offset, &o.offset),
+            coeffs: self.coeffs.iter().zip(&o.coeffs).map(|(a, b)| f(a, b)).collect(),
+        }
+    }
+}
+
+/// What the analysis knows of an integer value.
+#[derive(Clone, Debug)]
+enum Index {
+    Affine(Affine),
+    /// GatherND-style index tuples: the last axis (extent `len()`) enumerates components, each
+    /// affine over the leading axes.
+    Tuple(Vec<Affine>),
+}
+
+/// Statistics of one run, for tests and reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IndexViewStats {
+    /// `Gather` / `GatherND` nodes that became `Reshape`s.
+    pub gathers: usize,
+    /// `And` / `Or` nodes with a neutral constant that became their other operand.
+    pub logic: usize,
+    /// `Expand` nodes moved after the elementwise op reading them.
+    pub sunk_expands: usize,
+}
+
+/// Rewrites the gathers and logic ops described in the module docs, then infers the graph again
+/// (which removes the index subgraphs nothing reads any more).
+pub fn simplify(g: &mut Graph) -> Result<IndexViewStats> {
+    let mut stats = IndexViewStats::default();
+    let mut known: BTreeMap<ValueId, Index> = BTreeMap::new();
+    let mut renames: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    for n in 0..g.nodes.len() {
+        for i in 0..g.nodes[n].inputs.len() {
+            if let Some(v) = g.nodes[n].inputs[i] {
+                if let Some(&to) = renames.get(&v) {
+                    g.nodes[n].inputs[i] = Some(to);
+                }
+            }
+        }
+        if let Some(idx) = index_of_node(g, &g.nodes[n], &known) {
+            known.insert(g.nodes[n].outputs[0], idx);
+            continue;
+        }
+        if let Some((data, shape)) = gather_as_reshape(g, &g.nodes[n], &known) {
+            let name = format!("{}/index_view_shape", g.nodes[n].name);
+            let shape_v = add_constant(g, name, Tensor::from_i64s(&[shape.len()], shape));
+            let node = &mut g.nodes[n];
+            node.op = Box::new(Reshape { allowzero: false, attr_shape: None });
+            node.op_type = "Reshape".into();
+            node.domain = String::new();
+            node.inputs = vec![Some(data), Some(shape_v)];
+            stats.gathers += 1;
+            continue;
+        }
+        if let Some(rewrite) = neutral_logic(g, &g.nodes[n]) {
+            match rewrite {
+                Neutral::Same(x) => {
+                    let out = g.nodes[n].outputs[0];
+                    if g.outputs.contains(&out) {
+                        // A graph output keeps its name: broadcast to its own shape.
+                        let shape = vec![1i64; g.ty(x).shape.len()];
+                        expand_node(g, n, x, shape);
+                    } else {
+                        renames.insert(out, x);
+                    }
+                }
+                Neutral::Broadcast(x, shape) => expand_node(g, n, x, shape),
+            }
+            stats.logic += 1;
+        }
+    }
+    for o in g.outputs.iter_mut() {
+        if let Some(&to) = renames.get(o) {
+            *o = to;
+        }
+    }
+    if stats != IndexViewStats::default() {
+        infer_graph(g)?;
+    }
+    // One step at a time: sinking an Expand can put it in front of the next elementwise op.
+    // Each step removes an Expand from an op's inputs or moves one further down a finite
+    // graph, so the loop ends.
+    loop {
+        let sunk = sink_expands(g);
+        if sunk == 0 {
+            break;
+        }
+        stats.sunk_expands += sunk;
+        infer_graph(g)?;
+    }
+    Ok(stats)
+}
+
+/// Elementwise ops an `Expand` can move after: they broadcast their operands, so
+/// `op(Expand(x, s), y…) = Expand(op(x, y…), s)` for any shapes (broadcasting is associative).
+fn is_elementwise(node: &Node) -> bool {
+    node.domain.is_empty()
+        && (node.op.downcast_ref::<BinaryOp>().is_some()
+            || node.op.downcast_ref::<CastOp>().is_some()
+            || node.op.downcast_ref::<WhereOp>().is_some()
+            || node.op.downcast_ref::<LogicOp>().is_some()
+            || node.op.downcast_ref::<CompareOp>().is_some())
+}
+
+/// One step of moving `Expand`s out of the way of the ops reading them, or 0 when none can:
+/// - an elementwise op whose result has the same shape without the expansion (its other
+///   operands are as large) reads the Expand's input instead;
+/// - an `Expand(x, s)` whose only reader is an elementwise op whose other operands broadcast
+///   into `x` moves after that op, so the op runs on the small tensor;
+/// - `Gather(data, Expand(i, s), axis 0)` becomes `Expand(Gather(data, i), s ++ [1…])` (each
+///   gathered row is the same row repeated), which folds when data and `i` are constants (BERT's
+///   token-type embeddings of the all-zero `token_type_ids` buffer).
+///
+/// The caller infers the graph again after each step (producers and consumers change).
+fn sink_expands(g: &mut Graph) -> usize {
+    let producers = g.producers();
+    let consumers = g.consumers();
+    let expand_of = |v: Option<ValueId>| -> Option<(usize, ValueId, ValueId)> {
+        let v = v?;
+        let e = producers[v]?;
+        let en = &g.nodes[e];
+        if !en.domain.is_empty() || en.op.downcast_ref::<Expand>().is_none() {
+            return None;
+        }
+        Some((e, en.inputs.first().copied().flatten()?, en.inputs.get(1).copied().flatten()?))
+    };
+    for w in 0..g.nodes.len() {
+        if g.nodes[w].outputs.len() != 1 {
+            continue;
+        }
+        if let Some(gather) = g.nodes[w].op.downcast_ref::<Gather>() {
+            let Some((_, idx, s)) = expand_of(g.nodes[w].inputs.get(1).copied().flatten()) else { continue };
+            let Some(data) = g.nodes[w].inputs[0] else { continue };
+            let Some(rank) = shape(g, data).map(<[Dim]>::len) else { continue };
+            if gather.axis != 0 || !g.nodes[w].domain.is_empty() {
+                continue;
+            }
+            let name = g.nodes[w].name.clone();
+            let small = new_value(g, format!("{name}/unexpanded"));
+            let ones = add_constant(g, format!("{name}/row_ones"), Tensor::from_i64s(&[rank - 1], vec![1; rank - 1]));
+            let target = new_value(g, format!("{name}/expand_shape"));
+            let out = g.nodes[w].outputs[0];
+            let mut gather_node = g.nodes[w].clone();
+            gather_node.inputs[1] = Some(idx);
+            gather_node.outputs = vec![small];
+            let concat = Node {
+                name: format!("{name}/expand_shape"),
+                op_type: "Concat".into(),
+                domain: String::new(),
+                op: Box::new(Concat { axis: 0 }),
+                inputs: vec![Some(s), Some(ones)],
+                outputs: vec![target],
+            };
+            let expand = Node {
+                name: format!("{name}/expand"),
+                op_type: "Expand".into(),
+                domain: String::new(),
+                op: Box::new(Expand),
+                inputs: vec![Some(small), Some(target)],
+                outputs: vec![out],
+            };
+            g.nodes[w] = gather_node;
+            g.nodes.splice(w + 1..w + 1, [concat, expand]);
+            return 1;
+        }
+        if !is_elementwise(&g.nodes[w]) {
+            continue;
+        }
+        let shapes: Option<Vec<Vec<Dim>>> =
+            g.nodes[w].inputs.iter().map(|v| v.and_then(|v| shape(g, v).map(<[Dim]>::to_vec))).collect();
+        let (Some(shapes), Some(out_shape)) = (shapes, shape(g, g.nodes[w].outputs[0]).map(<[Dim]>::to_vec)) else {
+            continue;
+        };
+        for slot in 0..shapes.len() {
+            let Some((e, x, s)) = expand_of(g.nodes[w].inputs[slot]) else { continue };
+            let Some(xshape) = shape(g, x).map(<[Dim]>::to_vec) else { continue };
+            let mut all: Vec<&[Dim]> = vec![&xshape];
+            all.extend(shapes.iter().enumerate().filter(|&(i, _)| i != slot).map(|(_, s)| s.as_slice()));
+            let Ok(b) = super::broadcast::broadcast_shapes(&all) else { continue };
+            if b == out_shape {
+                g.nodes[w].inputs[slot] = Some(x);
+                return 1;
+            }
+            let ev = g.nodes[e].outputs[0];
+            if b != xshape || consumers[ev].len() != 1 || g.outputs.contains(&ev) {
+                continue;
+            }
+            // w reads x directly and writes a new small value; the Expand follows it and writes
+            // w's old output. Both sit where w was (every input of w is ready there, and the
+            // Expand's shape input was ready before e < w); e's slot goes.
+            let out = g.nodes[w].outputs[0];
+            let small = new_value(g, format!("{}/before_expand", g.values[out].name));
+            let mut op_node = g.nodes[w].clone();
+            op_node.inputs[slot] = Some(x);
+            op_node.outputs = vec![small];
+            let mut expand_node = g.nodes[e].clone();
+            expand_node.inputs = vec![Some(small), Some(s)];
+            expand_node.outputs = vec![out];
+            g.nodes[w] = op_node;
+            g.nodes.insert(w + 1, expand_node);
+            g.nodes.remove(e);
+            return 1;
+        }
+    }
+    0
+}
+
+/// A new value without a type yet (inference gives it one).
+fn new_value(g: &mut Graph, name: String) -> ValueId {
+    g.values.push(Value { name, ty: None, konst: None, sym: None });
+    g.values.len() - 1
+}
+
+fn add_constant(g: &mut Graph, name: String, t: Tensor) -> ValueId {
+    let ty = ValueType::new(t.dtype(), super::dim::dims_of(t.shape()));
+    g.values.push(Value { name, ty: Some(ty), konst: Some(Arc::new(t)), sym: None });
+    g.values.len() - 1
+}
+
+/// Turns node `n` into `Expand(x, shape)`.
+fn expand_node(g: &mut Graph, n: usize, x: ValueId, shape: Vec<i64>) {
+    let name = format!("{}/index_view_shape", g.nodes[n].name);
+    let shape_v = add_constant(g, name, Tensor::from_i64s(&[shape.len()], shape));
+    let node = &mut g.nodes[n];
+    node.op = Box::new(Expand);
+    node.op_type = "Expand".into();
+    node.domain = String::new();
+    node.inputs = vec![Some(x), Some(shape_v)];
+}
+
+fn shape(g: &Graph, v: ValueId) -> Option<&[Dim]> {
+    g.values[v].ty.as_ref().map(|t| t.shape.as_slice())
+}
+
+/// The affine form of an integer value: a tracked one, a scalar whose value is known (a
+/// constant or a symbolic dim such as `Shape(x)[1]`), or a small constant that happens to be
+/// affine (a folded `arange(S)`).
+fn affine_of(g: &Graph, v: ValueId, known: &BTreeMap<ValueId, Index>) -> Option<Affine> {
+    if let Some(Index::Affine(a)) = known.get(&v) {
+        return Some(a.clone());
+    }
+    let val = &g.values[v];
+    let ty = val.ty.as_ref()?;
+    if !ty.dtype.is_int() {
+        return None;
+    }
+    let rank = ty.shape.len();
+    if let Some(s) = &val.sym {
+        if s.len() == 1 && ty.shape.iter().all(|d| *d == Dim::known(1)) {
+            return Some(Affine::uniform(s[0].clone(), rank));
+        }
+    }
+    let k = val.konst.as_ref()?;
+    if k.len() == 0 || k.len() > MAX_CONST_SCAN {
+        return None;
+    }
+    affine_constant(k)
+}
+
+/// The affine form of a constant, when its values are one.
+fn affine_constant(k: &Tensor) -> Option<Affine> {
+    let vals = k.to_i64_vec();
+    let shape = k.shape();
+    let mut strides = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    let offset = vals[0];
+    let coeffs: Vec<i64> = (0..shape.len())
+        .map(|i| if shape[i] > 1 { vals[strides[i]].checked_sub(offset) } else { Some(0) })
+        .collect::<Option<_>>()?;
+    for (flat, &v) in vals.iter().enumerate() {
+        let mut expect = offset;
+        for i in 0..shape.len() {
+            expect = expect.checked_add(coeffs[i].checked_mul(((flat / strides[i]) % shape[i]) as i64)?)?;
+        }
+        if expect != v {
+            return None;
+        }
+    }
+    Some(Affine { offset: Dim::known(offset), coeffs: coeffs.into_iter().map(Dim::known).collect() })
+}
+
+/// The index form of a node's single output, from its inputs' forms.
+fn index_of_node(g: &Graph, node: &Node, known: &BTreeMap<ValueId, Index>) -> Option<Index> {
+    if node.outputs.len() != 1 {
+        return None;
+    }
+    let out = node.outputs[0];
+    let out_ty = g.values[out].ty.as_ref()?;
+    if !out_ty.dtype.is_int() {
+        return None;
+    }
+    let out_shape = &out_ty.shape;
+    let input = |i: usize| node.inputs.get(i).copied().flatten();
+    let op = &node.op;
+    if op.downcast_ref::<Range>().is_some() {
+        let start = affine_of(g, input(0)?, known)?;
+        let delta = affine_of(g, input(2)?, known)?;
+        if !start.is_uniform() || !delta.is_uniform() {
+            return None;
+        }
+        return Some(Index::Affine(Affine { offset: start.offset, coeffs: vec![delta.offset] }));
+    }
+    if let Some(b) = op.downcast_ref::<BinaryOp>() {
+        let (x, y) = (input(0)?, input(1)?);
+        let ax = affine_of(g, x, known)?.broadcast(shape(g, x)?, out_shape)?;
+        let ay = affine_of(g, y, known)?.broadcast(shape(g, y)?, out_shape)?;
+        return match b.kind {
+            BinaryKind::Add => Some(Index::Affine(ax.add(&ay, false))),
+            BinaryKind::Sub => Some(Index::Affine(ax.add(&ay, true))),
+            BinaryKind::Mul if ay.is_uniform() => Some(Index::Affine(ax.scale(&ay.offset))),
+            BinaryKind::Mul if ax.is_uniform() => Some(Index::Affine(ay.scale(&ax.offset))),
+            _ => None,
+        };
+    }
+    let x = input(0)?;
+    let in_shape = shape(g, x)?;
+    if op.downcast_ref::<CastOp>().is_some() {
+        return known.get(&x).cloned().or_else(|| affine_of(g, x, known).map(Index::Affine));
+    }
+    if op.downcast_ref::<Expand>().is_some() {
+        return match known.get(&x) {
+            Some(Index::Tuple(_)) => None,
+            _ => Some(Index::Affine(affine_of(g, x, known)?.broadcast(in_shape, out_shape)?)),
+        };
+    }
+    if matches!(node.op_type.as_str(), "Unsqueeze" | "Squeeze" | "Reshape" | "Identity") && node.domain.is_empty() {
+        // Only views that insert or remove unit axes keep the coordinates' meaning.
+        let a = affine_of(g, x, known)?;
+        return regroup_unit_axes(&a, in_shape, out_shape).map(Index::Affine);
+    }
+    if let Some(c) = op.downcast_ref::<Concat>() {
+        let rank = out_shape.len() as i64;
+        if c.axis != -1 && c.axis != rank - 1 {
+            return None;
+        }
+        let mut comps = Vec::new();
+        for v in node.inputs.iter().flatten() {
+            let s = shape(g, *v)?;
+            match known.get(v) {
+                Some(Index::Tuple(t)) => comps.extend(t.iter().cloned()),
+                _ if s.last() == Some(&Dim::known(1)) => {
+                    let a = affine_of(g, *v, known)?;
+                    comps.push(Affine { offset: a.offset, coeffs: a.coeffs[..a.coeffs.len() - 1].to_vec() });
+                }
+                _ => return None,
+            }
+        }
+        return Some(Index::Tuple(comps));
+    }
+    None
+}
+
+/// `a` seen through a view that only inserts or removes extent-1 axes, or `None` for any other
+/// view.
+fn regroup_unit_axes(a: &Affine, from: &[Dim], to: &[Dim]) -> Option<Affine> {
+    let one = Dim::known(1);
+    let src: Vec<usize> = (0..from.len()).filter(|&i| from[i] != one).collect();
+    let dst: Vec<usize> = (0..to.len()).filter(|&i| to[i] != one).collect();
+    if src.len() != dst.len() || src.iter().zip(&dst).any(|(&i, &j)| from[i] != to[j]) {
+        return None;
+    }
+    let mut coeffs = vec![Dim::known(0); to.len()];
+    for (&i, &j) in src.iter().zip(&dst) {
+        coeffs[j] = a.coeffs[i].clone();
+    }
+    Some(Affine { offset: a.offset.clone(), coeffs })
+}
+
+/// The index axes a component enumerates, when it is the row-major flat index over a run of
+/// consecutive non-unit axes of `shape` whose extents multiply to `extent`: `Some(run)`, with
+/// every other non-unit axis' coefficient zero.
+fn row_major_run(a: &Affine, shape: &[Dim], extent: &Dim) -> Option<Vec<usize>> {
+    if a.offset != Dim::known(0) {
+        return None;
+    }
+    let zero = Dim::known(0);
+    let one = Dim::known(1);
+    let non_unit: Vec<usize> = (0..shape.len()).filter(|&i| shape[i] != one).collect();
+    let run: Vec<usize> = non_unit.iter().copied().filter(|&i| a.coeffs[i] != zero).collect();
+    // `run` is a subsequence of `non_unit`; it is consecutive there when its ends are as far
+    // apart as it is long.
+    if let (Some(first), Some(last)) = (run.first(), run.last()) {
+        let p0 = non_unit.iter().position(|i| i == first)?;
+        let p1 = non_unit.iter().position(|i| i == last)?;
+        if p1 - p0 + 1 != run.len() {
+            return None;
+        }
+    }
+    let mut stride = one.clone();
+    for &i in run.iter().rev() {
+        if a.coeffs[i] != stride {
+            return None;
+        }
+        stride = stride.mul(&shape[i]);
+    }
+    (stride == *extent).then_some(run)
+}
+
+/// `(data, target shape)` when node is a Gather / GatherND that reads its data in row-major
+/// order; the target shape is a constant with at most one `-1` (a Reshape's shape input).
+fn gather_as_reshape(g: &Graph, node: &Node, known: &BTreeMap<ValueId, Index>) -> Option<(ValueId, Vec<i64>)> {
+    let (data, idx) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
+    let dshape = shape(g, data)?.to_vec();
+    let ishape = shape(g, idx)?.to_vec();
+    let out_shape = shape(g, node.outputs[0])?.to_vec();
+    if let Some(gather) = node.op.downcast_ref::<Gather>() {
+        let rank = dshape.len() as i64;
+        let axis = if gather.axis < 0 { gather.axis + rank } else { gather.axis };
+        let axis = usize::try_from(axis).ok().filter(|&a| a < dshape.len())?;
+        let a = affine_of(g, idx, known)?;
+        row_major_run(&a, &ishape, &dshape[axis])?;
+    } else if let Some(nd) = node.op.downcast_ref::<GatherNd>() {
+        let Some(Index::Tuple(comps)) = known.get(&idx) else { return None };
+        let lead = &ishape[..ishape.len() - 1];
+        if nd.batch_dims != 0 || comps.len() > dshape.len() || ishape.last() != Some(&Dim::from(comps.len())) {
+            return None;
+        }
+        let one = Dim::known(1);
+        let mut covered = Vec::new();
+        for (k, c) in comps.iter().enumerate() {
+            covered.extend(row_major_run(c, lead, &dshape[k])?);
+        }
+        let non_unit: Vec<usize> = (0..lead.len()).filter(|&i| lead[i] != one).collect();
+        if covered != non_unit {
+            return None;
+        }
+    } else {
+        return None;
+    }
+    Some((data, reshape_target(&out_shape)?))
+}
+
+/// A Reshape shape input for `shape`: known dims as numbers, at most one symbolic dim as `-1`
+/// (a zero would mean "copy the input's dim" to Reshape, so a zero-sized dim is left alone).
+fn reshape_target(shape: &[Dim]) -> Option<Vec<i64>> {
+    let mut unknown = 0;
+    let t: Vec<i64> = shape
+        .iter()
+        .map(|d| match d.as_known() {
+            Some(0) => None,
+            Some(v) => Some(v),
+            None => {
+                unknown += 1;
+                Some(-1)
+            }
+        })
+        .collect::<Option<_>>()?;
+    (unknown <= 1).then_some(t)
+}
+
+enum Neutral {
+    /// The node is its operand `x` (same shape).
+    Same(ValueId),
+    /// The node is its operand broadcast by `Expand(x, shape)`.
+    Broadcast(ValueId, Vec<i64>),
+}
+
+/// `And(x, all-true)` / `Or(x, all-false)` in either order.
+fn neutral_logic(g: &Graph, node: &Node) -> Option<Neutral> {
+    let op = node.op.downcast_ref::<LogicOp>()?;
+    let neutral = match op.kind {
+        LogicKind::And => true,
+        LogicKind::Or => false,
+        LogicKind::Xor => return None,
+    };
+    let (a, b) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
+    let is_neutral = |v: ValueId| {
+        g.values[v]
+            .konst
+            .as_ref()
+            .is_some_and(|k| k.dtype() == DType::Bool && k.as_bool().is_some_and(|t| t.iter().all(|&e| e == neutral)))
+    };
+    let (x, c) = if is_neutral(b) {
+        (a, b)
+    } else if is_neutral(a) {
+        (b, a)
+    } else {
+        return None;
+    };
+    let out = shape(g, node.outputs[0])?;
+    if shape(g, x)? == out {
+        return Some(Neutral::Same(x));
+    }
+    let cshape: Vec<i64> = g.values[c].konst.as_ref()?.shape().iter().map(|&d| d as i64).collect();
+    Some(Neutral::Broadcast(x, cshape))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::attr::Attr;
+    use crate::ir::ops::testutil::GraphBuilder;
+
+    fn ints(v: &[i64]) -> Tensor {
+        Tensor::from_i64s(&[v.len()], v.to_vec())
+    }
+
+    fn scalar(v: i64) -> Tensor {
+        Tensor::from_i64s(&[], vec![v])
+    }
+
+    /// A 0/1 mask `[b, s]` with a pattern that differs per row.
+    fn mask(b: usize, s: usize) -> Tensor {
+        Tensor::from_i64s(&[b, s], (0..b * s).map(|i| ((i * 7 + i / s) % 3 != 0) as i64).collect())
+    }
+
+    /// Simplifies a copy of `b`'s graph, checks both compute the same outputs at `mask [2, 5]`
+    /// and returns the stats and the op types left.
+    fn simplified(b: GraphBuilder) -> (IndexViewStats, Vec<String>) {
+        let mut g = b.g;
+        infer_graph(&mut g).unwrap();
+        let mut s = g.clone();
+        let stats = simplify(&mut s).unwrap();
+        let inputs: BTreeMap<String, Tensor> = [("mask".to_string(), mask(2, 5))].into();
+        let want = crate::reference::run(&g, &inputs).unwrap();
+        let got = crate::reference::run(&s, &inputs).unwrap();
+        assert_eq!(want.len(), got.len());
+        for ((n, w), (_, o)) in want.iter().zip(&got) {
+            assert_eq!(w.shape(), o.shape(), "{n}");
+            assert_eq!(w.to_f64_vec(), o.to_f64_vec(), "{n}");
+        }
+        (stats, s.nodes.iter().map(|n| n.op_type.clone()).collect())
+    }
+
+    /// `arange(B)[:, None, None, None] * S + arange(S)` as the TorchScript export of Hugging Face
+    /// BERT builds it, with the row factor `times` and the first batch index `from`.
+    fn torchscript_mask(times_plus: i64, from: i64) -> GraphBuilder {
+        let mut b = GraphBuilder::new(17);
+        let m = b.input("mask", DType::I64, "B,5");
+        let cast = b.node("Cast", vec![("to", Attr::Int(9))], &[m], 1)[0];
+        let flat = b.node("Flatten", vec![("axis", Attr::Int(2))], &[cast], 1)[0];
+        let shape = b.node("Shape", vec![], &[m], 1)[0];
+        let (k0, k1, k_from) = (b.konst("k0", scalar(0)), b.konst("k1", scalar(1)), b.konst("from", scalar(from)));
+        let batch = b.node("Gather", vec![], &[shape, k0], 1)[0];
+        let seq = b.node("Gather", vec![], &[shape, k1], 1)[0];
+        let rows = b.node("Range", vec![], &[k_from, batch, k1], 1)[0];
+        let axes = b.konst("axes", ints(&[1, 2, 3]));
+        let rows = b.node("Unsqueeze", vec![], &[rows, axes], 1)[0];
+        let extra = b.konst("extra", scalar(times_plus));
+        let factor = b.node("Add", vec![], &[seq, extra], 1)[0];
+        let rows = b.node("Mul", vec![], &[rows, factor], 1)[0];
+        let k_start = b.konst("k_start", scalar(0));
+        let cols = b.node("Range", vec![], &[k_start, seq, k1], 1)[0];
+        let axes3 = b.konst("axes3", ints(&[0, 1, 2]));
+        let cols = b.node("Unsqueeze", vec![], &[cols, axes3], 1)[0];
+        let idx = b.node("Add", vec![], &[rows, cols], 1)[0];
+        let picked = b.node("Gather", vec![("axis", Attr::Int(0))], &[flat, idx], 1)[0];
+        let out = b.node("Cast", vec![("to", Attr::Int(1))], &[picked], 1)[0];
+        b.g.outputs.push(out);
+        b
+    }
+
+    #[test]
+    fn a_gather_through_row_major_iota_indices_becomes_a_reshape() {
+        let (stats, ops) = simplified(torchscript_mask(0, 0));
+        assert_eq!(stats.gathers, 1, "{ops:?}");
+        assert!(
+            !ops.iter().any(|o| o == "Gather" || o == "Range" || o == "Mul"),
+            "the index arithmetic is gone: {ops:?}"
+        );
+        assert!(ops.iter().any(|o| o == "Reshape"), "{ops:?}");
+    }
+
+    #[test]
+    fn gathers_that_skip_or_shift_rows_stay() {
+        // `b·(S+1) + s` skips elements; `(b+1)·S + s` starts a row late (and reads out of range
+        // for the last row, which the reference executor rejects, so only the stats are checked).
+        let mut b = torchscript_mask(1, 0);
+        infer_graph(&mut b.g).unwrap();
+        assert_eq!(simplify(&mut b.g).unwrap().gathers, 0);
+        let mut b = torchscript_mask(0, 1);
+        infer_graph(&mut b.g).unwrap();
+        assert_eq!(simplify(&mut b.g).unwrap().gathers, 0);
+    }
+
+    /// `GatherND(mask, concat(expand(arange(B)[:,None,None,None]), expand(arange(S))))`, as the
+    /// `torch.export` exporter writes it, with the components in `order`.
+    fn dynamo_mask(swap: bool) -> GraphBuilder {
+        let mut b = GraphBuilder::new(18);
+        let m = b.input("mask", DType::I64, "B,5");
+        let cast = b.node("Cast", vec![("to", Attr::Int(9))], &[m], 1)[0];
+        let shape = b.node("Shape", vec![], &[m], 1)[0];
+        let (k0, k1) = (b.konst("k0", scalar(0)), b.konst("k1", scalar(1)));
+        let batch = b.node("Gather", vec![], &[shape, k0], 1)[0];
+        let seq = b.node("Gather", vec![], &[shape, k1], 1)[0];
+        let rows = b.node("Range", vec![], &[k0, batch, k1], 1)[0];
+        let cols = b.node("Range", vec![], &[k0, seq, k1], 1)[0];
+        let a123 = b.konst("a123", ints(&[1, 2, 3]));
+        let a012 = b.konst("a012", ints(&[0, 1, 2]));
+        let rows = b.node("Unsqueeze", vec![], &[rows, a123], 1)[0];
+        let cols = b.node("Unsqueeze", vec![], &[cols, a012], 1)[0];
+        let both = b.node("Max", vec![], &[rows, cols], 1)[0];
+        let target = b.node("Shape", vec![], &[both], 1)[0];
+        let rows = b.node("Expand", vec![], &[rows, target], 1)[0];
+        let cols = b.node("Expand", vec![], &[cols, target], 1)[0];
+        let last = b.konst("last", ints(&[-1]));
+        let rows = b.node("Unsqueeze", vec![], &[rows, last], 1)[0];
+        let cols = b.node("Unsqueeze", vec![], &[cols, last], 1)[0];
+        let parts = if swap { [cols, rows] } else { [rows, cols] };
+        let idx = b.node("Concat", vec![("axis", Attr::Int(-1))], &parts, 1)[0];
+        let picked = b.node("GatherND", vec![], &[cast, idx], 1)[0];
+        let out = b.node("Cast", vec![("to", Attr::Int(1))], &[picked], 1)[0];
+        b.g.outputs.push(out);
+        b
+    }
+
+    #[test]
+    fn a_gather_nd_through_iota_tuples_becomes_a_reshape() {
+        let (stats, ops) = simplified(dynamo_mask(false));
+        assert_eq!(stats.gathers, 1, "{ops:?}");
+        assert!(!ops.iter().any(|o| o == "GatherND" || o == "Range" || o == "Concat"), "{ops:?}");
+        // Components in the other order read the transpose: not a reshape.
+        let mut b = dynamo_mask(true);
+        infer_graph(&mut b.g).unwrap();
+        assert_eq!(simplify(&mut b.g).unwrap().gathers, 0);
+    }
+
+    #[test]
+    fn logic_with_a_neutral_constant_is_its_operand_and_expands_sink_below_elementwise_ops() {
+        // where(and(m, true[1,1,S,1]) expanded to [B,1,S,S], 0, -1e9): the And becomes a
+        // broadcast of m, the Where runs on [B,1,1,S] and the Expand moves after it.
+        let mut b = GraphBuilder::new(17);
+        let m = b.input("mask", DType::I64, "B,5");
+        let cast = b.node("Cast", vec![("to", Attr::Int(9))], &[m], 1)[0];
+        let axes = b.konst("axes", ints(&[1, 2]));
+        let m4 = b.node("Unsqueeze", vec![], &[cast, axes], 1)[0];
+        let all_true = b.konst("t", Tensor::from_i64s(&[1, 1, 5, 1], vec![1; 5]).cast(DType::Bool));
+        let and = b.node("And", vec![], &[all_true, m4], 1)[0];
+        let shape = b.node("Shape", vec![], &[and], 1)[0];
+        let full = b.node("Expand", vec![], &[and, shape], 1)[0];
+        let (zero, neg) =
+            (b.konst("zero", Tensor::from_f32s(&[], vec![0.0])), b.konst("neg", Tensor::from_f32s(&[], vec![-1e9])));
+        let w = b.node("Where", vec![], &[full, zero, neg], 1)[0];
+        b.g.outputs.push(w);
+        let mut g = b.g.clone();
+        infer_graph(&mut g).unwrap();
+        let (stats, ops) = simplified(b);
+        assert_eq!(stats.logic, 1, "{ops:?}");
+        assert!(stats.sunk_expands >= 1, "{stats:?} {ops:?}");
+        assert!(!ops.iter().any(|o| o == "And"), "{ops:?}");
+        let wi = ops.iter().position(|o| o == "Where").unwrap();
+        assert!(ops[wi + 1..].iter().any(|o| o == "Expand"), "the Where runs before the broadcast: {ops:?}");
+        // An Xor with the same constant is not neutral.
+        let xor = g.nodes.iter_mut().find(|n| n.op_type == "And").unwrap();
+        xor.op = Box::new(LogicOp { kind: LogicKind::Xor });
+        assert_eq!(simplify(&mut g).unwrap().logic, 0);
+    }
+
+    #[test]
+    fn a_gather_of_an_expanded_index_gathers_first() {
+        // Token-type embeddings of an all-zero buffer expanded to [B, S]: the gathered rows fold
+        // into a constant and the Add reads it through broadcasting.
+        let mut b = GraphBuilder::new(17);
+        let m = b.input("mask", DType::I64, "B,5");
+        let table = b.konst("table", Tensor::from_f32s(&[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        let ids = b.konst("ids", Tensor::from_i64s(&[1, 5], vec![0, 1, 0, 1, 1]));
+        let shape = b.node("Shape", vec![], &[m], 1)[0];
+        let ids = b.node("Expand", vec![], &[ids, shape], 1)[0];
+        let rows = b.node("Gather", vec![], &[table, ids], 1)[0];
+        let x = b.node("Cast", vec![("to", Attr::Int(1))], &[m], 1)[0];
+        let axes = b.konst("axes", ints(&[2]));
+        let x = b.node("Unsqueeze", vec![], &[x, axes], 1)[0];
+        let y = b.node("Add", vec![], &[x, rows], 1)[0];
+        b.g.outputs.push(y);
+        let (stats, ops) = simplified(b);
+        assert!(stats.sunk_expands >= 2, "{stats:?} {ops:?}");
+        assert!(!ops.iter().any(|o| o == "Gather" || o == "Expand"), "{ops:?}");
+    }
+}
