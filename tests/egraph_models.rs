@@ -146,13 +146,14 @@ fn fired(r: &ExplainReport, phase: &str) -> BTreeMap<String, usize> {
 /// `epilogue_acts`, which counts for both layout.rules and fusion.rules.
 #[test]
 fn every_rule_fires_on_its_rule_model() {
-    // Every rule, the opt-in attention rules included.
-    let opts = OptimizeOptions::pipeline(true).expect("embedded rules load");
+    // Every rule, the opt-in attention and squeeze-excite rules included.
+    let opts = OptimizeOptions::pipeline(true).and_then(|o| o.with_squeeze_excite(true)).expect("embedded rules load");
     let mut missing = Vec::new();
     for (file, models) in [
         ("cleanup", &["cleanup"][..]),
         ("layout", &["layout", "epilogue_acts"][..]),
         ("fusion", &["fusion", "epilogue_acts", "attention"][..]),
+        ("squeeze-excite", &["squeeze_excite"][..]),
     ] {
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
         for m in models {
@@ -164,7 +165,7 @@ fn every_rule_fires_on_its_rule_model() {
         assert!(!counts.is_empty(), "{file}: no phase named {file}");
         for (rule, n) in &counts {
             if *n == 0 {
-                missing.push(format!("{file}.rules: {rule}"));
+                missing.push(format!("{}.rules: {rule}", file.replace('-', "_")));
             }
         }
     }
@@ -420,4 +421,46 @@ fn attention_blocks_fuse_into_one_kernel_each() {
     let unfused = check("onnx_models/rules/attention.onnx", &OptimizeOptions::pipeline(false).unwrap(), 1e-5);
     assert_eq!(unfused.kernels_after.get("attention"), None, "{unfused}");
     assert_eq!(unfused.kernels_after.get("softmax"), Some(&8), "{unfused}");
+}
+
+/// onnx_models/rules/squeeze_excite.onnx: an EfficientNet-style block (SiLU, Sigmoid gate,
+/// `scale * x`, squeeze width 6) and a MobileNetV3-style one (ReLU, HardSigmoid, `x * scale`,
+/// no bias on the first layer) each get one squeeze-excite scale kernel in place of their
+/// pooling and two 1x1 convolutions, with `--squeeze-excite fused`; the pooled scale that
+/// multiplies another tensor stays a pooling and two convolutions; the results match the
+/// original within 1e-5 (symbolic batch, 2 images). Unfused, nothing changes.
+#[test]
+fn squeeze_excite_blocks_fuse_into_one_scale_kernel_each() {
+    let path = "onnx_models/rules/squeeze_excite.onnx";
+    let fused_opts = OptimizeOptions::standard().and_then(|o| o.with_squeeze_excite(true)).unwrap();
+    let fused = check(path, &fused_opts, 1e-5);
+    assert_eq!(fused.kernels_after.get("squeeze_excite"), Some(&2), "{fused}");
+    // Left: the third block's pooling and the final layout transform.
+    assert_eq!(fused.kernels_after.get("pool"), Some(&1), "{fused}");
+    let scales: Vec<_> = fused.fusions.iter().filter(|f| f.kernel == "squeeze_excite").collect();
+    assert_eq!(scales.len(), 2, "{fused}");
+    // The pooling, two Convs, the activation (Sigmoid + Mul for SiLU) and the gate; the
+    // product with x is the elementwise kernel's.
+    let details: Vec<(&str, usize)> = scales.iter().map(|f| (f.detail.as_str(), f.onnx_nodes.len())).collect();
+    assert_eq!(
+        details,
+        [
+            ("squeeze_excite[gap,1x1+bias+silu,1x1+bias+sigmoid]", 6),
+            ("squeeze_excite[gap,1x1+relu,1x1+bias+hardsigmoid:0.16666667:0.5]", 5)
+        ],
+        "{fused}"
+    );
+    for f in &scales {
+        assert!(f.onnx_nodes.iter().any(|n| n.starts_with("globalaveragepool")), "{f:?}");
+        assert!(!f.onnx_nodes.iter().any(|n| n == "mul_3" || n == "mul_4"), "the scale product is not the scale's: {f:?}");
+    }
+    let unfused = check(path, &OptimizeOptions::standard().unwrap(), 1e-5);
+    assert_eq!(unfused.kernels_after.get("squeeze_excite"), None, "{unfused}");
+    assert_eq!(unfused.kernels_after.get("pool"), Some(&3), "{unfused}");
+    assert_eq!(
+        fused.kernels_after.get("conv").copied().unwrap_or(0) + 4,
+        unfused.kernels_after.get("conv").copied().unwrap_or(0),
+        "{fused}\n{unfused}"
+    );
+    assert!(!unfused.phases.iter().any(|p| p.name == "squeeze-excite"), "{unfused}");
 }

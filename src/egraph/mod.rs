@@ -52,6 +52,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The name prefix of the rules that make fused attention kernels.
 pub const ATTENTION_RULE_PREFIX: &str = "attention-";
 
+/// The phase of rewrites/squeeze_excite.rules ([`OptimizeOptions::with_squeeze_excite`]).
+pub const SQUEEZE_EXCITE_PHASE: &str = "squeeze-excite";
+
 /// What `optimize` runs.
 #[derive(Clone)]
 pub struct OptimizeOptions {
@@ -91,6 +94,22 @@ impl OptimizeOptions {
             }
         }
         Ok(OptimizeOptions { phases, fuse_elementwise_chains: true, attention_views: true })
+    }
+
+    /// With `fused`, adds the squeeze-excite phase (rewrites/squeeze_excite.rules) after fusion:
+    /// each squeeze-and-excitation block's pooling, two 1x1 convolutions and activations become
+    /// one `kernel::SqueezeExciteScale` (`compile --squeeze-excite fused`). Opt-in, as fused
+    /// attention was, until the kernel has run on a GPU: the unfused path (a global pooling, two
+    /// convolution kernels, a channel-padding kernel for odd squeeze widths) is the measured one.
+    pub fn with_squeeze_excite(mut self, fused: bool) -> Result<OptimizeOptions> {
+        self.phases.retain(|p| p.name != SQUEEZE_EXCITE_PHASE);
+        if fused {
+            let phase = Phase::from_file(SQUEEZE_EXCITE_PHASE, "squeeze_excite.rules")
+                .map_err(|e| Error::Other(e.to_string()))?;
+            let at = self.phases.iter().position(|p| p.name == "fusion").map_or(self.phases.len(), |i| i + 1);
+            self.phases.insert(at, phase);
+        }
+        Ok(self)
     }
 
     /// No rewriting: the graph goes through the e-graph and back unchanged (a round-trip check).
