@@ -123,6 +123,24 @@ fn squeeze_excite_kernel_snapshot_and_nvcc_builds() {
     }
 }
 
+/// The unfused squeeze-and-excitation blocks of onnx_models/rules/squeeze_excite.onnx (one with
+/// a squeeze width of 6) lower without a `pad_channels` kernel and without the direct conv: the
+/// padding lives in the weights (`onnx2ait::egraph::channel_padding`), so both dense layers run
+/// on library instances.
+#[test]
+fn odd_squeeze_widths_need_no_padding_kernel() {
+    let model = Path::new("onnx_models/rules/squeeze_excite.onnx");
+    let out = fresh_dir("squeeze_excite_unfused");
+    let g = onnx2ait::onnx::load_model(model).expect("loads");
+    let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
+    let gen = generate_cuda(&opt, &LowerOptions { max_batch: 8, ..LowerOptions::default() }, Arch::Sm90a, &out)
+        .expect("lowers");
+    let _ = std::fs::remove_dir_all(&out);
+    let templates: Vec<&str> = gen.program.kernels.iter().map(|k| k.template.as_str()).collect();
+    assert!(!templates.iter().any(|t| *t == "pad_channels" || *t == "conv2d_direct"), "{templates:?}");
+    assert_eq!(templates.iter().filter(|t| **t == "global_pool").count(), 3, "{templates:?}");
+}
+
 /// The same model and options give byte-identical files, weights included.
 #[test]
 fn generation_is_deterministic() {

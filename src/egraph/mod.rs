@@ -6,7 +6,8 @@
 //! by calling each denoted op's `infer`), [`rules`] (the `rewrites/*.rules` parser and the
 //! predicate registry), [`runner`] (phases), [`extract`] (cost model and DAG-aware extraction),
 //! [`from_ir`] / [`to_ir`], [`views`] (strided attention operands and packed projections,
-//! after extraction), [`explain`] (the report and Graphviz output).
+//! after extraction), [`channel_padding`] (odd channel counts padded in the producing
+//! convolution's weights, after extraction), [`explain`] (the report and Graphviz output).
 //!
 //! Three steps happen outside the rewrite rules, on purpose:
 //! - Extraction never computes a conv or gemm twice: when two chosen kernels would each absorb
@@ -31,6 +32,7 @@
 //! `scripts/bench-optimiser.sh` measures ResNet-50 and BERT-12 in a release build.
 
 pub mod analysis;
+pub mod channel_padding;
 pub mod explain;
 pub mod extract;
 pub mod from_ir;
@@ -64,6 +66,9 @@ pub struct OptimizeOptions {
     /// Fold the layout ops around fused attention into strided views, and pack q, k and v
     /// projections into one product ([`views`]), after extraction.
     pub attention_views: bool,
+    /// Fold the channel padding a convolution's input needs into its producer's and its own
+    /// weights ([`channel_padding`]), after extraction.
+    pub pad_channels_into_producers: bool,
 }
 
 impl OptimizeOptions {
@@ -93,7 +98,12 @@ impl OptimizeOptions {
                 p.rules.retain(|r| !r.name.starts_with(ATTENTION_RULE_PREFIX));
             }
         }
-        Ok(OptimizeOptions { phases, fuse_elementwise_chains: true, attention_views: true })
+        Ok(OptimizeOptions {
+            phases,
+            fuse_elementwise_chains: true,
+            attention_views: true,
+            pad_channels_into_producers: true,
+        })
     }
 
     /// With `fused`, adds the squeeze-excite phase (rewrites/squeeze_excite.rules) after fusion:
@@ -114,7 +124,12 @@ impl OptimizeOptions {
 
     /// No rewriting: the graph goes through the e-graph and back unchanged (a round-trip check).
     pub fn no_rules() -> OptimizeOptions {
-        OptimizeOptions { phases: Vec::new(), fuse_elementwise_chains: false, attention_views: false }
+        OptimizeOptions {
+            phases: Vec::new(),
+            fuse_elementwise_chains: false,
+            attention_views: false,
+            pad_channels_into_producers: false,
+        }
     }
 }
 
@@ -143,6 +158,9 @@ pub fn optimize_with_cost(g: &Graph, opts: &OptimizeOptions, cost: &dyn CostMode
     }
     if opts.attention_views {
         views::fold_attention_views(&mut lowered);
+    }
+    if opts.pad_channels_into_producers {
+        channel_padding::pad_channels_into_producers(&mut lowered.graph);
     }
     let fusions = attribute(&eg, &imported.node_classes, &imported.node_inputs, g, &lowered);
     let mut kernels_after = BTreeMap::new();
