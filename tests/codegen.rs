@@ -102,7 +102,8 @@ fn squeeze_excite_kernel_snapshot_and_nvcc_builds() {
     insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
         insta::assert_snapshot!("codegen__squeeze_excite_fused", text);
     });
-    for (arch, precision) in [(Arch::Sm90a, Precision::Fp16), (Arch::Sm80, Precision::Fp16), (Arch::Sm90a, Precision::Fp32)]
+    for (arch, precision) in
+        [(Arch::Sm90a, Precision::Fp16), (Arch::Sm80, Precision::Fp16), (Arch::Sm90a, Precision::Fp32)]
     {
         let Some(nvcc) = Nvcc::discover_for_test(arch, "the squeeze-excite compile test (nvcc)") else { return };
         let out = fresh_dir(&format!("squeeze_excite_{}_{}", arch.as_str(), precision.name()));

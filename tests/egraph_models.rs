@@ -452,7 +452,10 @@ fn squeeze_excite_blocks_fuse_into_one_scale_kernel_each() {
     );
     for f in &scales {
         assert!(f.onnx_nodes.iter().any(|n| n.starts_with("globalaveragepool")), "{f:?}");
-        assert!(!f.onnx_nodes.iter().any(|n| n == "mul_3" || n == "mul_4"), "the scale product is not the scale's: {f:?}");
+        assert!(
+            !f.onnx_nodes.iter().any(|n| n == "mul_3" || n == "mul_4"),
+            "the scale product is not the scale's: {f:?}"
+        );
     }
     let unfused = check(path, &OptimizeOptions::standard().unwrap(), 1e-5);
     assert_eq!(unfused.kernels_after.get("squeeze_excite"), None, "{unfused}");
@@ -490,8 +493,11 @@ fn odd_channel_counts_are_padded_in_the_producing_conv() {
     // Without the pass, the squeeze width stays 6.
     let plain = OptimizeOptions { pad_channels_into_producers: false, ..OptimizeOptions::standard().unwrap() };
     let (unpadded, _) = optimize(&g, &plain).unwrap();
-    assert!(unpadded.nodes.iter().any(|n| n.op.downcast_ref::<Conv2d>().is_some()
-        && unpadded.ty(n.inputs[0].unwrap()).shape[3].as_known() == Some(6)));
+    assert!(unpadded
+        .nodes
+        .iter()
+        .any(|n| n.op.downcast_ref::<Conv2d>().is_some()
+            && unpadded.ty(n.inputs[0].unwrap()).shape[3].as_known() == Some(6)));
 }
 
 /// torchvision's EfficientNet-B0, MobileNetV3-Large and MobileNetV2 in the TorchScript

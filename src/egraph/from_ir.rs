@@ -508,7 +508,15 @@ fn recognise_kernel(
     if let Some(se) = op.downcast_ref::<k::SqueezeExciteScale>() {
         let (b1, b2) = (opt(b, 2), opt(b, 4));
         let (act, gate) = (act_tok(b, se.act), act_tok(b, se.gate));
-        return Some(ONode::SeScale([x?, ch.get(1).copied().flatten()?, b1, act, ch.get(3).copied().flatten()?, b2, gate]));
+        return Some(ONode::SeScale([
+            x?,
+            ch.get(1).copied().flatten()?,
+            b1,
+            act,
+            ch.get(3).copied().flatten()?,
+            b2,
+            gate,
+        ]));
     }
     if let Some(l) = op.downcast_ref::<k::LayerNorm>() {
         let xf = fact_of(b, x)?.clone();

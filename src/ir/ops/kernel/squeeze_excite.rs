@@ -79,8 +79,7 @@ impl Op for SqueezeExciteScale {
         let w2 = required(inputs, 3, "w2")?.to_f32();
         let b1 = optional(inputs, 2).map(|t| t.to_f32());
         let b2 = optional(inputs, 4).map(|t| t.to_f32());
-        let out =
-            kernels::squeeze_excite_scale(&x.to_f32(), &w1, b1.as_ref(), self.act, &w2, b2.as_ref(), self.gate)?;
+        let out = kernels::squeeze_excite_scale(&x.to_f32(), &w1, b1.as_ref(), self.act, &w2, b2.as_ref(), self.gate)?;
         Ok(vec![Tensor::F32(out).cast(x.dtype())])
     }
 
