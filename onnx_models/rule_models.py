@@ -275,12 +275,63 @@ def attention():
     return b
 
 
+def squeeze_excite():
+    b = ModelBuilder("squeeze_excite", "The squeeze_excite.rules rules: squeeze-and-excitation blocks as torchvision "
+                     "exports them, EfficientNet-style (SiLU written as x*Sigmoid(x), Sigmoid gate, scale * x, a "
+                     "squeeze width of 6) and MobileNetV3-style (HardSwish before, ReLU, HardSigmoid gate, x * "
+                     "scale, no bias on the first dense layer), each fused into one scale kernel; and a pooled "
+                     "scale multiplying a tensor other than the pooled one, which must stay unfused.")
+    x = b.input("x", ["N", 8, 6, 6])
+
+    def se(y, c, squeeze, act, gate, scale_first, bias1=True):
+        s = b.node("GlobalAveragePool", [y])
+        s = conv(b, s, c, squeeze, bias=bias1)
+        s = b.node("Mul", [s, b.node("Sigmoid", [s])]) if act == "silu" else b.node("Relu", [s])
+        s = conv(b, s, squeeze, c, bias=True)
+        s = b.node("Sigmoid", [s]) if gate == "sigmoid" else b.node("HardSigmoid", [s], alpha=1.0 / 6.0, beta=0.5)
+        return b.node("Mul", [s, y] if scale_first else [y, s])
+
+    # EfficientNet MBConv: expand 1x1 + SiLU, depthwise 3x3 + SiLU, SE, project 1x1.
+    h = conv(b, x, 8, 24, bias=True)
+    h = b.node("Mul", [h, b.node("Sigmoid", [h])])
+    h = b.node("Conv", [h, b.he("dw", (24, 1, 3, 3), 9), b.small("dwb", (24,))], kernel_shape=[3, 3], pads=[1] * 4,
+               group=24)
+    h = b.node("Mul", [h, b.node("Sigmoid", [h])])
+    h = conv(b, se(h, 24, 6, "silu", "sigmoid", scale_first=True), 24, 16, bias=True)
+    # MobileNetV3 block: depthwise + HardSwish, SE (ReLU, HardSigmoid), project.
+    m = b.node("Conv", [h, b.he("dw", (16, 1, 3, 3), 9), b.small("dwb", (16,))], kernel_shape=[3, 3], pads=[1] * 4,
+               group=16)
+    m = b.node("HardSwish", [m])
+    m = conv(b, se(m, 16, 8, "relu", "hardsigmoid", scale_first=False, bias1=False), 16, 16, bias=True)
+    # Not a squeeze-and-excitation: the scale pooled from m multiplies another tensor.
+    other = b.node("Relu", [conv(b, m, 16, 16, bias=True)])
+    s = b.node("Sigmoid", [conv(b, b.node("Relu", [conv(b, b.node("GlobalAveragePool", [m]), 16, 8, bias=True)]), 8, 16,
+                                bias=True)])
+    b.output(b.node("Mul", [s, other]))
+    return b
+
+
+def squeeze_excite_depthwise():
+    b = ModelBuilder("squeeze_excite_depthwise", "A depthwise 3x3 conv and a squeeze-and-excitation block over 24 "
+                     "channels (squeeze width 6, SiLU, Sigmoid): every kernel after optimisation is one of "
+                     "onnx2ait's own (no CUTLASS instance), so tests/codegen.rs builds it with nvcc in seconds.")
+    x = b.input("x", ["N", 24, 7, 7])
+    h = b.node("Conv", [x, b.he("dw", (24, 1, 3, 3), 9), b.small("dwb", (24,))], kernel_shape=[3, 3], pads=[1] * 4,
+               group=24)
+    h = b.node("Mul", [h, b.node("Sigmoid", [h])])
+    s = conv(b, b.node("GlobalAveragePool", [h]), 24, 6, bias=True)
+    s = b.node("Sigmoid", [conv(b, b.node("Mul", [s, b.node("Sigmoid", [s])]), 6, 24, bias=True)])
+    b.output(b.node("Mul", [s, h]))
+    return b
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "rules")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for fn in (cleanup, layout, fusion, epilogue_acts, shared_producer, attention):
+    for fn in (cleanup, layout, fusion, epilogue_acts, shared_producer, attention, squeeze_excite,
+               squeeze_excite_depthwise):
         m = fn().build()
         onnx.checker.check_model(m, full_check=True)
         smoke_run(m, None)

@@ -204,6 +204,32 @@ fn attention_option_fuses_attention_on_request() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--squeeze-excite fused` makes one scale kernel of each squeeze-and-excitation block of the
+/// SE rule model (compile's summary and explain's JSON); by default none, and the pooling and
+/// convolutions stay separate kernels.
+#[test]
+fn squeeze_excite_option_fuses_the_scale_on_request() {
+    let dir = scratch("squeeze_excite");
+    let m = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/rules/squeeze_excite.onnx");
+    let m = m.to_str().unwrap();
+    let summary = |mode: &str| {
+        let out_dir = dir.join(mode);
+        let args = ["compile", m, "-o", out_dir.to_str().unwrap(), "--no-build", "--squeeze-excite", mode];
+        expect_code(&run(&args), 0);
+        std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary.txt written")
+    };
+    let fused = summary("fused");
+    assert!(fused.contains("squeeze_excite 2") && fused.contains("global_pool 1"), "{fused}");
+    let unfused = summary("unfused");
+    assert!(!unfused.contains("squeeze_excite 2") && unfused.contains("global_pool 3"), "{unfused}");
+    let (out, _) = expect_code(&run(&["explain", m, "--json", "--squeeze-excite", "fused"]), 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("explain --json parses");
+    assert_eq!(v["kernels_after"]["squeeze_excite"], 2, "{out}");
+    let (_, err) = expect_code(&run(&["compile", m, "-o", "x", "--squeeze-excite", "always"]), 1);
+    assert!(err.contains("always"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Without a working nvcc the main command still writes the sources, fails, and says what is
 /// missing and how to get it.
 #[test]

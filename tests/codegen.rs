@@ -78,6 +78,70 @@ fn fused_attention_snapshot() {
     });
 }
 
+/// The squeeze-and-excitation scale kernel (`compile --squeeze-excite fused`) as generated for a
+/// depthwise conv + SE block (onnx_models/rules/squeeze_excite_depthwise.onnx): the snapshot
+/// reviews its template's changes; then the whole library is built with the pinned nvcc for
+/// sm_90a and sm_80 at fp16, and for sm_90a at fp32 storage (every kernel of this model is our
+/// own, so the builds take seconds). The kernel has not run on a GPU: this checks that it
+/// compiles, tests/egraph_models.rs checks its semantics on the reference executor.
+#[test]
+fn squeeze_excite_kernel_snapshot_and_nvcc_builds() {
+    use onnx2ait::lower::Precision;
+    let model = Path::new("onnx_models/rules/squeeze_excite_depthwise.onnx");
+    let opts = OptimizeOptions::standard().and_then(|o| o.with_squeeze_excite(true)).expect("rules load");
+    let g = onnx2ait::onnx::load_model(model).expect("loads");
+    let (opt, _) = optimize(&g, &opts).expect("optimises");
+    let out = fresh_dir("squeeze_excite_fused");
+    let gen = generate_cuda(&opt, &LowerOptions { max_batch: 8, ..LowerOptions::default() }, Arch::Sm90a, &out)
+        .expect("lowers");
+    let templates: Vec<&str> = gen.program.kernels.iter().map(|k| k.template.as_str()).collect();
+    assert!(templates.contains(&"squeeze_excite"), "{templates:?}");
+    assert!(!templates.iter().any(|t| t.starts_with("conv2d_library") || *t == "global_pool"), "{templates:?}");
+    let text = tree_text(&out);
+    let _ = std::fs::remove_dir_all(&out);
+    insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+        insta::assert_snapshot!("codegen__squeeze_excite_fused", text);
+    });
+    for (arch, precision) in
+        [(Arch::Sm90a, Precision::Fp16), (Arch::Sm80, Precision::Fp16), (Arch::Sm90a, Precision::Fp32)]
+    {
+        let Some(nvcc) = Nvcc::discover_for_test(arch, "the squeeze-excite compile test (nvcc)") else { return };
+        let out = fresh_dir(&format!("squeeze_excite_{}_{}", arch.as_str(), precision.name()));
+        let lower = LowerOptions { max_batch: 8, precision, ..LowerOptions::default() };
+        let gen = generate_cuda(&opt, &lower, arch, &out).expect("lowers");
+        let report = onnx2ait::build::build(
+            &out,
+            &gen.files.sources,
+            &gen.files.headers,
+            &nvcc,
+            &BuildOptions { jobs: None, cache_dir: None, progress: false, ..Default::default() },
+            "libmodel.so",
+        )
+        .unwrap_or_else(|e| panic!("{} {}: {e}", arch.as_str(), precision.name()));
+        assert_eq!(report.compiled, gen.files.sources.len());
+        assert!(out.join("libmodel.so").exists());
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
+/// The unfused squeeze-and-excitation blocks of onnx_models/rules/squeeze_excite.onnx (one with
+/// a squeeze width of 6) lower without a `pad_channels` kernel and without the direct conv: the
+/// padding lives in the weights (`onnx2ait::egraph::channel_padding`), so both dense layers run
+/// on library instances.
+#[test]
+fn odd_squeeze_widths_need_no_padding_kernel() {
+    let model = Path::new("onnx_models/rules/squeeze_excite.onnx");
+    let out = fresh_dir("squeeze_excite_unfused");
+    let g = onnx2ait::onnx::load_model(model).expect("loads");
+    let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
+    let gen = generate_cuda(&opt, &LowerOptions { max_batch: 8, ..LowerOptions::default() }, Arch::Sm90a, &out)
+        .expect("lowers");
+    let _ = std::fs::remove_dir_all(&out);
+    let templates: Vec<&str> = gen.program.kernels.iter().map(|k| k.template.as_str()).collect();
+    assert!(!templates.iter().any(|t| *t == "pad_channels" || *t == "conv2d_direct"), "{templates:?}");
+    assert_eq!(templates.iter().filter(|t| **t == "global_pool").count(), 3, "{templates:?}");
+}
+
 /// The same model and options give byte-identical files, weights included.
 #[test]
 fn generation_is_deterministic() {

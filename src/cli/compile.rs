@@ -91,6 +91,26 @@ pub struct CompileArgs {
     /// (README).
     #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
     pub attention: AttentionMode,
+    /// Squeeze-and-excitation blocks (EfficientNet, MobileNetV3): `unfused` (default: a global
+    /// pooling, two 1x1 convolution kernels and the scale product) or `fused` (the pooling, both
+    /// dense layers and their activations in one kernel, squeeze_excite.cu.hbs, then the scale
+    /// product). Not yet the default: the fused kernel is checked on the CPU reference and
+    /// compiles, but has not run on a GPU (README).
+    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    pub squeeze_excite: SqueezeExciteMode,
+}
+
+/// How squeeze-and-excitation blocks are compiled (`--squeeze-excite`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqueezeExciteMode {
+    Unfused,
+    Fused,
+}
+
+impl SqueezeExciteMode {
+    pub fn fused(self) -> bool {
+        self == SqueezeExciteMode::Fused
+    }
 }
 
 /// How attention subgraphs are compiled (`--attention`).
@@ -130,6 +150,7 @@ impl CompileArgs {
             dims: super::checks::check_dims_given(&self.dims)?,
             precision: self.precision,
             fused_attention: self.attention.fused(),
+            fused_squeeze_excite: self.squeeze_excite.fused(),
             kernel_choice,
             profile_gpu: self.profile_gpu.clone(),
             reuse_within: self.reuse_within / 100.0,

@@ -72,6 +72,10 @@ pub struct ExplainArgs {
     /// --attention.
     #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
     pub attention: super::compile::AttentionMode,
+    /// Squeeze-and-excitation blocks unfused (default) or their scale computed by one kernel
+    /// each, as compile's --squeeze-excite.
+    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    pub squeeze_excite: super::compile::SqueezeExciteMode,
 }
 
 pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
@@ -80,7 +84,7 @@ pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
     let dims = super::checks::check_dims(&g, &a.dims)?;
     // As compile does: the fixed dims are numbers before optimising.
     onnx2ait::ir::specialize::bind_dims(&mut g, &dims)?;
-    let opts = OptimizeOptions::pipeline(a.attention.fused())?;
+    let opts = OptimizeOptions::pipeline(a.attention.fused())?.with_squeeze_excite(a.squeeze_excite.fused())?;
     let (optimised, report, costs) = match &a.profile_cache {
         None => {
             let (optimised, report) = optimize(&g, &opts)?;

@@ -73,6 +73,9 @@ pub struct CompileOptions {
     pub precision: Precision,
     /// One kernel per attention block (`--attention fused`); see [`OptimizeOptions::pipeline`].
     pub fused_attention: bool,
+    /// One kernel per squeeze-and-excitation scale (`--squeeze-excite fused`); see
+    /// [`OptimizeOptions::with_squeeze_excite`].
+    pub fused_squeeze_excite: bool,
     pub kernel_choice: KernelChoice,
     /// The GPU whose profiled times to use when the cache has several (`--profile-gpu`).
     pub profile_gpu: Option<String>,
@@ -101,6 +104,7 @@ impl Default for CompileOptions {
             dims: BTreeMap::new(),
             precision: Precision::Fp16,
             fused_attention: false,
+            fused_squeeze_excite: false,
             kernel_choice: KernelChoice::ProfileCache(None),
             profile_gpu: None,
             reuse_within: 0.01,
@@ -175,7 +179,8 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     };
     check_batch_sizes(&graph, &dims, opts.max_batch, opts.precision, &bound)?;
     let lower = LowerOptions { dims, max_batch: opts.max_batch, precision: opts.precision };
-    let optimize_opts = OptimizeOptions::pipeline(opts.fused_attention)?;
+    let optimize_opts =
+        OptimizeOptions::pipeline(opts.fused_attention)?.with_squeeze_excite(opts.fused_squeeze_excite)?;
     let (optimised, report) = optimize(&graph, &optimize_opts)?;
     let (target, choice, profile_summary) = kernel_choice(opts, &graph, &lower)?;
     // With profiled times, extraction prices convs and gemms by them (at the largest batch, the

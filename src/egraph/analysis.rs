@@ -7,7 +7,7 @@ use super::language::{leaf_kind, opaque_ref, LeafKind, ONode};
 use crate::ir::infer::FOLD_LIMIT;
 use crate::ir::ops::kernel::{
     Act, Attention, AttentionLayout, BinOp, ChannelView, Conv2d, ConvGeom, Elementwise, Flatten, Gemm, GlobalAvgPool,
-    LayerNorm, Layout, Pool, ReduceMean, Transpose,
+    LayerNorm, Layout, Pool, ReduceMean, SqueezeExciteScale, Transpose,
 };
 use crate::ir::ops::shape::{self, AxesFrom};
 use crate::ir::{Fact, Op, OpError, OpResult, Tensor};
@@ -272,6 +272,10 @@ pub fn denote(eg: &OGraph, node: &ONode) -> OpResult<Option<Denoted>> {
             };
             d(Box::new(Attention { scale, layout }), vec![Some(*q), Some(*k), Some(*v), opt(*m)])
         }
+        ONode::SeScale([x, w1, b1, act, w2, b2, gate]) => d(
+            Box::new(SqueezeExciteScale { act: act_of(*act)?, gate: act_of(*gate)? }),
+            vec![Some(*x), Some(*w1), opt(*b1), Some(*w2), opt(*b2)],
+        ),
         ONode::Opaque(sym, children) => {
             let Some((k, j)) = opaque_ref(sym.as_str()) else { op_bail!("malformed opaque node '{sym}'") };
             let o = eg.analysis.origs.get(k).ok_or_else(|| OpError(format!("original node {k} does not exist")))?;

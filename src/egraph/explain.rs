@@ -94,6 +94,20 @@ pub fn kernel_detail(n: &crate::ir::Node) -> String {
     if let Some(e) = n.op.downcast_ref::<Elementwise>() {
         return e.expr.to_string();
     }
+    if let Some(se) = n.op.downcast_ref::<crate::ir::ops::kernel::SqueezeExciteScale>() {
+        // `squeeze_excite[gap,1x1+bias+silu,1x1+bias+sigmoid]`: the pooling and each dense layer.
+        let layer = |bias: usize, act: Option<crate::ir::ops::kernel::Act>| {
+            let mut l = "1x1".to_string();
+            if n.inputs.get(bias).copied().flatten().is_some() {
+                l.push_str("+bias");
+            }
+            if let Some(a) = act {
+                l.push_str(&format!("+{a}"));
+            }
+            l
+        };
+        return format!("squeeze_excite[gap,{},{}]", layer(2, se.act), layer(4, se.gate));
+    }
     n.op_type.clone()
 }
 

@@ -125,6 +125,14 @@ impl CostModel for AnalyticalCost {
                 };
                 self.kernel(flops, true, io_bytes)
             }
+            // Pooling reads x once; the two products are 2·S·C multiply-adds per image on the
+            // vector units (the weights are read once per image, from L2 after the first).
+            ONode::SeScale(_) => {
+                let per_image = inputs.get(1).copied().flatten().map(|w| 4.0 * self.elems(w)).unwrap_or(0.0);
+                let images = inputs.first().copied().flatten().map(|x| self.dim(&x.shape()[0])).unwrap_or(1.0);
+                let x = inputs.first().copied().flatten().map(|f| self.elems(f)).unwrap_or(0.0);
+                self.kernel(x + per_image * images, false, io_bytes)
+            }
             _ => {
                 let flops = op.and_then(|o| o.downcast_ref::<Elementwise>()).map(|e| e.expr.flops()).unwrap_or(1.0)
                     * self.elems(out);

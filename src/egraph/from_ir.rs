@@ -505,6 +505,19 @@ fn recognise_kernel(
         let m = opt(b, 3);
         return Some(ONode::Attention([x?, ch.get(1).copied().flatten()?, ch.get(2).copied().flatten()?, m, s, how]));
     }
+    if let Some(se) = op.downcast_ref::<k::SqueezeExciteScale>() {
+        let (b1, b2) = (opt(b, 2), opt(b, 4));
+        let (act, gate) = (act_tok(b, se.act), act_tok(b, se.gate));
+        return Some(ONode::SeScale([
+            x?,
+            ch.get(1).copied().flatten()?,
+            b1,
+            act,
+            ch.get(3).copied().flatten()?,
+            b2,
+            gate,
+        ]));
+    }
     if let Some(l) = op.downcast_ref::<k::LayerNorm>() {
         let xf = fact_of(b, x)?.clone();
         if !(l.axis == -1 || l.axis == xf.rank() as i64 - 1) {

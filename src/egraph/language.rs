@@ -71,6 +71,10 @@ define_language! {
         // (`div`) by; operands are heads-last `[B, S, H, D]`, or heads-first `[B, H, S, D]` with
         // `how` = `mul-bhsd` / `div-bhsd`.
         "attention" = Attention([Id; 6]),
+        // x w1 b1 act w2 b2 gate — the scale of a squeeze-and-excitation block
+        // (kernel::SqueezeExciteScale): x NHWC, w1/w2 KRSC 1x1 filters, b1/b2 `none` or vectors,
+        // act/gate activation tokens or `none`; the result is `[N, 1, 1, C]`.
+        "se_scale" = SeScale([Id; 7]),
         Leaf(Symbol),
         Opaque(Symbol, Vec<Id>),
     }

@@ -6,7 +6,8 @@
 //! by calling each denoted op's `infer`), [`rules`] (the `rewrites/*.rules` parser and the
 //! predicate registry), [`runner`] (phases), [`extract`] (cost model and DAG-aware extraction),
 //! [`from_ir`] / [`to_ir`], [`views`] (strided attention operands and packed projections,
-//! after extraction), [`explain`] (the report and Graphviz output).
+//! after extraction), [`channel_padding`] (odd channel counts padded in the producing
+//! convolution's weights, after extraction), [`explain`] (the report and Graphviz output).
 //!
 //! Three steps happen outside the rewrite rules, on purpose:
 //! - Extraction never computes a conv or gemm twice: when two chosen kernels would each absorb
@@ -31,6 +32,7 @@
 //! `scripts/bench-optimiser.sh` measures ResNet-50 and BERT-12 in a release build.
 
 pub mod analysis;
+pub mod channel_padding;
 pub mod explain;
 pub mod extract;
 pub mod from_ir;
@@ -52,6 +54,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The name prefix of the rules that make fused attention kernels.
 pub const ATTENTION_RULE_PREFIX: &str = "attention-";
 
+/// The phase of rewrites/squeeze_excite.rules ([`OptimizeOptions::with_squeeze_excite`]).
+pub const SQUEEZE_EXCITE_PHASE: &str = "squeeze-excite";
+
 /// What `optimize` runs.
 #[derive(Clone)]
 pub struct OptimizeOptions {
@@ -64,6 +69,9 @@ pub struct OptimizeOptions {
     /// Before the e-graph: gathers through iota-built indices become reshapes and logic ops
     /// with a neutral constant become their operand ([`crate::ir::index_views`]).
     pub index_views: bool,
+    /// Fold the channel padding a convolution's input needs into its producer's and its own
+    /// weights ([`channel_padding`]), after extraction.
+    pub pad_channels_into_producers: bool,
 }
 
 impl OptimizeOptions {
@@ -93,7 +101,29 @@ impl OptimizeOptions {
                 p.rules.retain(|r| !r.name.starts_with(ATTENTION_RULE_PREFIX));
             }
         }
-        Ok(OptimizeOptions { phases, fuse_elementwise_chains: true, attention_views: true, index_views: true })
+        Ok(OptimizeOptions {
+            phases,
+            fuse_elementwise_chains: true,
+            attention_views: true,
+            index_views: true,
+            pad_channels_into_producers: true,
+        })
+    }
+
+    /// With `fused`, adds the squeeze-excite phase (rewrites/squeeze_excite.rules) after fusion:
+    /// each squeeze-and-excitation block's pooling, two 1x1 convolutions and activations become
+    /// one `kernel::SqueezeExciteScale` (`compile --squeeze-excite fused`). Opt-in, as fused
+    /// attention was, until the kernel has run on a GPU: the unfused path (a global pooling, two
+    /// convolution kernels, a channel-padding kernel for odd squeeze widths) is the measured one.
+    pub fn with_squeeze_excite(mut self, fused: bool) -> Result<OptimizeOptions> {
+        self.phases.retain(|p| p.name != SQUEEZE_EXCITE_PHASE);
+        if fused {
+            let phase = Phase::from_file(SQUEEZE_EXCITE_PHASE, "squeeze_excite.rules")
+                .map_err(|e| Error::Other(e.to_string()))?;
+            let at = self.phases.iter().position(|p| p.name == "fusion").map_or(self.phases.len(), |i| i + 1);
+            self.phases.insert(at, phase);
+        }
+        Ok(self)
     }
 
     /// No rewriting: the graph goes through the e-graph and back unchanged (a round-trip check).
@@ -103,6 +133,7 @@ impl OptimizeOptions {
             fuse_elementwise_chains: false,
             attention_views: false,
             index_views: false,
+            pad_channels_into_producers: false,
         }
     }
 }
@@ -142,6 +173,9 @@ pub fn optimize_with_cost(g: &Graph, opts: &OptimizeOptions, cost: &dyn CostMode
     }
     if opts.attention_views {
         views::fold_attention_views(&mut lowered);
+    }
+    if opts.pad_channels_into_producers {
+        channel_padding::pad_channels_into_producers(&mut lowered.graph);
     }
     let fusions = attribute(&eg, &imported.node_classes, &imported.node_inputs, g, &lowered);
     let mut kernels_after = BTreeMap::new();

@@ -461,6 +461,72 @@ fn attention_fits(
     matches!((out, eg[root].data.fact.as_ref()), (Ok(o), Some(r)) if o.len() == 1 && o[0].ty == r.ty)
 }
 
+/// `squeeze-excite-fits(?x, ?w1, ?b1, ?g1, ?a1, ?w2, ?b2, ?g2, ?a2)`: the two NHWC convolutions
+/// after a global average pooling of `?x` are a squeeze-and-excitation block's dense layers that
+/// `kernel::SqueezeExciteScale` computes: constant filters, constant biases or `none`, group-1
+/// unpadded geometries (on the 1x1 pooled image a 1x1 filter's stride and dilation change
+/// nothing; padding would add border pixels), activations (or `none`) applied after each
+/// product, operands the op's inference accepts (`w1` `[S,1,1,C]`, `w2` `[C,1,1,S]`), and C
+/// and S known and within what the kernel holds in shared memory.
+fn p_squeeze_excite_fits(eg: &OGraph, _: Id, s: &Subst, a: &[PredArg]) -> bool {
+    use crate::ir::Op;
+    let is_none = |arg: &PredArg| token(eg, s, arg).as_deref() == Some("none");
+    let konst = |arg: &PredArg| fact(eg, s, arg).filter(|f| f.konst.is_some());
+    let bias = |arg: &PredArg| -> Option<Option<&Fact>> {
+        if is_none(arg) {
+            Some(None)
+        } else {
+            konst(arg).map(Some)
+        }
+    };
+    let unit_geometry = |arg: &PredArg| {
+        token(eg, s, arg)
+            .and_then(|t| crate::ir::ops::kernel::ConvGeom::parse(&t).ok())
+            .is_some_and(|g| g.group == 1 && g.pads == [0; 4])
+    };
+    let act = |arg: &PredArg| -> Option<Option<Act>> {
+        match token(eg, s, arg)?.as_str() {
+            "none" => Some(None),
+            t => Act::parse(t).ok().filter(|f| f.is_activation()).map(Some),
+        }
+    };
+    let (Some(x), Some(w1), Some(b1), Some(w2), Some(b2)) =
+        (fact(eg, s, &a[0]), konst(&a[1]), bias(&a[2]), konst(&a[5]), bias(&a[6]))
+    else {
+        return false;
+    };
+    let (Some(act1), Some(act2)) = (act(&a[4]), act(&a[8])) else {
+        return false;
+    };
+    if !unit_geometry(&a[3]) || !unit_geometry(&a[7]) {
+        return false;
+    }
+    use crate::ir::ops::kernel::SqueezeExciteScale;
+    let fits_kernel = |d: &crate::ir::Dim| d.as_known().is_some_and(|v| v > 0 && v <= SqueezeExciteScale::MAX_CHANNELS);
+    if !(x.rank() == 4 && fits_kernel(&x.shape()[3]) && w1.rank() == 4 && fits_kernel(&w1.shape()[0])) {
+        return false;
+    }
+    let op = SqueezeExciteScale { act: act1, gate: act2 };
+    op.infer(&[Some(x), Some(w1), b1, Some(w2), b2]).is_ok()
+}
+
+/// `multiplies(?x)`: the matched class is an operand of a product with `?x` (some `mul` node
+/// reads both). Lets a rule rewrite a value by what it is used for, as the squeeze-excite rule
+/// rewrites a scale only where it scales the very tensor it was pooled from.
+fn p_multiplies(eg: &OGraph, root: Id, s: &Subst, a: &[PredArg]) -> bool {
+    let Some(x) = var_id(s, &a[0]).map(|x| eg.find(x)) else {
+        return false;
+    };
+    let root = eg.find(root);
+    eg[root].parents().any(|p| match eg.id_to_node(p) {
+        ONode::Mul([l, r]) => {
+            let (l, r) = (eg.find(*l), eg.find(*r));
+            (l == root && r == x) || (l == x && r == root)
+        }
+        _ => false,
+    })
+}
+
 /// Every condition rules may use. Names are kebab-case; arities are checked at load time.
 pub static PREDICATES: &[Predicate] = &[
     Predicate { name: "const", arity: 1, doc: "the class has a compile-time constant value", check: p_const },
@@ -538,6 +604,19 @@ pub static PREDICATES: &[Predicate] = &[
         arity: 4,
         doc: "attention-fits-bhsd(?q, ?k, ?v, ?m|none): heads-first [B, H, S, D] operands (and mask) the fused attention kernel accepts, giving the matched class's type",
         check: p_attention_fits_bhsd,
+    },
+    Predicate {
+        name: "multiplies",
+        arity: 1,
+        doc: "multiplies(?x): the matched class is an operand of a product with ?x",
+        check: p_multiplies,
+    },
+    Predicate {
+        name: "squeeze-excite-fits",
+        arity: 9,
+        doc: "squeeze-excite-fits(?x, ?w1, ?b1, ?g1, ?a1, ?w2, ?b2, ?g2, ?a2): the two 1x1 convolutions after a \
+              global average pooling of ?x are dense layers kernel::SqueezeExciteScale computes",
+        check: p_squeeze_excite_fits,
     },
     Predicate {
         name: "beta-one",

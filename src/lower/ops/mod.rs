@@ -14,6 +14,7 @@ pub mod norm;
 pub mod pool;
 pub mod reduce;
 pub mod shape;
+pub mod squeeze_excite;
 pub mod transpose;
 
 use super::{ctype, LowerCtx, LowerError, LowerResult};
@@ -57,6 +58,7 @@ pub const FAMILIES: &[(&str, &[LowerSpec])] = &[
     ("pool", pool::OPS),
     ("norm", norm::OPS),
     ("attention", attention::OPS),
+    ("squeeze_excite", squeeze_excite::OPS),
     ("reduce", reduce::OPS),
 ];
 

@@ -41,6 +41,7 @@ fn options(
     dims: Option<&Bound<'_, PyDict>>,
     precision: &str,
     attention: &str,
+    squeeze_excite: &str,
     profile: bool,
     profile_cache: Option<PathBuf>,
     no_profile: bool,
@@ -96,6 +97,11 @@ fn options(
         "fused" => true,
         other => return Err(value_err(format!("attention='{other}': expected 'unfused' or 'fused'"))),
     };
+    let fused_squeeze_excite = match squeeze_excite {
+        "unfused" => false,
+        "fused" => true,
+        other => return Err(value_err(format!("squeeze_excite='{other}': expected 'unfused' or 'fused'"))),
+    };
     // As the command line: --profile and --no-profile exclude each other, and --profile-cache
     // names the file either reads.
     let kernel_choice = match (profile, no_profile) {
@@ -122,6 +128,7 @@ fn options(
         dims: dim_map,
         precision,
         fused_attention,
+        fused_squeeze_excite,
         kernel_choice,
         profile_gpu,
         reuse_within: reuse_within / 100.0,
@@ -136,8 +143,8 @@ fn options(
 
 /// onnx2ait.compile's native part: returns a dict of the Build's fields.
 #[pyfunction]
-#[pyo3(signature = (model_path, out_dir, *, arch, max_batch, max_memory, dims, precision, attention, profile,
-    profile_cache, no_profile, profile_gpu, reuse_within, jobs, cache_dir, build, force, progress))]
+#[pyo3(signature = (model_path, out_dir, *, arch, max_batch, max_memory, dims, precision, attention, squeeze_excite,
+    profile, profile_cache, no_profile, profile_gpu, reuse_within, jobs, cache_dir, build, force, progress))]
 #[allow(clippy::too_many_arguments)]
 fn compile<'py>(
     py: Python<'py>,
@@ -149,6 +156,7 @@ fn compile<'py>(
     dims: Option<&Bound<'py, PyDict>>,
     precision: &str,
     attention: &str,
+    squeeze_excite: &str,
     profile: bool,
     profile_cache: Option<PathBuf>,
     no_profile: bool,
@@ -167,6 +175,7 @@ fn compile<'py>(
         dims,
         precision,
         attention,
+        squeeze_excite,
         profile,
         profile_cache,
         no_profile,

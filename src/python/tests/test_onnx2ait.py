@@ -122,6 +122,7 @@ class Compile(unittest.TestCase):
             ({"arch": "sm_86"}, ValueError, "sm_86"),
             ({"precision": "fp8"}, ValueError, "fp8"),
             ({"attention": "flash"}, ValueError, "flash"),
+            ({"squeeze_excite": "always"}, ValueError, "squeeze_excite"),
             ({"max_memory": "12 parsecs"}, ValueError, "parsecs"),
             ({"max_memory": 0}, ValueError, "max_memory"),
             ({"max_memory": [1]}, TypeError, "max_memory"),

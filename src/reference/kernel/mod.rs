@@ -5,3 +5,4 @@ pub mod conv;
 pub mod elementwise;
 pub mod gemm;
 pub mod misc;
+pub mod squeeze_excite;

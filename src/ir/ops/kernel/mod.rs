@@ -14,6 +14,7 @@ mod conv;
 mod elementwise;
 mod gemm;
 mod misc;
+mod squeeze_excite;
 
 pub use act::Act;
 pub use attention::{Attention, AttentionLayout, OperandOrder, OperandView, StridedOperands};
@@ -21,6 +22,7 @@ pub use conv::{Conv2d, ConvGeom};
 pub use elementwise::{BinOp, Elementwise, EwExpr};
 pub use gemm::Gemm;
 pub use misc::{ChannelView, Flatten, GlobalAvgPool, LayerNorm, Pool, PoolKind, ReduceMean, Transpose};
+pub use squeeze_excite::SqueezeExciteScale;
 
 use serde::Serialize;
 
@@ -42,7 +44,8 @@ impl Layout {
 }
 
 /// The kernel family a kernel-level op belongs to, as named in `explain` reports
-/// (`conv`, `gemm`, `elementwise`, `pool`, `layernorm`, `attention`, `transpose`, `reduce`, `reshape`).
+/// (`conv`, `gemm`, `elementwise`, `pool`, `layernorm`, `attention`, `squeeze_excite`, `transpose`,
+/// `reduce`, `reshape`).
 pub fn kernel_kind(op: &dyn crate::ir::Op) -> Option<&'static str> {
     let any = op.as_any();
     if any.is::<Conv2d>() {
@@ -57,6 +60,8 @@ pub fn kernel_kind(op: &dyn crate::ir::Op) -> Option<&'static str> {
         Some("layernorm")
     } else if any.is::<Attention>() {
         Some("attention")
+    } else if any.is::<SqueezeExciteScale>() {
+        Some("squeeze_excite")
     } else if any.is::<Transpose>() {
         Some("transpose")
     } else if any.is::<ReduceMean>() {

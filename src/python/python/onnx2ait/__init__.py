@@ -70,6 +70,7 @@ def compile(
     dims: Optional[Mapping[str, int]] = None,
     precision: str = "fp16",
     attention: str = "unfused",
+    squeeze_excite: str = "unfused",
     profile: bool = False,
     profile_cache: Optional[PathLike] = None,
     no_profile: bool = False,
@@ -90,6 +91,7 @@ def compile(
     dims           values of symbolic dims, e.g. {"seq": 128} (--dim seq=128)
     precision      "fp16" or "fp32" storage of float values on the GPU (--precision)
     attention      "unfused" (default) or "fused" attention kernels (--attention)
+    squeeze_excite "unfused" (default) or "fused" squeeze-and-excitation scales (--squeeze-excite)
     profile        profile the kernels on this machine's GPU first (--profile)
     profile_cache  the profile cache file to read (and write with profile=True) (--profile-cache)
     no_profile     ignore profile caches: the heuristic chooses (--no-profile)
@@ -115,6 +117,7 @@ def compile(
         dims=dict(dims) if dims is not None else None,
         precision=precision,
         attention=attention,
+        squeeze_excite=squeeze_excite,
         profile=bool(profile),
         profile_cache=profile_cache,
         no_profile=bool(no_profile),
