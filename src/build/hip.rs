@@ -177,7 +177,8 @@ pub struct DeviceCode {
     pub mfma: usize,
 }
 
-/// What device code a HIP object holds: its `.hip_fatbin` section unbundled per GPU target,
+/// What device code a HIP object holds (none for a translation unit without kernels): its
+/// `.hip_fatbin` section unbundled per GPU target,
 /// each code object's kernels counted and disassembled for MFMA instructions (llvm-objcopy-19,
 /// clang-offload-bundler-19, llvm-readelf-19, llvm-objdump-19 — installed with clang-19).
 pub fn device_code(obj: &Path) -> Result<Vec<DeviceCode>> {
@@ -207,6 +208,11 @@ fn device_code_in(obj: &Path, tmp: &Path) -> Result<Vec<DeviceCode>> {
         Command::new("llvm-objcopy-19").args(["-O", "binary", "--only-section=.hip_fatbin"]).arg(obj).arg(&fatbin),
         "llvm-objcopy-19",
     )?;
+    // A translation unit without kernels (a node launcher calling library instances) has an
+    // empty bundle: no device code.
+    if std::fs::metadata(&fatbin).map(|m| m.len()).unwrap_or(0) == 0 {
+        return Ok(Vec::new());
+    }
     let mut input = OsString::from("--input=");
     input.push(&fatbin);
     let list = run(Command::new("clang-offload-bundler-19").args(["--list", "--type=o"]).arg(&input), "clang-offload-bundler-19")?;
