@@ -97,7 +97,10 @@ fn rocm_generation_is_deterministic() {
 #[test]
 fn resnet50_builds_for_gfx942_with_mfma() {
     let model = Path::new("onnx_models/generated/resnet50.onnx");
-    let Some(clang) = HipClang::discover_for_test(RocmArch::Gfx942, "the ROCm compile-only test") else { return };
+    let Some(clang) = HipClang::discover_for_test(RocmArch::Gfx942, "rocm::resnet50_builds_for_gfx942_with_mfma")
+    else {
+        return;
+    };
     assert!(model.exists(), "{} is missing: run scripts/gen-models.sh", model.display());
     let out = fresh_dir("resnet50");
     let g = onnx2ait::onnx::load_model(model).expect("resnet50 loads");

@@ -255,9 +255,9 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
 /// ROCm has no profiler yet: the heuristic chooses, and asking for profiled times is an error.
 fn rocm_kernel_choice(opts: &CompileOptions) -> Result<String> {
     match &opts.kernel_choice {
-        KernelChoice::Profile(_) => {
-            Err(Error::Other("--profile: the ROCm target has no profiler yet (kernel instances come from the heuristic)".into()))
-        }
+        KernelChoice::Profile(_) => Err(Error::Other(
+            "--profile: the ROCm target has no profiler yet (kernel instances come from the heuristic)".into(),
+        )),
         KernelChoice::ProfileCache(Some(f)) => Err(Error::Other(format!(
             "--profile-cache {}: the ROCm target has no profiled times yet (kernel instances come from the heuristic)",
             f.display()
@@ -300,7 +300,9 @@ impl Prepared {
         // until then OUT keeps the previous output, and an error drops the staging folder.
         let stage = Staging::begin(out, self.opts.force)?;
         let generated = match &self.target {
-            PreparedTarget::Cuda(t) => crate::codegen::generate_cuda_with(&self.optimised, &self.lower, t, stage.dir())?,
+            PreparedTarget::Cuda(t) => {
+                crate::codegen::generate_cuda_with(&self.optimised, &self.lower, t, stage.dir())?
+            }
             PreparedTarget::Rocm(t) => crate::codegen::generate_for(&self.optimised, &self.lower, t, stage.dir())?,
         };
         check_device_memory(&generated.program.memory, self.opts.max_batch, &self.bound)?;

@@ -540,7 +540,11 @@ mod tests {
         assert_eq!(inst.dispatch.last().unwrap().max_batch, 64);
         // 1x1 stride-1 unpadded: the 1x1 specialisation.
         let inst = t.conv2d(&conv(Dim::known(1), 56, 64, 256, 1, 1));
-        assert!(inst.dispatch[0].instance.config.contains("Filter1x1Stride1Pad0"), "{}", inst.dispatch[0].instance.config);
+        assert!(
+            inst.dispatch[0].instance.config.contains("Filter1x1Stride1Pad0"),
+            "{}",
+            inst.dispatch[0].instance.config
+        );
         // Unaligned channels: our direct kernel.
         assert_eq!(t.conv2d(&conv(Dim::known(1), 8, 12, 64, 3, 1)).template, "conv2d_direct");
         // Depthwise: our depthwise kernel.
