@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (CI runs exactly this, see .ci/run and README.md):
 #   1. the pinned Python environment (ONNX Runtime is the oracle of the model tests),
-#   2. the generated models, ResNet-50 included, when missing,
+#   2. the generated models, ResNet-50 included, when missing, and the compile-only ROCm toolchain
+#      (scripts/setup-rocm.sh: clang-19 + HIP 5.2 via apt-get, CK headers into .tools/rocm; where
+#      it cannot be installed the ROCm build test says why: it skips, or fails under CI),
 #   3. the Python tests of scripts/gpu/ (the BENCHMARKS.md writers; CPU only, about a second),
 #   4. `cargo test --release`. Release, because the model tests run whole networks through the
 #      CPU reference executor and ONNX Runtime; an unoptimised build makes them minutes slower.
@@ -29,6 +31,11 @@ else
   echo "generating models with scripts/gen-models.sh"
   scripts/gen-models.sh
 fi
+
+echo "== ROCm toolchain (scripts/setup-rocm.sh)"
+ROCM_START=$SECONDS
+scripts/setup-rocm.sh || echo "test.sh: the ROCm toolchain could not be installed (see above); tests/rocm.rs skips its build test, or fails it under CI"
+echo "ROCm toolchain: $((SECONDS - ROCM_START)) s"
 
 echo "== python tests of scripts/gpu"
 python3 -m unittest discover -s scripts/gpu -p 'test_*.py'

@@ -178,6 +178,29 @@ fn exports_generate_cuda_snapshots() {
     }
 }
 
+/// The exports for the ROCm target (gfx942), attention unfused (the fused kernel is CUDA-only and
+/// refused by name): `snapshots/exports__rocm_*.snap`.
+#[test]
+fn exports_generate_rocm_snapshots() {
+    let opts = OptimizeOptions::pipeline(false).expect("embedded rules load");
+    for (stem, _) in EXPORTS {
+        let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
+        let (opt, _) = optimize(&g, &opts).unwrap();
+        let out = std::env::temp_dir().join(format!("onnx2ait-exports-rocm-{}-{stem}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let mut bound = dims(stem, 1, 16);
+        bound.remove("batch");
+        let lower = LowerOptions { dims: bound, max_batch: 8, ..LowerOptions::default() };
+        onnx2ait::codegen::generate_rocm(&opt, &lower, onnx2ait::lower::rocm::RocmArch::Gfx942, &out)
+            .unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let text = tree_text(&out);
+        let _ = std::fs::remove_dir_all(&out);
+        insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+            insta::assert_snapshot!(format!("exports__rocm_{stem}"), text);
+        });
+    }
+}
+
 fn generate_snapshot(stem: &str, opts: &OptimizeOptions, suffix: &str) {
     {
         // As `compile --dim seq=16` does: seq is bound before optimising, so what reads it folds.

@@ -28,6 +28,7 @@
 //!   but files already compiling finish and their failures are reported too.
 
 pub mod cache;
+pub mod hip;
 pub mod lock;
 pub mod nvcc;
 

@@ -15,7 +15,7 @@
 
 use super::{Failure, ModelArg};
 use clap::Args;
-use onnx2ait::compile::{CompileOptions, KernelChoice, LIB_NAME};
+use onnx2ait::compile::{CompileOptions, GpuTarget, KernelChoice, LIB_NAME};
 use onnx2ait::lower::Precision;
 use std::path::PathBuf;
 
@@ -35,10 +35,15 @@ pub struct CompileArgs {
     /// are replaced, every other file is left alone.
     #[arg(long)]
     pub force: bool,
-    /// GPU architecture: sm_80 (A100), sm_90 (H100/H200 with the sm80-style kernels only),
-    /// sm_90a (H100/H200 with the Hopper TMA + wgmma kernels too).
-    #[arg(long, default_value = "sm_90a")]
-    pub arch: String,
+    /// GPU platform: cuda (NVIDIA: CUTLASS, nvcc) or rocm (AMD MI200/MI300: Composable Kernel,
+    /// clang-19 in HIP mode; see scripts/setup-rocm.sh).
+    #[arg(long, default_value = "cuda", value_name = "cuda|rocm")]
+    pub target: TargetName,
+    /// GPU architecture. CUDA: sm_80 (A100), sm_90 (H100/H200 with the sm80-style kernels only),
+    /// sm_90a (H100/H200 with the Hopper TMA + wgmma kernels too; the default). ROCm: gfx90a
+    /// (MI200) or gfx942 (MI300; the default).
+    #[arg(long)]
+    pub arch: Option<String>,
     /// Largest run-time batch (when the model's batch dim is symbolic); sizes the activation arena.
     #[arg(long = "max-batch", default_value_t = onnx2ait::compile::DEFAULT_MAX_BATCH, value_parser = super::validate::parse_batch)]
     pub max_batch: i64,
@@ -113,6 +118,13 @@ impl SqueezeExciteMode {
     }
 }
 
+/// The platform (`--target`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetName {
+    Cuda,
+    Rocm,
+}
+
 /// How attention subgraphs are compiled (`--attention`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionMode {
@@ -143,8 +155,15 @@ impl CompileArgs {
         } else {
             KernelChoice::ProfileCache(self.profile_cache.clone())
         };
+        let (target, arch) = match self.target {
+            TargetName::Cuda => (GpuTarget::Cuda, self.arch.as_deref().unwrap_or("sm_90a").parse()?),
+            TargetName::Rocm => {
+                (GpuTarget::Rocm(self.arch.as_deref().unwrap_or("gfx942").parse()?), CompileOptions::default().arch)
+            }
+        };
         Ok(CompileOptions {
-            arch: self.arch.parse()?,
+            target,
+            arch,
             max_batch: self.max_batch,
             max_memory: self.max_memory,
             dims: super::checks::check_dims_given(&self.dims)?,

@@ -44,28 +44,73 @@ pub struct Generated {
 pub struct Templates {
     target: String,
     hb: Handlebars<'static>,
+    /// Where each registered template came from (`cuda/kernels/cast.cu.hbs`), for messages.
+    origin: std::collections::BTreeMap<String, String>,
+}
+
+/// The template folders of a target, in the order they are registered: a template of a later
+/// folder replaces the one of the same name from an earlier folder. ROCm renders the kernel
+/// families of `templates/cuda/` through its own portability header (`templates/rocm/library.cuh.hbs`)
+/// and replaces the templates that cannot be shared.
+pub fn template_dirs(target: &str) -> &'static [&'static str] {
+    match target {
+        "rocm" => &["cuda", "rocm"],
+        "cuda" => &["cuda"],
+        _ => &[],
+    }
+}
+
+/// The C type of a GPU stream in the generated sources of `target` (model.h's documentation).
+fn stream_type(target: &str) -> &'static str {
+    match target {
+        "rocm" => "hipStream_t",
+        _ => "cudaStream_t",
+    }
 }
 
 impl Templates {
-    /// Registers every embedded template of `target` (`cuda`).
+    /// Registers every embedded template of `target` (`cuda`, `rocm`): those of its folders
+    /// ([`template_dirs`]), later folders replacing earlier ones.
     pub fn for_target(target: &str) -> Result<Templates> {
         let mut hb = Handlebars::new();
         hb.set_strict_mode(true);
         hb.register_escape_fn(handlebars::no_escape);
-        let prefix = format!("{target}/");
+        let mut origin = std::collections::BTreeMap::new();
         let mut found = 0;
-        for (path, text) in TEMPLATE_FILES {
-            let Some(rel) = path.strip_prefix(&prefix) else { continue };
-            let name = rel.strip_suffix(".hbs").unwrap_or(rel);
-            let name = name.strip_prefix("partials/").unwrap_or(name);
-            hb.register_template_string(name, *text)
-                .map_err(|e| Error::Other(format!("template templates/{path}: {e}")))?;
-            found += 1;
+        for dir in template_dirs(target) {
+            let prefix = format!("{dir}/");
+            for (path, text) in TEMPLATE_FILES {
+                let Some(rel) = path.strip_prefix(&prefix) else { continue };
+                // The profiler is CUDA's own (ROCm has no profiler yet).
+                if *dir != target && rel.starts_with("profile/") {
+                    continue;
+                }
+                let name = rel.strip_suffix(".hbs").unwrap_or(rel);
+                let name = name.strip_prefix("partials/").unwrap_or(name);
+                hb.register_template_string(name, *text)
+                    .map_err(|e| Error::Other(format!("template templates/{path}: {e}")))?;
+                origin.insert(name.to_string(), path.to_string());
+                // With several folders, every template is also reachable by its folder-qualified
+                // name (`cuda/kernels/gemm_generic.cu`), so a replacement can render the template
+                // it replaces as a partial with other fields.
+                if template_dirs(target).len() > 1 {
+                    let qualified = format!("{dir}/{name}");
+                    hb.register_template_string(&qualified, *text)
+                        .map_err(|e| Error::Other(format!("template templates/{path}: {e}")))?;
+                    origin.insert(qualified, path.to_string());
+                }
+                found += 1;
+            }
         }
         if found == 0 {
             return Err(Error::Other(format!("no templates for target '{target}' (looked for templates/{target}/)")));
         }
-        Ok(Templates { target: target.to_string(), hb })
+        Ok(Templates { target: target.to_string(), hb, origin })
+    }
+
+    /// The target whose templates these are.
+    pub fn target(&self) -> &str {
+        &self.target
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -76,15 +121,19 @@ impl Templates {
         if !self.hb.has_template(name) {
             return Err(Error::Other(format!("target '{}' has no template {name}.hbs", self.target)));
         }
-        self.hb
-            .render(name, ctx)
-            .map_err(|e| Error::Other(format!("rendering templates/{}/{name}.hbs: {e}", self.target)))
+        let path = self.origin.get(name).cloned().unwrap_or_else(|| format!("{}/{name}.hbs", self.target));
+        self.hb.render(name, ctx).map_err(|e| Error::Other(format!("rendering templates/{path}: {e}")))
     }
 }
 
 /// The fields of the model-level templates: tensors with their storage, inputs, outputs, the run
 /// sequence and the memory figures.
 pub fn model_context(p: &Program, arch: &str) -> Json {
+    model_context_for(p, "cuda", arch)
+}
+
+/// [`model_context`] for the templates of `target`.
+pub fn model_context_for(p: &Program, target: &str, arch: &str) -> Json {
     let batch = p.batch.as_ref().map(|b| b.symbol.as_str());
     let tensors: Vec<Json> = p
         .tensors
@@ -130,6 +179,7 @@ pub fn model_context(p: &Program, arch: &str) -> Json {
         "build_hash": "",
         "source": Path::new(&p.source).file_name().and_then(|s| s.to_str()).unwrap_or(&p.source),
         "arch": arch,
+        "stream_type": stream_type(target),
         "has_batch": p.batch.is_some(),
         "batch_symbol": p.batch.as_ref().map(|b| b.symbol.clone()).unwrap_or_default(),
         "max_batch": p.batch.as_ref().map(|b| b.max).unwrap_or(1),
@@ -209,7 +259,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 pub fn generate(p: &Program, templates: &Templates, arch: &str, out: &Path) -> Result<Generated> {
     std::fs::create_dir_all(out).map_err(|e| Error::Other(format!("creating {}: {e}", out.display())))?;
     let mut gen = Generated::default();
-    let mut model = model_context(p, arch);
+    let mut model = model_context_for(p, &templates.target, arch);
     // Every file but the model-level ones, in the order they are written.
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for k in &p.kernels {
@@ -353,11 +403,34 @@ pub fn generate_cuda_with(
     target: &crate::lower::cuda::CudaTarget,
     out: &Path,
 ) -> Result<GeneratedModel> {
-    let arch = target.arch();
+    generate_for(graph, opts, target, out)
+}
+
+/// Lowers an optimised graph for the ROCm target (`arch`: gfx90a or gfx942) and renders it into
+/// `out`. Building is separate (`crate::build::hip`).
+pub fn generate_rocm(
+    graph: &crate::ir::Graph,
+    opts: &crate::lower::LowerOptions,
+    arch: crate::lower::rocm::RocmArch,
+    out: &Path,
+) -> Result<GeneratedModel> {
+    let target = crate::lower::rocm::RocmTarget::new(arch).with_max_batch(opts.max_batch);
+    generate_for(graph, opts, &target, out)
+}
+
+/// Lowers an optimised graph for any target and renders it through that target's templates
+/// ([`template_dirs`]) into `out`, with `build.json`.
+pub fn generate_for(
+    graph: &crate::ir::Graph,
+    opts: &crate::lower::LowerOptions,
+    target: &dyn crate::lower::Target,
+    out: &Path,
+) -> Result<GeneratedModel> {
+    let arch = target.arch_name();
     let program = crate::lower::lower(graph, target, opts)?;
-    let templates = Templates::for_target(crate::lower::Target::name(target))?;
-    let files = generate(&program, &templates, arch.as_str(), out)?;
-    let meta = build_metadata(&program, "cuda", arch.as_str(), &files);
+    let templates = Templates::for_target(target.name())?;
+    let files = generate(&program, &templates, &arch, out)?;
+    let meta = build_metadata(&program, target.name(), &arch, &files);
     let text = serde_json::to_string_pretty(&meta).map_err(|e| Error::Other(e.to_string()))? + "\n";
     write_file(&out.join("build.json"), text.as_bytes())?;
     Ok(GeneratedModel { program, files })

@@ -122,6 +122,16 @@ pub fn check_sizes(
 /// The GPU memory compile sizes a library against when `--max-memory` is not given: the largest
 /// memory of the GPUs the architecture runs on, as `nvidia-smi` reports it (sm_80: A100 80GB,
 /// 81920 MiB; sm_90/sm_90a: H200, 143771 MiB, sold as 141 GB).
+/// The memory of the largest device of a ROCm architecture (MI250X GCD / MI210: 64 GiB; MI300X:
+/// 192 GB).
+pub fn rocm_memory_bound(arch: crate::lower::rocm::RocmArch) -> Bound {
+    let what = match arch {
+        crate::lower::rocm::RocmArch::Gfx90a => "the 64 GiB of an MI250X GCD or MI210, the largest gfx90a device",
+        crate::lower::rocm::RocmArch::Gfx942 => "the 192 GB of an MI300X, the largest gfx942 GPU",
+    };
+    Bound { bytes: arch.memory_bytes(), what: format!("{what} (--max-memory sets another bound)") }
+}
+
 pub fn gpu_memory_bound(arch: Arch) -> Bound {
     const MIB: u64 = 1 << 20;
     match arch {

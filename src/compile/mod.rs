@@ -27,6 +27,7 @@ use crate::egraph::{optimize, ExplainReport, OptimizeOptions};
 use crate::ir::{DType, Graph};
 use crate::lower::cuda::Arch;
 use crate::lower::cuda::CudaTarget;
+use crate::lower::rocm::{RocmArch, RocmTarget};
 use crate::lower::{LowerOptions, Precision};
 use crate::profile::cache::ProfileCache;
 use crate::profile::ProfileOptions;
@@ -56,11 +57,25 @@ pub enum KernelChoice {
     Profile(Option<PathBuf>),
 }
 
+/// The GPU platform the model is compiled for (`--target`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuTarget {
+    /// NVIDIA: CUTLASS and our kernels, nvcc, for [`CompileOptions::arch`].
+    #[default]
+    Cuda,
+    /// AMD: Composable Kernel and our kernels in HIP, clang-19 (`--target rocm --arch gfx942`);
+    /// [`CompileOptions::arch`] is not used. Kernel instances come from the heuristic (no
+    /// profiler for ROCm yet).
+    Rocm(RocmArch),
+}
+
 /// Everything `compile` takes besides the model and OUT: the command line's options, and its
 /// defaults ([`Default`]; the command line takes its defaults from here).
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
-    /// GPU architecture (`--arch`).
+    /// The platform (`--target`); CUDA by default.
+    pub target: GpuTarget,
+    /// CUDA GPU architecture (`--arch` with the CUDA target).
     pub arch: Arch,
     /// Largest run-time batch when the batch dim is symbolic (`--max-batch`); sizes the arena.
     pub max_batch: i64,
@@ -98,6 +113,7 @@ pub struct CompileOptions {
 impl Default for CompileOptions {
     fn default() -> Self {
         CompileOptions {
+            target: GpuTarget::Cuda,
             arch: Arch::Sm90a,
             max_batch: DEFAULT_MAX_BATCH,
             max_memory: None,
@@ -150,12 +166,18 @@ pub struct Prepared {
     graph: Graph,
     optimised: Graph,
     report: ExplainReport,
-    target: CudaTarget,
+    target: PreparedTarget,
     choice: String,
     sharing: Option<String>,
     bound: Bound,
     /// The profiler's report, when `KernelChoice::Profile` ran it.
     pub profile_summary: Option<String>,
+}
+
+/// The target whose instances were chosen.
+enum PreparedTarget {
+    Cuda(CudaTarget),
+    Rocm(RocmTarget),
 }
 
 /// Checks the options against the imported graph (dim names, every value's size at
@@ -175,13 +197,31 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     }
     let bound = match opts.max_memory {
         Some(bytes) => Bound { bytes, what: format!("--max-memory ({})", checks::fmt_bytes(bytes)) },
-        None => checks::gpu_memory_bound(opts.arch),
+        None => match opts.target {
+            GpuTarget::Cuda => checks::gpu_memory_bound(opts.arch),
+            GpuTarget::Rocm(arch) => checks::rocm_memory_bound(arch),
+        },
     };
     check_batch_sizes(&graph, &dims, opts.max_batch, opts.precision, &bound)?;
     let lower = LowerOptions { dims, max_batch: opts.max_batch, precision: opts.precision };
     let optimize_opts =
         OptimizeOptions::pipeline(opts.fused_attention)?.with_squeeze_excite(opts.fused_squeeze_excite)?;
     let (optimised, report) = optimize(&graph, &optimize_opts)?;
+    if let GpuTarget::Rocm(arch) = opts.target {
+        let choice = rocm_kernel_choice(opts)?;
+        return Ok(Prepared {
+            opts: opts.clone(),
+            lower,
+            graph,
+            optimised,
+            report,
+            target: PreparedTarget::Rocm(RocmTarget::new(arch).with_max_batch(opts.max_batch)),
+            choice,
+            sharing: None,
+            bound,
+            profile_summary: None,
+        });
+    }
     let (target, choice, profile_summary) = kernel_choice(opts, &graph, &lower)?;
     // With profiled times, extraction prices convs and gemms by them (at the largest batch, the
     // range that dominates throughput), so fusion and layout choices follow measurements.
@@ -209,12 +249,27 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
         graph,
         optimised,
         report,
-        target,
+        target: PreparedTarget::Cuda(target),
         choice,
         sharing,
         bound,
         profile_summary,
     })
+}
+
+/// ROCm has no profiler yet: the heuristic chooses, and asking for profiled times is an error.
+fn rocm_kernel_choice(opts: &CompileOptions) -> Result<String> {
+    match &opts.kernel_choice {
+        KernelChoice::Profile(_) => Err(Error::Other(
+            "--profile: the ROCm target has no profiler yet (kernel instances come from the heuristic)".into(),
+        )),
+        KernelChoice::ProfileCache(Some(f)) => Err(Error::Other(format!(
+            "--profile-cache {}: the ROCm target has no profiled times yet (kernel instances come from the heuristic)",
+            f.display()
+        ))),
+        KernelChoice::ProfileCache(None) => Ok("kernel choice: heuristic (ROCm: no profiler yet)".into()),
+        KernelChoice::Heuristic => Ok("kernel choice: heuristic (--no-profile)".into()),
+    }
 }
 
 impl Prepared {
@@ -249,7 +304,12 @@ impl Prepared {
         // Everything is written into a staging folder next to OUT and swapped in at the end;
         // until then OUT keeps the previous output, and an error drops the staging folder.
         let stage = Staging::begin(out, self.opts.force)?;
-        let generated = crate::codegen::generate_cuda_with(&self.optimised, &self.lower, &self.target, stage.dir())?;
+        let generated = match &self.target {
+            PreparedTarget::Cuda(t) => {
+                crate::codegen::generate_cuda_with(&self.optimised, &self.lower, t, stage.dir())?
+            }
+            PreparedTarget::Rocm(t) => crate::codegen::generate_for(&self.optimised, &self.lower, t, stage.dir())?,
+        };
         check_device_memory(&generated.program.memory, self.opts.max_batch, &self.bound)?;
         let _ = writeln!(summary, "{}", generated.summary());
         let _ = writeln!(summary, "{}", choice_summary(&generated.program, &self.choice));
@@ -318,11 +378,21 @@ impl Generated {
             stage.commit(&hash, false)?;
             return Ok(done(None, None));
         }
-        let compiler = match Nvcc::discover(opts.arch) {
+        let discovered: Result<Box<dyn crate::build::Compiler>> = match opts.target {
+            GpuTarget::Cuda => Nvcc::discover(opts.arch).map(|c| Box::new(c) as Box<dyn crate::build::Compiler>),
+            GpuTarget::Rocm(arch) => {
+                crate::build::hip::HipClang::discover(arch).map(|c| Box::new(c) as Box<dyn crate::build::Compiler>)
+            }
+        };
+        let compiler = match discovered {
             Ok(c) => c,
             Err(e) => {
+                let what = match opts.target {
+                    GpuTarget::Cuda => "CUDA",
+                    GpuTarget::Rocm(_) => "ROCm (HIP)",
+                };
                 let message = format!(
-                    "the CUDA sources are in {} but no library was built: {e}\n(run with --no-build to write sources only)",
+                    "the {what} sources are in {} but no library was built: {e}\n(run with --no-build to write sources only)",
                     out.display()
                 );
                 return Err(commit_failed(stage, &hash, message));
@@ -332,6 +402,7 @@ impl Generated {
         // profile cache, unless a shared cache dir gave both the same one): the chosen
         // instances are taken from there instead of being compiled again.
         let seed_caches = match &opts.kernel_choice {
+            _ if opts.target != GpuTarget::Cuda => Vec::new(),
             KernelChoice::ProfileCache(f) | KernelChoice::Profile(f) => {
                 profile_cache_file(f).map(|file| vec![crate::profile::default_object_cache(&file)]).unwrap_or_default()
             }
@@ -345,7 +416,7 @@ impl Generated {
             stage.dir(),
             &generated.files.sources,
             &generated.files.headers,
-            &compiler,
+            compiler.as_ref(),
             &build_opts,
             LIB_NAME,
         );

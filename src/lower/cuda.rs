@@ -392,14 +392,14 @@ struct Epilogue {
     tag: String,
 }
 
-fn act_name(a: Option<Act>) -> String {
+pub(crate) fn act_name(a: Option<Act>) -> String {
     match a {
         None => "id".into(),
         Some(a) => format!("{a:?}").replace(' ', ""),
     }
 }
 
-fn act_expr(act: Option<Act>, x: &str) -> String {
+pub(crate) fn act_expr(act: Option<Act>, x: &str) -> String {
     match act {
         Some(a) => act_call(a, x),
         None => x.to_string(),
@@ -407,7 +407,7 @@ fn act_expr(act: Option<Act>, x: &str) -> String {
 }
 
 /// `{prefix}_{config}_{hash}`: readable, and equal names mean equal template + context.
-fn instance_name(template: &str, config: &str, ctx: &Map<String, Json>) -> String {
+pub(crate) fn instance_name(template: &str, config: &str, ctx: &Map<String, Json>) -> String {
     let mut h = Sha256::new();
     h.update(template.as_bytes());
     h.update(serde_json::to_string(ctx).unwrap_or_default().as_bytes());
@@ -926,6 +926,9 @@ impl ProfiledTarget for CudaTarget {
 impl Target for CudaTarget {
     fn name(&self) -> &'static str {
         "cuda"
+    }
+    fn arch_name(&self) -> String {
+        self.arch.as_str().to_string()
     }
     fn warp_size(&self) -> i64 {
         32

@@ -30,6 +30,7 @@ pub mod ops;
 pub mod plan;
 pub mod problem;
 pub mod program;
+pub mod rocm;
 pub mod sharing;
 pub mod target;
 pub mod weights;
@@ -384,6 +385,9 @@ impl<'a> LowerCtx<'a> {
         mut context: Map<String, Json>,
         workspace_bytes: u64,
     ) -> LowerResult<()> {
+        if let Err(why) = self.target.own_kernel(template) {
+            return Err(LowerError::Unsupported(why));
+        }
         let name = format!("k{:03}_{template}", self.program.kernels.len());
         let mut arg_json = Vec::new();
         for (i, &t) in args.iter().enumerate() {

@@ -61,8 +61,11 @@ impl Instance {
 }
 
 pub trait Target: Sync {
-    /// `cuda`, `hip`.
+    /// `cuda`, `rocm`: the name of its template set (`codegen::template_dirs`) and of
+    /// `build.json`'s target.
     fn name(&self) -> &'static str;
+    /// The GPU architecture the code is generated for (`sm_90a`, `gfx942`).
+    fn arch_name(&self) -> String;
     /// Threads that execute in lockstep and reduce with shuffles: 32 on NVIDIA GPUs, 64 on
     /// AMD's CDNA (MI200/MI300). Launch sizes of the row-wise kernels (softmax, norms,
     /// reductions) are multiples of it.
@@ -87,6 +90,12 @@ pub trait Target: Sync {
     /// `[K, Kp]`. Returns `Kp`, or None to compute `p` as it is. Default: never.
     fn conv_im2col_columns(&self, _p: &ConvProblem) -> Option<i64> {
         None
+    }
+    /// Whether this target has the kernel family `template` (a template stem under
+    /// `templates/<target>/kernels/`); Err says why not, and the lowering reports it against the
+    /// node. Default: every family.
+    fn own_kernel(&self, _template: &str) -> Result<(), String> {
+        Ok(())
     }
 }
 

@@ -678,6 +678,9 @@ pub(crate) mod tests {
         fn name(&self) -> &'static str {
             "cuda"
         }
+        fn arch_name(&self) -> String {
+            "sm_90".into()
+        }
         fn warp_size(&self) -> i64 {
             32
         }

@@ -902,6 +902,9 @@ pub(crate) mod testkit {
         fn name(&self) -> &'static str {
             "cuda"
         }
+        fn arch_name(&self) -> String {
+            "sm_90".into()
+        }
         fn warp_size(&self) -> i64 {
             32
         }

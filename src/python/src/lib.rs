@@ -122,6 +122,9 @@ fn options(
         Some(n) => return Err(value_err(format!("jobs={n}: must be a whole number from 1 to 1024"))),
     };
     Ok(CompileOptions {
+        // The Python package compiles for CUDA (the ROCm target is the command line's and the
+        // Rust API's for now).
+        target: onnx2ait::compile::GpuTarget::Cuda,
         arch,
         max_batch,
         max_memory,
