@@ -184,13 +184,9 @@ fn exports_generate_cuda_snapshots() {
 fn exports_generate_rocm_snapshots() {
     let opts = OptimizeOptions::pipeline(false).expect("embedded rules load");
     for (stem, _) in EXPORTS {
-        let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
-        let (opt, _) = optimize(&g, &opts).unwrap();
+        let (opt, lower) = bound_and_optimised(stem, &opts);
         let out = std::env::temp_dir().join(format!("onnx2ait-exports-rocm-{}-{stem}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
-        let mut bound = dims(stem, 1, 16);
-        bound.remove("batch");
-        let lower = LowerOptions { dims: bound, max_batch: 8, ..LowerOptions::default() };
         onnx2ait::codegen::generate_rocm(&opt, &lower, onnx2ait::lower::rocm::RocmArch::Gfx942, &out)
             .unwrap_or_else(|e| panic!("{stem}: {e}"));
         let text = tree_text(&out);
@@ -201,17 +197,22 @@ fn exports_generate_rocm_snapshots() {
     }
 }
 
+/// The export optimised as `compile --dim seq=16 --max-batch 8` does it (seq bound before
+/// optimising, so what reads it folds), and the lowering options that go with it.
+fn bound_and_optimised(stem: &str, opts: &OptimizeOptions) -> (onnx2ait::ir::Graph, LowerOptions) {
+    let mut g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
+    let mut bound = dims(stem, 1, 16);
+    bound.remove("batch");
+    onnx2ait::ir::specialize::bind_dims(&mut g, &bound).unwrap();
+    let (opt, _) = optimize(&g, opts).unwrap();
+    (opt, LowerOptions { dims: bound, max_batch: 8, ..LowerOptions::default() })
+}
+
 fn generate_snapshot(stem: &str, opts: &OptimizeOptions, suffix: &str) {
     {
-        // As `compile --dim seq=16` does: seq is bound before optimising, so what reads it folds.
-        let mut g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
-        let mut bound = dims(stem, 1, 16);
-        bound.remove("batch");
-        onnx2ait::ir::specialize::bind_dims(&mut g, &bound).unwrap();
-        let (opt, _) = optimize(&g, opts).unwrap();
+        let (opt, lower) = bound_and_optimised(stem, opts);
         let out = std::env::temp_dir().join(format!("onnx2ait-exports-{}-{stem}{suffix}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
-        let lower = LowerOptions { dims: bound, max_batch: 8, ..LowerOptions::default() };
         generate_cuda(&opt, &lower, onnx2ait::lower::cuda::Arch::Sm90, &out).unwrap_or_else(|e| panic!("{stem}: {e}"));
         let text = tree_text(&out);
         let _ = std::fs::remove_dir_all(&out);
