@@ -2,7 +2,7 @@
 //! determinism, and the compile-only build of a whole ResNet-50 with the pinned nvcc + CUTLASS.
 
 mod common;
-use common::tree_text;
+use common::{bundled_models, tree_text};
 use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::build::BuildOptions;
 use onnx2ait::codegen::generate_cuda;
@@ -11,22 +11,8 @@ use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::LowerOptions;
 use std::path::{Path, PathBuf};
 
-fn bundled_models() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir("onnx_models")
-        .expect("onnx_models/ exists")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
-        .collect();
-    v.sort();
-    v
-}
-
 fn fresh_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("onnx2ait-codegen-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    common::fresh_dir("codegen", tag)
 }
 
 /// Generates `model` into `out`; the error text (paths made relative) when it does not lower.

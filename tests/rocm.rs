@@ -4,7 +4,7 @@
 //! inspected.
 
 mod common;
-use common::tree_text;
+use common::{bundled_models, tree_text};
 use onnx2ait::build::hip::{device_code, HipClang};
 use onnx2ait::build::BuildOptions;
 use onnx2ait::codegen::generate_rocm;
@@ -13,22 +13,8 @@ use onnx2ait::lower::rocm::RocmArch;
 use onnx2ait::lower::LowerOptions;
 use std::path::{Path, PathBuf};
 
-fn bundled_models() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir("onnx_models")
-        .expect("onnx_models/ exists")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
-        .collect();
-    v.sort();
-    v
-}
-
 fn fresh_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("onnx2ait-rocm-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    common::fresh_dir("rocm", tag)
 }
 
 fn generate(model: &Path, out: &Path, lower: &LowerOptions, opts: &OptimizeOptions) -> Result<(), String> {

@@ -1,5 +1,6 @@
 //! Helpers shared by the test binaries that snapshot generated code (`tests/codegen.rs`,
-//! `tests/exports.rs`); a folder module, so cargo does not build it as a test of its own.
+//! `tests/exports.rs`, `tests/rocm.rs`); a folder module, so cargo does not build it as a test of
+//! its own. Each binary uses some of them, hence `allow(dead_code)` on the others.
 
 use std::path::{Path, PathBuf};
 
@@ -17,4 +18,26 @@ pub fn tree_text(out: &Path) -> String {
         s.push_str(&format!("=== {name} ===\n{text}\n"));
     }
     s
+}
+
+/// `onnx_models/*.onnx`, sorted by name.
+#[allow(dead_code)]
+pub fn bundled_models() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir("onnx_models")
+        .expect("onnx_models/ exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// An empty temporary folder `onnx2ait-<suite>-<pid>-<tag>`.
+#[allow(dead_code)]
+pub fn fresh_dir(suite: &str, tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("onnx2ait-{suite}-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
 }
