@@ -20,6 +20,11 @@
 #                                                     bert_<exporter>, validated and timed next to
 #                                                     the default fused-attention builds, which are
 #                                                     named <model>_<exporter>_fusedattn)
+#                               [--seq-range MAX]    (also build the first exporter's BERT once with
+#                                                     `--dim seq=1..MAX`, a run-time sequence length, as
+#                                                     bert_<exporter>_seqrange: validated at --seq and
+#                                                     --seq2 from the one build, refused at MAX+1, timed
+#                                                     at --seq)
 #                               [--profile]          (profile every build's kernels on this GPU first,
 #                                                     `compile --profile`, into one cache shared by
 #                                                     the builds; they are named <build>_profiled)
@@ -32,7 +37,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -46,6 +51,7 @@ while (($#)); do
     --rowwise) ROWWISE=1 ;;
     --unfused-attention) UNFUSED_ATTENTION=1 ;;
     --profile) PROFILE=1 ;;
+    --seq-range) SEQ_RANGE=$2; shift ;;
     -h | --help) sed -n '2,/^set -uo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-transformers.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -100,6 +106,7 @@ build() { # name onnx seq [extra compile options...]
   shift 3
   local dims=()
   [[ $name == bert* ]] && dims=(--dim "seq=$seq")
+  [[ $name == *_seqrange* ]] && dims=(--dim "seq=1..$SEQ_RANGE")
   local choice=(--no-profile)
   ((PROFILE)) && choice=(--profile --profile-cache "$W/profile.json")
   t0=$(date +%s.%N)
@@ -159,10 +166,23 @@ if ((UNFUSED_ATTENTION)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; t
   fi
 fi
 
+# The first exporter's BERT once more with a run-time sequence length (--seq-range MAX).
+if ((SEQ_RANGE > 0)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; then
+  name=bert_${e}_seqrange$SUF
+  if within_budget 120; then
+    ln -sfn "bert_$e.onnx" "$W/$name.onnx"
+    build "$name" "$W/$name.onnx" "$SEQ" && { BUILT[$name]=1; SEQ_OF[$name]=$SEQ; }
+  else
+    say "build $name: not run (time budget)"
+  fi
+fi
+
 # 3. Timing, one thing at a time on the GPU: onnx2ait (the PyTorch peers after the validation).
 for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   within_budget 40 || { say "bench $name: not run (time budget)"; continue; }
-  "$BIN" bench "$W/build_$name" --batch "$BATCHES" --json >"$W/bench_$name.json" 2>"$W/bench_$name.err"
+  bench_dims=()
+  [[ $name == *_seqrange* ]] && bench_dims=(--dim "seq=${SEQ_OF[$name]}")
+  "$BIN" bench "$W/build_$name" --batch "$BATCHES" "${bench_dims[@]}" --json >"$W/bench_$name.json" 2>"$W/bench_$name.err"
   say "bench $name: rc $? $(tr -d '\n ' <"$W/bench_$name.json" | head -c 400)"
   record "{\"kind\":\"bench\",\"name\":\"$name\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_$name.json")}"
 done
@@ -174,6 +194,15 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   for b in 1 8; do
     within_budget 40 && validate "$name" "$onnx" "$seq" "$b" || say "validate $name batch $b: not run (time budget)"
   done
+  # One build, several lengths: the second length, and one past the range (must be refused).
+  if [[ $name == *_seqrange* ]]; then
+    within_budget 40 && validate "$name" "$onnx" "$SEQ2" 8
+    "$BIN" validate "$onnx" --build "$W/build_$name" --batch 1 --dim "seq=$((SEQ_RANGE + 1))" \
+      >"$W/validate_${name}_outside.out" 2>&1
+    rc=$?
+    say "validate $name at seq $((SEQ_RANGE + 1)), outside the range: rc $rc (must fail): $(grep -m1 -o "dim 'seq'.*" "$W/validate_${name}_outside.out")"
+    record "{\"kind\":\"outside_range\",\"name\":\"$name\",\"seq\":$((SEQ_RANGE + 1)),\"rc\":$rc}"
+  fi
 done
 # 5. Where the time goes: per-kernel times of the first exporter's builds (and of the unfused
 # build) at the smallest and largest batch.

@@ -9,7 +9,8 @@
 //! Each export must (1) infer its outputs in the model's own dims, (2) agree with ONNX Runtime
 //! through the reference executor at several (batch, seq) points, a non-power-of-two sequence
 //! included, (3) compute the same after optimisation, and (4) generate CUDA code once `seq` is
-//! bound (`--dim seq=16`); the generated trees are insta snapshots.
+//! bound (`--dim seq=16`); the generated trees are insta snapshots. (5) BERT also generates with
+//! `seq` a run-time dim (`--dim seq=1..64`): one build for every length.
 
 mod common;
 use common::tree_text;
@@ -194,6 +195,53 @@ fn exports_generate_rocm_snapshots() {
         insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
             insta::assert_snapshot!(format!("exports__rocm_{stem}"), text);
         });
+    }
+}
+
+/// BERT compiled as `compile --dim seq=1..64 --max-batch 8` does it, attention fused and not:
+/// both `batch` and `seq` are run-time dims (in that order, as the inputs name them), every
+/// shape is an expression in them (`dims.v[0]`, `dims.v[1]`), the arena is planned at the
+/// largest values, and the C API lists both with their ranges.
+#[test]
+fn bert_generates_with_a_run_time_sequence_range() {
+    for stem in ["bert_tiny_torchscript", "bert_tiny_dynamo"] {
+        for fused in [false, true] {
+            let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
+            let (opt, _) = optimize(&g, &OptimizeOptions::pipeline(fused).unwrap()).unwrap();
+            let lower = LowerOptions {
+                ranges: BTreeMap::from([("seq".to_string(), (1, 64))]),
+                max_batch: 8,
+                ..LowerOptions::default()
+            };
+            let what = format!("{stem}, fused attention {fused}");
+            let out = std::env::temp_dir().join(format!("onnx2ait-exports-range-{}-{stem}-{fused}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&out);
+            let gen = generate_cuda(&opt, &lower, onnx2ait::lower::cuda::Arch::Sm90a, &out)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let p = &gen.program;
+            let dims: Vec<(&str, i64, i64)> = p.dims.dims.iter().map(|d| (d.symbol.as_str(), d.min, d.max)).collect();
+            assert_eq!(dims, [("batch", 1, 8), ("seq", 1, 64)], "{what}");
+            assert_eq!(p.dims.batch, Some(0), "{what}");
+            let cu = std::fs::read_to_string(out.join("model.cu")).unwrap();
+            assert!(cu.contains("constexpr int kNumDims = 2;") && cu.contains("constexpr int kBatchDim = 0;"), "{what}");
+            assert!(cu.contains("{R\"onnx2ait(seq)onnx2ait\", 1, 64},"), "{what}");
+            // The hidden state's dims follow both run-time dims.
+            assert!(cu.contains("d[0] = (dims.v[0]);") && cu.contains("d[1] = (dims.v[1]);"), "{what}");
+            // Every kernel is generated for any length: some reads the sequence length at run time.
+            let seq_readers = std::fs::read_dir(&out)
+                .unwrap()
+                .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+                .filter(|t| t.contains("dims.v[1]"))
+                .count();
+            assert!(seq_readers > 5, "{what}: {seq_readers} files read the sequence length");
+            // Planned at the largest dims: an activation [8, 64, 64] of fp16 fits the arena.
+            assert!(p.memory.arena_bytes >= 8 * 64 * 64 * 2, "{what}: arena {}", p.memory.arena_bytes);
+            if fused {
+                let attention = p.kernels.iter().find(|k| k.template == "attention").expect("a fused attention");
+                assert!(attention.context["sk"].as_str().unwrap().contains("dims.v[1]"), "{what}");
+            }
+            let _ = std::fs::remove_dir_all(&out);
+        }
     }
 }
 

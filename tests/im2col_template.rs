@@ -53,7 +53,7 @@ fn render(cases: &[Json]) -> (PathBuf, Vec<PathBuf>) {
         let text = t.render("kernels/im2col.cu", ctx).unwrap_or_else(|e| panic!("im2col renders: {e}"));
         assert!(!text.contains("{{"), "unrendered handlebars");
         let name = ctx["name"].as_str().expect("name");
-        assert!(text.contains(&format!("int {name}(void* const* t, int64_t batch")), "the launcher is defined");
+        assert!(text.contains(&format!("int {name}(void* const* t, o2a_dims dims")), "the launcher is defined");
         let src = dir.join(format!("{name}.cu"));
         std::fs::write(&src, text).expect("write");
         sources.push(src);
@@ -82,7 +82,7 @@ fn im2col_kernel_compiles() {
     // window (1 channel, 3x5, asymmetric stride, dilation, padding; 15 → 16 columns) at a fixed
     // batch, whose image offsets need 64 bits (an image of more than 2^31 elements).
     let cases = [
-        context("k000_im2col", "(batch)", [224, 224, 3], [7, 7], [112, 112], [3, 3], [2, 2], [1, 1], 152),
+        context("k000_im2col", "(dims.v[0])", [224, 224, 3], [7, 7], [112, 112], [3, 3], [2, 2], [1, 1], 152),
         context("k001_im2col", "2", [50_000, 50_000, 1], [3, 5], [24_999, 49_992], [1, 0], [2, 1], [2, 2], 16),
     ];
     let (dir, sources) = render(&cases);

@@ -4,7 +4,7 @@
     write_transformer_benchmarks.py RESULTS.jsonl --previous BENCHMARKS.md --out BENCHMARKS.md
         --commit SHA --command TEXT
 
-RESULTS.jsonl holds one JSON record per line (kind: export, build, validate, bench, torch). The
+RESULTS.jsonl holds one JSON record per line (kind: export, build, validate, outside_range, bench, torch). The
 run's section is rendered from the records; its figures (builds, validation, latency) replace
 those of the same benchmarks in the store of --previous, every other benchmark keeps its latest
 figure, and --out is rendered from the store (scripts/gpu/bench_store.py). The section itself is
@@ -102,6 +102,12 @@ def section(recs, commit, command, when=None, gpu=None, regenerated=None):
         lines += ["", f"- {', '.join(sorted(degenerate))}: ONNX Runtime's output is all zeros, so the comparison proves "
                   "nothing (torchvision initialises vit_b_16's classifier head to zeros; export_transformers.py gives "
                   "the head N(0, 0.02) weights since this run)."]
+    outside = [r for r in recs if r["kind"] == "outside_range"]
+    if outside:
+        lines += ["", "### A sequence length outside the compiled range", "",
+                  "| build | seq | exit code | result |", "|---|---|---|---|"]
+        for r in outside:
+            lines.append(f"| {r['name']} | {r['seq']} | {r['rc']} | {'refused (ok)' if r['rc'] != 0 else 'ACCEPTED (wrong)'} |")
     torch = {r["model"]: r.get("result") or {} for r in recs if r["kind"] == "torch"}
     lines += ["", "### Latency (median ms; CUDA graph replay for both; ratio = PyTorch CUDA graph / onnx2ait)", "",
               "| build | seq | batch | onnx2ait (graph) | onnx2ait (plain launches) | PyTorch eager | PyTorch + CUDA graph | ratio |",

@@ -1,5 +1,6 @@
-//! `onnx2ait bench OUT [--batch 1,8,64,256] [--warmup 20] [--iters 100] [--kernels [--kernel-top N]]
-//! [--json]`: time the compiled model of OUT on the GPU at each batch.
+//! `onnx2ait bench OUT [--batch 1,8,64,256] [--dim NAME=V …] [--warmup 20] [--iters 100]
+//! [--kernels [--kernel-top N]] [--json]`: time the compiled model of OUT on the GPU at each
+//! batch (a build's other run-time dims at their `--dim` value, else at their largest).
 //!
 //! How it measures (`o2a_bench` in the generated model.cu): the inputs are filled once on the
 //! device with random non-zero values; one run is waited for (lazy initialisation, errors);
@@ -32,6 +33,10 @@ pub struct BenchArgs {
     /// Batch sizes, comma-separated (default: 1 and the largest batch the model was built for).
     #[arg(long, value_name = "B,B,…", value_delimiter = ',', value_parser = parse_batch)]
     pub batch: Vec<i64>,
+    /// Value of a run-time dim other than the batch (repeatable): --dim seq=128. Default: its
+    /// largest value.
+    #[arg(long = "dim", value_name = "NAME=V", value_parser = super::validate::parse_dim)]
+    pub dims: Vec<(String, i64)>,
     /// Untimed runs before timing, per batch and mode.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub warmup: u32,
@@ -46,7 +51,8 @@ pub struct BenchArgs {
     /// has all).
     #[arg(long, value_name = "N", default_value_t = 25, requires = "kernels")]
     pub kernel_top: usize,
-    /// Print the results as JSON: [{"batch", "graph_median_ms", "median_ms"}, …]; with --kernels,
+    /// Print the results as JSON: [{"batch", "dims", "graph_median_ms", "median_ms"}, …] ("dims":
+    /// every run-time dim's value by name); with --kernels,
     /// each batch also has "kernels": [{"name", "node", "ms"}, …] in run order.
     #[arg(long)]
     pub json: bool,
@@ -55,6 +61,8 @@ pub struct BenchArgs {
 #[derive(Serialize)]
 struct Row {
     batch: i64,
+    /// Every run-time dim's value (the batch included), by name.
+    dims: std::collections::BTreeMap<String, i64>,
     /// Median ms per run, replaying a captured graph.
     graph_median_ms: f64,
     /// Median ms per run, launching every kernel.
@@ -82,17 +90,20 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
     } else {
         a.batch.clone()
     };
-    // All batches are checked before the GPU is touched.
-    for &b in &batches {
-        lib.check_batch(b)?;
+    // All dims are checked before the GPU is touched.
+    let named = super::checks::check_dims_given(&a.dims)?;
+    if let Some(b) = lib.batch_symbol().filter(|s| named.contains_key(*s)) {
+        return Err(Failure::new(1, format!("--dim {b}=…: '{b}' is the batch; give it with --batch")));
     }
+    let points: Vec<(i64, Vec<i64>)> =
+        batches.iter().map(|&b| Ok((b, lib.dims_at(b, &named)?))).collect::<Result<_, Failure>>()?;
     let mut model = Model::create(lib)?;
-    let mut rows = Vec::with_capacity(batches.len());
-    for &b in &batches {
-        let graph = model.bench(b, a.warmup, a.iters, true)?;
-        let plain = model.bench(b, a.warmup, a.iters, false)?;
+    let mut rows = Vec::with_capacity(points.len());
+    for (b, dims) in points {
+        let graph = model.bench(&dims, a.warmup, a.iters, true)?;
+        let plain = model.bench(&dims, a.warmup, a.iters, false)?;
         let kernels = if a.kernels {
-            let ms = model.kernel_times(b, a.warmup, a.iters)?;
+            let ms = model.kernel_times(&dims, a.warmup, a.iters)?;
             let infos = model.library().kernels();
             Some(
                 infos
@@ -104,7 +115,14 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
         } else {
             None
         };
-        rows.push(Row { batch: b, graph_median_ms: f64::from(graph), median_ms: f64::from(plain), kernels });
+        let by_name = model.library().run_dims().iter().map(|d| d.symbol.clone()).zip(dims).collect();
+        rows.push(Row {
+            batch: b,
+            dims: by_name,
+            graph_median_ms: f64::from(graph),
+            median_ms: f64::from(plain),
+            kernels,
+        });
     }
     if a.json {
         let text = serde_json::to_string_pretty(&rows).map_err(|e| Failure::new(1, e.to_string()))?;
@@ -112,8 +130,16 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
         return Ok(0);
     }
     let lib = model.library();
+    // The run-time dims other than the batch, the same in every row.
+    let others: Vec<String> = rows
+        .first()
+        .map(|r| {
+            r.dims.iter().filter(|(k, _)| Some(k.as_str()) != lib.batch_symbol()).map(|(k, v)| format!("{k}={v}")).collect()
+        })
+        .unwrap_or_default();
+    let others = if others.is_empty() { String::new() } else { format!(", at {}", others.join(", ")) };
     let mut text = format!(
-        "model '{}' from {} on {}: median of {} runs after {} warm-up runs\n\n",
+        "model '{}' from {} on {}: median of {} runs after {} warm-up runs{others}\n\n",
         lib.model_name(),
         lib.path().display(),
         model.device_name(),
@@ -296,8 +322,8 @@ mod tests {
     #[test]
     fn table_and_json_shapes() {
         let rows = vec![
-            Row { batch: 1, graph_median_ms: 0.5, median_ms: 0.75, kernels: None },
-            Row { batch: 64, graph_median_ms: 4.0, median_ms: 4.25, kernels: None },
+            Row { batch: 1, dims: Default::default(), graph_median_ms: 0.5, median_ms: 0.75, kernels: None },
+            Row { batch: 64, dims: Default::default(), graph_median_ms: 4.0, median_ms: 4.25, kernels: None },
         ];
         let t = table(&rows);
         let lines: Vec<&str> = t.lines().collect();
@@ -347,7 +373,7 @@ mod tests {
 
     #[test]
     fn json_rows_carry_kernels_in_run_order() {
-        let rows = vec![Row { batch: 8, graph_median_ms: 1.0, median_ms: 1.5, kernels: Some(four_kernels()) }];
+        let rows = vec![Row { batch: 8, dims: Default::default(), graph_median_ms: 1.0, median_ms: 1.5, kernels: Some(four_kernels()) }];
         let j: serde_json::Value = serde_json::to_value(&rows).unwrap();
         assert_eq!(j[0]["kernels"].as_array().unwrap().len(), 4);
         assert_eq!(j[0]["kernels"][1], serde_json::json!({"name": "k001_conv2d_library", "node": "conv_1", "ms": 2.0}));

@@ -27,7 +27,7 @@ pub fn print_warnings(g: &Graph) {
 
 /// The `--dim NAME=N` pairs as a map (their names are checked against the model by
 /// [`check_dims`]); a name given twice is an error.
-pub fn check_dims_given(pairs: &[(String, i64)]) -> Result<BTreeMap<String, i64>, Failure> {
+pub fn check_dims_given<T: Copy>(pairs: &[(String, T)]) -> Result<BTreeMap<String, T>, Failure> {
     let mut m = BTreeMap::new();
     for (name, value) in pairs {
         if m.insert(name.clone(), *value).is_some() {

@@ -13,10 +13,12 @@
 //! not write is refused unless `--force`, and a library only ever sits beside its own sources
 //! and weights.
 
+use super::validate::DimSpec;
 use super::{Failure, ModelArg};
 use clap::Args;
 use onnx2ait::compile::{CompileOptions, GpuTarget, KernelChoice, LIB_NAME};
 use onnx2ait::lower::Precision;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -52,9 +54,11 @@ pub struct CompileArgs {
     /// 80 GiB; sm_90/sm_90a: H200, 141 GB).
     #[arg(long = "max-memory", value_name = "SIZE", value_parser = super::checks::parse_size)]
     pub max_memory: Option<u64>,
-    /// Fixes a symbolic dim at compile time (repeatable): --dim seq=128.
-    #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim)]
-    pub dims: Vec<(String, i64)>,
+    /// Fixes a symbolic dim at compile time (--dim seq=128), or makes it a run-time dim with a
+    /// range (--dim seq=1..512: one build runs every value in the range; the arena is sized for
+    /// the largest). Repeatable. The one symbolic dim given neither is the run-time batch.
+    #[arg(long = "dim", value_name = "NAME=N|NAME=MIN..MAX", value_parser = super::validate::parse_dim_spec)]
+    pub dims: Vec<(String, DimSpec)>,
     /// Write the sources only; do not run nvcc.
     #[arg(long = "no-build")]
     pub no_build: bool,
@@ -161,12 +165,26 @@ impl CompileArgs {
                 (GpuTarget::Rocm(self.arch.as_deref().unwrap_or("gfx942").parse()?), CompileOptions::default().arch)
             }
         };
+        let given = super::checks::check_dims_given(&self.dims)?;
+        let mut fixed = BTreeMap::new();
+        let mut ranges = BTreeMap::new();
+        for (name, spec) in given {
+            match spec {
+                DimSpec::Fixed(n) => {
+                    fixed.insert(name, n);
+                }
+                DimSpec::Range(lo, hi) => {
+                    ranges.insert(name, (lo, hi));
+                }
+            }
+        }
         Ok(CompileOptions {
             target,
             arch,
             max_batch: self.max_batch,
             max_memory: self.max_memory,
-            dims: super::checks::check_dims_given(&self.dims)?,
+            dims: fixed,
+            ranges,
             precision: self.precision,
             fused_attention: self.attention.fused(),
             fused_squeeze_excite: self.squeeze_excite.fused(),

@@ -1,9 +1,10 @@
-//! `onnx2ait run OUT [--input name=x.npy …] [--batch B] [--seed S] [--output-dir D]`: run the
-//! compiled model of OUT (`onnx2ait MODEL -o OUT`) once on the GPU and write every output as
-//! `D/<output name>.npy` (default D: OUT/outputs).
+//! `onnx2ait run OUT [--input name=x.npy …] [--batch B] [--dim NAME=V …] [--seed S]
+//! [--output-dir D]`: run the compiled model of OUT (`onnx2ait MODEL -o OUT`) once on the GPU
+//! and write every output as `D/<output name>.npy` (default D: OUT/outputs).
 //!
 //! Inputs come from .npy files; an input without one gets seeded random values, as in
-//! `validate`. The batch is `--batch`, or else the one the files' shapes imply (1 without files).
+//! `validate`. The run-time dims are `--batch` and `--dim`, or else the ones the files' shapes
+//! imply (without files: batch 1, every other run-time dim at its largest).
 
 use super::validate::parse_batch;
 use super::Failure;
@@ -29,6 +30,10 @@ pub struct RunArgs {
     /// Batch size (default: implied by the input files, else 1).
     #[arg(long, value_name = "B", value_parser = parse_batch)]
     pub batch: Option<i64>,
+    /// Value of a run-time dim the build was compiled with a range for (repeatable):
+    /// --dim seq=77 (default: implied by the input files, else its largest value).
+    #[arg(long = "dim", value_name = "NAME=V", value_parser = super::validate::parse_dim)]
+    pub dims: Vec<(String, i64)>,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -70,12 +75,13 @@ pub fn run(a: &RunArgs) -> Result<u8, Failure> {
             None => None,
         });
     }
-    let batch = match a.batch {
-        Some(b) => {
-            lib.check_batch(b)?;
-            b
-        }
-        None => batch_of_files(&lib, &loaded)?,
+    let named = super::checks::check_dims_given(&a.dims)?;
+    let dims = if a.batch.is_some() || !named.is_empty() || loaded.iter().all(Option::is_none) {
+        let batch = a.batch.unwrap_or_else(|| lib.batch_dim().map_or(1, |b| lib.run_dims()[b].min));
+        lib.dims_at(batch, &named)?
+    } else {
+        let shapes: Vec<Option<&[usize]>> = loaded.iter().map(|t| t.as_ref().map(Tensor::shape)).collect();
+        lib.infer_dims(&shapes).map_err(|e| Failure::new(1, format!("the input files: {e}")))?
     };
 
     let mut rng = StdRng::seed_from_u64(a.seed);
@@ -85,7 +91,7 @@ pub fn run(a: &RunArgs) -> Result<u8, Failure> {
         let (t, source) = match t {
             Some(t) => (t, files[&info.name].display().to_string()),
             None => {
-                (random_tensor(info.dtype, &lib.input_shape(i, batch)?, &mut rng), format!("random, seed {}", a.seed))
+                (random_tensor(info.dtype, &lib.input_shape(i, &dims)?, &mut rng), format!("random, seed {}", a.seed))
             }
         };
         let _ = writeln!(report, "input  '{}' {} ({source})", info.name, describe(&t));
@@ -93,7 +99,7 @@ pub fn run(a: &RunArgs) -> Result<u8, Failure> {
     }
 
     let mut model = Model::create(lib)?;
-    let outputs = model.run_host(batch, &tensors)?;
+    let outputs = model.run_host(&dims, &tensors)?;
     let lib = model.library();
     let dir = a.output_dir.clone().unwrap_or_else(|| a.out.join("outputs"));
     std::fs::create_dir_all(&dir)
@@ -106,51 +112,14 @@ pub fn run(a: &RunArgs) -> Result<u8, Failure> {
         let _ = writeln!(report, "output '{}' {} -> {}{note}", info.name, describe(t), path.display());
     }
     let head = format!(
-        "model '{}' from {} on {}, batch {batch}\n",
+        "model '{}' from {} on {}, {}\n",
         lib.model_name(),
         lib.path().display(),
-        model.device_name()
+        model.device_name(),
+        lib.dims_text(&dims).trim_start_matches("at ")
     );
     super::emit(&format!("{head}{report}"));
     Ok(0)
-}
-
-/// The smallest batch at which every input read from a file has its file's shape.
-fn batch_of_files(lib: &Library, loaded: &[Option<Tensor>]) -> Result<i64, Failure> {
-    if loaded.iter().all(Option::is_none) {
-        return Ok(1);
-    }
-    for b in 1..=lib.max_batch() {
-        let mut fits = true;
-        for (i, t) in loaded.iter().enumerate() {
-            if let Some(t) = t {
-                if lib.input_shape(i, b)?.as_slice() != t.shape() {
-                    fits = false;
-                    break;
-                }
-            }
-        }
-        if fits {
-            return Ok(b);
-        }
-    }
-    let mut lines = Vec::new();
-    for (i, (info, t)) in lib.inputs().iter().zip(loaded).enumerate() {
-        if let Some(t) = t {
-            lines.push(format!(
-                "'{}' has {:?}, the model takes {:?} at batch 1",
-                info.name,
-                t.shape(),
-                lib.input_shape(i, 1)?
-            ));
-        }
-    }
-    let range = if lib.has_batch() {
-        format!("at any batch from 1 to {}", lib.max_batch())
-    } else {
-        "(it has fixed shapes)".to_string()
-    };
-    Err(Failure::new(1, format!("the input files do not fit the model {range}: {}", lines.join("; "))))
 }
 
 /// `float32[2,1000]`.

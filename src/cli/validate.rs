@@ -63,6 +63,31 @@ pub fn parse_dim(s: &str) -> Result<(String, i64), String> {
     Ok((k, n))
 }
 
+/// A `compile --dim`: a value fixed at compile time, or a range chosen at each run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DimSpec {
+    /// `NAME=N`
+    Fixed(i64),
+    /// `NAME=MIN..MAX` (inclusive)
+    Range(i64, i64),
+}
+
+/// `NAME=N` or `NAME=MIN..MAX`.
+pub fn parse_dim_spec(s: &str) -> Result<(String, DimSpec), String> {
+    let (k, v) = parse_assignment(s)?;
+    let Some((lo, hi)) = v.split_once("..") else {
+        return parse_dim(s).map(|(k, n)| (k, DimSpec::Fixed(n)));
+    };
+    let num = |x: &str| -> Result<i64, String> {
+        x.trim().parse().map_err(|_| format!("dim '{k}': '{v}' is not a range MIN..MAX of whole numbers"))
+    };
+    let (lo, hi) = (num(lo)?, num(hi)?);
+    if lo < 1 || lo > hi {
+        return Err(format!("dim '{k}': the range {lo}..{hi} needs 1 ≤ MIN ≤ MAX"));
+    }
+    Ok((k, DimSpec::Range(lo, hi)))
+}
+
 /// A batch size: a whole number from 1.
 pub fn parse_batch(s: &str) -> Result<i64, String> {
     match s.trim().parse::<i64>() {
@@ -163,6 +188,11 @@ mod tests {
         assert_eq!(parse_dim("N=4").unwrap(), ("N".to_string(), 4));
         assert!(parse_dim("N=-1").is_err());
         assert!(parse_dim("N=x").is_err());
+        assert_eq!(parse_dim_spec("seq=1..512").unwrap(), ("seq".to_string(), DimSpec::Range(1, 512)));
+        assert_eq!(parse_dim_spec("seq=128").unwrap(), ("seq".to_string(), DimSpec::Fixed(128)));
+        for bad in ["seq=0..4", "seq=5..4", "seq=1..", "seq=..4", "seq=a..b"] {
+            assert!(parse_dim_spec(bad).is_err(), "{bad}");
+        }
         assert_eq!(parse_batch("8").unwrap(), 8);
         assert!(parse_batch("0").is_err() && parse_batch("x").is_err());
         assert_eq!(parse_tolerance("1e-3").unwrap(), 1e-3);

@@ -134,7 +134,6 @@ pub fn model_context(p: &Program, arch: &str) -> Json {
 
 /// [`model_context`] for the templates of `target`.
 pub fn model_context_for(p: &Program, target: &str, arch: &str) -> Json {
-    let batch = p.batch.as_ref().map(|b| b.symbol.as_str());
     let tensors: Vec<Json> = p
         .tensors
         .iter()
@@ -159,11 +158,13 @@ pub fn model_context_for(p: &Program, target: &str, arch: &str) -> Json {
             .enumerate()
             .map(|(i, t)| {
                 let dims: Vec<String> =
-                    t.shape.iter().map(|d| dim_expr(d, batch).unwrap_or_else(|_| d.to_string())).collect();
+                    t.shape.iter().map(|d| dim_expr(d, &p.dims).unwrap_or_else(|_| d.to_string())).collect();
+                let max_numel = p.dims.upper_bound(&crate::ir::dim::product(&t.shape)).unwrap_or(0);
                 json!({
                     "index": i, "name": t.name, "ctype": ctype(t.dtype), "dtype": t.dtype.name(),
                     "onnx_dtype": t.dtype.onnx_code(), "elem_bytes": t.dtype.size_bytes(),
                     "rank": t.shape.len(), "dims": dims, "shape": json_dims(p, &t.shape), "tensor": t.tensor,
+                    "max_numel": max_numel,
                 })
             })
             .collect()
@@ -173,6 +174,13 @@ pub fn model_context_for(p: &Program, target: &str, arch: &str) -> Json {
         .iter()
         .map(|k| json!({ "name": k.name, "template": k.template, "node": k.node, "args": k.args, "num_args": k.args.len() }))
         .collect();
+    let run_dims: Vec<Json> = p
+        .dims
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(i, d)| json!({ "index": i, "symbol": d.symbol, "min": d.min, "max": d.max }))
+        .collect();
     json!({
         "model_name": p.model_name,
         // Set by `generate` once the other files are rendered (it is their hash).
@@ -180,9 +188,9 @@ pub fn model_context_for(p: &Program, target: &str, arch: &str) -> Json {
         "source": Path::new(&p.source).file_name().and_then(|s| s.to_str()).unwrap_or(&p.source),
         "arch": arch,
         "stream_type": stream_type(target),
-        "has_batch": p.batch.is_some(),
-        "batch_symbol": p.batch.as_ref().map(|b| b.symbol.clone()).unwrap_or_default(),
-        "max_batch": p.batch.as_ref().map(|b| b.max).unwrap_or(1),
+        "run_dims": run_dims,
+        "num_dims": p.dims.dims.len(),
+        "batch_dim": p.dims.batch.map_or(-1, |b| b as i64),
         "tensors": tensors,
         "num_tensors": p.tensors.len(),
         "inputs": io(&p.inputs),
@@ -334,12 +342,20 @@ impl GeneratedModel {
         }
         let t: Vec<String> = by_template.iter().map(|(k, n)| format!("{k} {n}")).collect();
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-        let batch = match &p.batch {
-            Some(b) => format!("batch '{}' from 1 to {}", b.symbol, b.max),
-            None => "fixed shapes".to_string(),
-        };
+        let dims: Vec<String> = p
+            .dims
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let what = if p.dims.batch == Some(i) { "batch" } else { "dim" };
+                format!("{what} '{}' from {} to {}", d.symbol, d.min, d.max)
+            })
+            .collect();
+        let dims = if dims.is_empty() { "fixed shapes".to_string() } else { dims.join(", ") };
+        let at = if p.dims.dims.len() > 1 { "at the largest dims" } else { "at the largest batch" };
         format!(
-            "generated: {} kernels ({}); {batch}\nmemory:    arena {:.1} MiB for {:.1} MiB of activations (at the largest batch), workspace {:.1} MiB, weights {:.1} MiB\n",
+            "generated: {} kernels ({}); {dims}\nmemory:    arena {:.1} MiB for {:.1} MiB of activations ({at}), workspace {:.1} MiB, weights {:.1} MiB\n",
             p.kernels.len(),
             t.join(", "),
             mib(p.memory.arena_bytes),
@@ -375,7 +391,8 @@ fn build_metadata(p: &Program, target: &str, arch: &str, files: &Generated) -> J
         "arch": arch,
         "library": "libmodel.so",
         "build_hash": files.build_hash,
-        "batch": p.batch,
+        "batch": p.dims.batch_dim(),
+        "run_dims": p.dims.dims,
         "sources": files.sources,
         "headers": files.headers,
         "kernels": kernels,

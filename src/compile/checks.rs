@@ -35,14 +35,10 @@ pub fn check_dims(g: &Graph, pairs: &[(String, i64)]) -> Result<BTreeMap<String,
     let mut m = BTreeMap::new();
     for (name, value) in pairs {
         if !known.contains(name) {
-            let list = if known.is_empty() {
-                "it has none: every dim is fixed".to_string()
-            } else {
-                format!("its symbolic dims: {}", known.iter().cloned().collect::<Vec<_>>().join(", "))
-            };
             return Err(Error::Other(format!(
-                "--dim {name}={value}: {} has no symbolic dim '{name}' ({list})",
-                g.info.source
+                "--dim {name}={value}: {} has no symbolic dim '{name}' ({})",
+                g.info.source,
+                symbol_list(&known)
             )));
         }
         if m.insert(name.clone(), *value).is_some() {
@@ -50,6 +46,41 @@ pub fn check_dims(g: &Graph, pairs: &[(String, i64)]) -> Result<BTreeMap<String,
         }
     }
     Ok(m)
+}
+
+/// The `--dim NAME=MIN..MAX` ranges: each names a symbolic dim of the model that no `--dim
+/// NAME=N` fixes, and runs from at least 1 up (`MIN ≤ MAX`).
+pub fn check_ranges(
+    g: &Graph,
+    ranges: &BTreeMap<String, (i64, i64)>,
+    fixed: &BTreeMap<String, i64>,
+) -> Result<()> {
+    let known = symbols(g);
+    for (name, &(lo, hi)) in ranges {
+        if !known.contains(name) {
+            return Err(Error::Other(format!(
+                "--dim {name}={lo}..{hi}: {} has no symbolic dim '{name}' ({})",
+                g.info.source,
+                symbol_list(&known)
+            )));
+        }
+        if fixed.contains_key(name) {
+            return Err(Error::Other(format!("--dim {name} is given both a value and a range")));
+        }
+        if lo < 1 || lo > hi {
+            return Err(Error::Other(format!("--dim {name}={lo}..{hi}: a run-time range needs 1 ≤ MIN ≤ MAX")));
+        }
+    }
+    Ok(())
+}
+
+/// The model's symbolic dims, for messages.
+fn symbol_list(known: &BTreeSet<String>) -> String {
+    if known.is_empty() {
+        "it has none: every dim is fixed".to_string()
+    } else {
+        format!("its symbolic dims: {}", known.iter().cloned().collect::<Vec<_>>().join(", "))
+    }
 }
 
 /// What bounds a size check: the limit in bytes and what it is, for the message ("the 141 GB

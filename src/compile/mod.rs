@@ -82,8 +82,12 @@ pub struct CompileOptions {
     /// GPU memory the library may take (arena, workspace, weights at `max_batch`); `None` is the
     /// largest GPU of `arch` ([`checks::gpu_memory_bound`]).
     pub max_memory: Option<u64>,
-    /// Values of symbolic dims (`--dim seq=128`); the one left free is the run-time batch.
+    /// Values of symbolic dims fixed at compile time (`--dim seq=128`).
     pub dims: BTreeMap<String, i64>,
+    /// Ranges `(min, max)` of symbolic dims chosen at each run (`--dim seq=1..512`): one build
+    /// serves every value in the range, the arena sized for the largest. The one symbolic dim
+    /// left with neither a value nor a range is the run-time batch (`1..=max_batch`).
+    pub ranges: BTreeMap<String, (i64, i64)>,
     /// Storage type of float activations and weights (`--precision`).
     pub precision: Precision,
     /// One kernel per attention block (`--attention fused`); see [`OptimizeOptions::pipeline`].
@@ -118,6 +122,7 @@ impl Default for CompileOptions {
             max_batch: DEFAULT_MAX_BATCH,
             max_memory: None,
             dims: BTreeMap::new(),
+            ranges: BTreeMap::new(),
             precision: Precision::Fp16,
             fused_attention: false,
             fused_squeeze_excite: false,
@@ -186,6 +191,7 @@ enum PreparedTarget {
 pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     let pairs: Vec<(String, i64)> = opts.dims.iter().map(|(k, v)| (k.clone(), *v)).collect();
     let dims = checks::check_dims(&graph, &pairs)?;
+    checks::check_ranges(&graph, &opts.ranges, &dims)?;
     // The fixed dims become numbers before optimising, so the shape and index subgraphs that
     // read them fold into constants (see ir::specialize).
     crate::ir::specialize::bind_dims(&mut graph, &dims)?;
@@ -202,8 +208,8 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
             GpuTarget::Rocm(arch) => checks::rocm_memory_bound(arch),
         },
     };
-    check_batch_sizes(&graph, &dims, opts.max_batch, opts.precision, &bound)?;
-    let lower = LowerOptions { dims, max_batch: opts.max_batch, precision: opts.precision };
+    check_batch_sizes(&graph, &dims, &opts.ranges, opts.max_batch, opts.precision, &bound)?;
+    let lower = LowerOptions { dims, ranges: opts.ranges.clone(), max_batch: opts.max_batch, precision: opts.precision };
     let optimize_opts =
         OptimizeOptions::pipeline(opts.fused_attention)?.with_squeeze_excite(opts.fused_squeeze_excite)?;
     let (optimised, report) = optimize(&graph, &optimize_opts)?;
@@ -450,19 +456,22 @@ fn profile_cache_file(given: &Option<PathBuf>) -> Result<PathBuf> {
 fn check_batch_sizes(
     g: &Graph,
     dims: &BTreeMap<String, i64>,
+    ranges: &BTreeMap<String, (i64, i64)>,
     max_batch: i64,
     precision: Precision,
     bound: &Bound,
 ) -> Result<()> {
     let mut env = dims.clone();
-    let free: Vec<String> = checks::symbols(g).into_iter().filter(|s| !dims.contains_key(s)).collect();
+    env.extend(ranges.iter().map(|(k, &(_, hi))| (k.clone(), hi)));
+    let free: Vec<String> = checks::symbols(g).into_iter().filter(|s| !env.contains_key(s)).collect();
     // Several free symbols: lowering refuses the model and says which to bind.
     if let [batch] = free.as_slice() {
         env.insert(batch.clone(), max_batch);
     }
+    let ranged = if ranges.is_empty() { String::new() } else { " and the largest values of the --dim ranges".into() };
     let context = match free.as_slice() {
-        [batch] => format!("at --max-batch {max_batch} (batch dim '{batch}')"),
-        _ => "at the dims given".to_string(),
+        [batch] => format!("at --max-batch {max_batch} (batch dim '{batch}'){ranged}"),
+        _ => format!("at the dims given{ranged}"),
     };
     // Float values are stored in the precision's type on the GPU.
     let elem_bytes = |t: DType| match (t.is_float(), precision) {

@@ -234,6 +234,30 @@ impl Dim {
         Some(constant)
     }
 
+    /// The least and greatest values over a box of symbol ranges (`lo..=hi` per symbol, every
+    /// `lo ≥ 0`), by interval arithmetic: exact for polynomials whose terms all have one sign,
+    /// conservative otherwise. `None` when a symbol has no range or the bound overflows i64.
+    /// Memory planning sizes every tensor at the upper bound over the run-time dims' ranges.
+    pub fn range_in(&self, ranges: &BTreeMap<String, (i64, i64)>) -> Option<(i64, i64)> {
+        let (mut lo, mut hi) = (0i64, 0i64);
+        for (mono, coeff) in &self.terms {
+            let (mut mlo, mut mhi) = (1i64, 1i64);
+            for s in mono {
+                let &(a, b) = ranges.get(s)?;
+                mlo = mlo.checked_mul(a)?;
+                mhi = mhi.checked_mul(b)?;
+            }
+            let (tlo, thi) = if *coeff >= 0 {
+                (mlo.checked_mul(*coeff)?, mhi.checked_mul(*coeff)?)
+            } else {
+                (mhi.checked_mul(*coeff)?, mlo.checked_mul(*coeff)?)
+            };
+            lo = lo.checked_add(tlo)?;
+            hi = hi.checked_add(thi)?;
+        }
+        Some((lo, hi))
+    }
+
     fn paren(&self) -> String {
         if self.terms.len() > 1 {
             format!("({self})")
@@ -387,5 +411,20 @@ mod tests {
         let d = Dim::sym("N").mul(&Dim::known(2)).add(&Dim::known(1));
         let env = BTreeMap::from([("N".to_string(), 4)]);
         assert_eq!(d.eval(&env).as_known(), Some(9));
+    }
+
+    #[test]
+    fn ranges_bound_polynomials() {
+        let (n, s) = (Dim::sym("N"), Dim::sym("S"));
+        let ranges = BTreeMap::from([("N".to_string(), (1, 64)), ("S".to_string(), (1, 512))]);
+        // Attention scores [N, 12, S, S]: 12·N·S².
+        let scores = n.mul(&Dim::known(12)).mul(&s).mul(&s);
+        assert_eq!(scores.range_in(&ranges), Some((12, 12 * 64 * 512 * 512)));
+        // A negative term takes the other end of its range: S - 1 over 1..=512.
+        assert_eq!(s.sub(&Dim::known(1)).range_in(&ranges), Some((0, 511)));
+        assert_eq!(Dim::known(7).range_in(&ranges), Some((7, 7)));
+        assert_eq!(Dim::sym("H").range_in(&ranges), None);
+        let huge = BTreeMap::from([("N".to_string(), (1, i64::MAX))]);
+        assert_eq!(n.mul(&n).range_in(&huge), None);
     }
 }

@@ -771,7 +771,7 @@ impl CudaTarget {
 
     /// The gemm's sizes at batch `b`: (batch_count, m, n, k).
     fn gemm_dims(p: &GemmProblem, b: i64) -> [i64; 4] {
-        [Self::at(&p.batch_count, b), Self::at(&p.m, b), Self::at(&p.n, b), Self::at(&p.k, b)]
+        [&p.batch_count, &p.m, &p.n, &p.k].map(|d| Self::at(&p.judged(d), b))
     }
 
     fn gemm_signature(p: &GemmProblem, b: i64, epi: &Epilogue) -> String {
@@ -988,7 +988,8 @@ impl Target for CudaTarget {
         }
         let epi = Self::gemm_epilogue(p);
         let candidates = self.gemm_candidates(&epi);
-        let points = self.choice_points(&[&p.m, &p.n, &p.k, &p.batch_count]);
+        let judged = [&p.m, &p.n, &p.k, &p.batch_count].map(|d| p.judged(d));
+        let points = self.choice_points(&judged.iter().collect::<Vec<_>>());
         let dispatch = self.dispatch(&points, |b| {
             let signature = Self::gemm_signature(p, b, &epi);
             let [bc, m, n, k] = Self::gemm_dims(p, b);
@@ -1087,6 +1088,7 @@ mod tests {
             bias: Some(BiasKind::PerColumn),
             residual: false,
             act: None,
+            sizes_at: Default::default(),
         }
     }
 

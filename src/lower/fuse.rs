@@ -484,7 +484,7 @@ mod tests {
         let c = &k.context;
         assert_eq!(
             (c["src_ctype"].as_str(), c["batches"].as_str(), c["pixels"].as_str()),
-            (Some("float"), Some("(batch)"), Some("50176"))
+            (Some("float"), Some("(dims.v[0])"), Some("50176"))
         );
         assert_eq!((c["c_in"].as_i64(), c["c_out"].as_i64(), c["vec"].as_i64()), (Some(3), Some(3), Some(1)));
         assert_eq!(c["thin"], json!(true));

@@ -2,9 +2,12 @@
 //! node over planned device tensors, with the weights converted and packed into one blob.
 //!
 //! What happens here, in order:
-//! - dims: symbols bound with `--dim` are substituted; at most one symbol may remain, the run-time
-//!   batch, and every dim must be a polynomial in it (kernels get shapes as C++ expressions in
-//!   `batch`);
+//! - dims: symbols bound with `--dim NAME=VALUE` are substituted; the others are run-time dims
+//!   ([`RunDims`]): those given a range (`--dim seq=1..512`), and at most one more, the batch,
+//!   which runs `1..=--max-batch`. Every dim must be a polynomial in the run-time dims: kernels
+//!   get shapes as C++ expressions in them (`dims.v[i]`, the launcher's `o2a_dims` argument), so
+//!   one build serves every value in the ranges, and the memory plan sizes each tensor at the
+//!   ranges' upper bounds;
 //! - precision ([`Precision`], `--precision`): float tensors are stored as fp16 (the default) or
 //!   fp32 on the device; integers and booleans keep their type;
 //! - inputs: a graph input whose ONNX dtype differs from its device dtype (fp32 → fp16) gets a
@@ -36,7 +39,7 @@ pub mod target;
 pub mod weights;
 
 pub use problem::{BiasKind, ConvProblem, GemmProblem};
-pub use program::{Batch, DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, Storage, TensorId};
+pub use program::{DeviceTensor, RunDim, RunDims, IoTensor, KernelInstance, MemoryPlan, Program, Storage, TensorId};
 pub use target::{Dispatch, Instance, LibraryInstance, Target};
 
 use crate::error::{Error, Result, UnsupportedOp};
@@ -50,7 +53,10 @@ use std::collections::BTreeMap;
 pub struct LowerOptions {
     /// Values for symbolic dims that are fixed at compile time (`--dim seq=128`).
     pub dims: BTreeMap<String, i64>,
-    /// The largest run-time batch (`--max-batch`), when the model has a symbolic batch dim.
+    /// Ranges `(min, max)` of symbolic dims chosen at run time (`--dim seq=1..512`).
+    pub ranges: BTreeMap<String, (i64, i64)>,
+    /// The largest run-time batch (`--max-batch`): the range `1..=max_batch` of the one symbolic
+    /// dim that is neither bound nor given a range.
     pub max_batch: i64,
     /// The storage type of float activations and weights on the device (`--precision`).
     pub precision: Precision,
@@ -58,7 +64,7 @@ pub struct LowerOptions {
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { dims: BTreeMap::new(), max_batch: 64, precision: Precision::Fp16 }
+        LowerOptions { dims: BTreeMap::new(), ranges: BTreeMap::new(), max_batch: 64, precision: Precision::Fp16 }
     }
 }
 
@@ -177,7 +183,6 @@ pub struct LowerCtx<'a> {
     program: Program,
     /// Device tensor of each graph value, once created.
     value_tensor: Vec<Option<TensorId>>,
-    batch_symbol: Option<String>,
     /// Dims bound at compile time (`--dim`), for the dims ops hold themselves (graph value types
     /// have them substituted already).
     bound: BTreeMap<String, i64>,
@@ -307,14 +312,20 @@ impl<'a> LowerCtx<'a> {
         self.program.tensors[t].dtype
     }
 
-    /// A dim as a C++ expression in `batch` (`"802816"`, `"(batch*802816)"`).
     /// `d` with the compile-time dims substituted (for dims an op holds itself).
     pub fn bind(&self, d: &Dim) -> Dim {
         d.eval(&self.bound)
     }
 
+    /// A dim as a C++ expression in the run-time dims (`"802816"`,
+    /// `"((int64_t)802816*dims.v[0])"`).
     pub fn expr(&self, d: &Dim) -> LowerResult<String> {
-        dim_expr(&d.eval(&self.bound), self.batch_symbol.as_deref())
+        dim_expr(&d.eval(&self.bound), &self.program.dims)
+    }
+
+    /// The program's run-time dims.
+    pub fn run_dims(&self) -> &RunDims {
+        &self.program.dims
     }
 
     /// Every dim of a shape as C++ expressions.
@@ -327,15 +338,16 @@ impl<'a> LowerCtx<'a> {
         self.expr(&crate::ir::dim::product(shape))
     }
 
-    /// The value of a dim at the largest batch.
-    pub fn at_max_batch(&self, d: &Dim) -> LowerResult<i64> {
-        d.eval(&self.program.max_batch_env())
-            .as_known()
-            .ok_or_else(|| LowerError::Unsupported(format!("dim {d} is not a polynomial in the batch")))
+    /// The largest value of a dim over the run-time dims' ranges.
+    pub fn upper_bound(&self, d: &Dim) -> LowerResult<i64> {
+        self.program.dims.upper_bound(&d.eval(&self.bound)).ok_or_else(|| {
+            LowerError::Unsupported(format!("dim {d} is not a polynomial in the run-time dims, or too large"))
+        })
     }
 
     /// Emits the kernel of a target [`Instance`]: its fields are added to `context`, and for a
-    /// library choice the node kernel gets `dispatch` (`[{max_batch, fn, last}]`, ascending) and
+    /// library choice the node kernel gets `dispatch` (`[{max_batch, when, fn, last}]`, ascending
+    /// batch ranges, `when` the C++ condition of the range) and
     /// `instances` (the distinct functions to declare), while the instances join the program's
     /// library (each rendered once).
     pub fn emit_instance(
@@ -351,12 +363,18 @@ impl<'a> LowerCtx<'a> {
         }
         if !inst.dispatch.is_empty() {
             let last = inst.dispatch.len() - 1;
+            // Entries are per batch range: the condition reads the batch's run-time value.
+            let batch = self.program.dims.batch;
             let entries: Vec<Json> = inst
                 .dispatch
                 .iter()
                 .enumerate()
                 .map(|(i, d)| {
-                    json!({ "max_batch": d.max_batch, "fn": d.instance.name, "last": i == last,
+                    let when = match batch {
+                        Some(b) => format!("dims.v[{b}] <= {}", d.max_batch),
+                        None => "true".to_string(),
+                    };
+                    json!({ "max_batch": d.max_batch, "when": when, "fn": d.instance.name, "last": i == last,
                             "config": d.instance.config, "measured": d.measured })
                 })
                 .collect();
@@ -424,8 +442,9 @@ impl<'a> LowerCtx<'a> {
     }
 }
 
-/// Renders a dim as a C++ expression of type int64_t in the variable `batch`.
-pub fn dim_expr(d: &Dim, batch: Option<&str>) -> LowerResult<String> {
+/// Renders a dim as a C++ expression of type int64_t in the run-time dims: run-time dim `i` is
+/// `dims.v[i]`, the launcher's `o2a_dims` argument.
+pub fn dim_expr(d: &Dim, dims: &RunDims) -> LowerResult<String> {
     if let Some(v) = d.as_known() {
         return Ok(v.to_string());
     }
@@ -433,12 +452,12 @@ pub fn dim_expr(d: &Dim, batch: Option<&str>) -> LowerResult<String> {
     for (mono, coeff) in d.terms() {
         let mut factors = Vec::new();
         for s in mono {
-            if Some(s.as_str()) != batch {
+            let Some(i) = dims.index_of(s) else {
                 return Err(LowerError::Unsupported(format!(
-                    "dim {d} depends on '{s}', which is neither the batch dim nor bound with --dim {s}=VALUE"
+                    "dim {d} depends on '{s}', which is neither a run-time dim nor bound with --dim {s}=VALUE"
                 )));
-            }
-            factors.push("batch".to_string());
+            };
+            factors.push(format!("dims.v[{i}]"));
         }
         if coeff != 1 || factors.is_empty() {
             factors.insert(0, format!("(int64_t){coeff}"));
@@ -469,8 +488,10 @@ fn model_name(source: &str) -> String {
     name
 }
 
-/// Binds compile-time dims and finds the batch symbol: at most one symbol may remain.
-fn bind_dims(g: &mut Graph, opts: &LowerOptions) -> Result<Option<Batch>> {
+/// Binds compile-time dims and finds the run-time ones: the symbols given a range, and at most
+/// one more, the batch (`1..=max_batch`). They are numbered in order of first appearance in the
+/// graph inputs' shapes, so the C API takes them in the order a reader of the model sees them.
+pub(crate) fn bind_dims(g: &mut Graph, opts: &LowerOptions) -> Result<RunDims> {
     let path = g.info.source.clone();
     let mut symbols = std::collections::BTreeSet::new();
     for v in &mut g.values {
@@ -481,27 +502,52 @@ fn bind_dims(g: &mut Graph, opts: &LowerOptions) -> Result<Option<Batch>> {
             }
         }
     }
-    let symbols: Vec<String> = symbols.into_iter().collect();
     if let Some(s) = symbols.iter().find(|s| is_data_dependent(s)) {
         return Err(data_dependent_error(g, s));
     }
-    match symbols.as_slice() {
-        [] => Ok(None),
-        [s] => {
-            if opts.max_batch < 1 {
-                return Err(Error::model(&path, format!("--max-batch must be ≥ 1, found {}", opts.max_batch)));
+    // First appearance in the inputs' shapes, then the rest by name.
+    let mut order: Vec<String> = Vec::new();
+    for &v in &g.inputs {
+        for d in g.values[v].ty.iter().flat_map(|t| &t.shape) {
+            for s in d.symbols() {
+                if !order.iter().any(|o| o == s) {
+                    order.push(s.to_string());
+                }
             }
-            Ok(Some(Batch { symbol: s.clone(), max: opts.max_batch }))
         }
-        many => Err(Error::model(
+    }
+    order.extend(symbols.iter().filter(|s| !order.contains(s)).cloned().collect::<Vec<_>>());
+    order.retain(|s| symbols.contains(s));
+    let free: Vec<&String> = order.iter().filter(|s| !opts.ranges.contains_key(*s)).collect();
+    if free.len() > 1 {
+        let names: Vec<&str> = free.iter().map(|s| s.as_str()).collect();
+        return Err(Error::model(
             &path,
             format!(
-                "the model has {} symbolic dims ({}); one can be the run-time batch, bind the others with --dim NAME=VALUE",
-                many.len(),
-                many.join(", ")
+                "the model has {} symbolic dims without a value or range ({}); one can be the run-time batch, \
+                 give the others a value or a run-time range with --dim NAME=VALUE or --dim NAME=MIN..MAX",
+                free.len(),
+                names.join(", ")
             ),
-        )),
+        ));
     }
+    if !free.is_empty() && opts.max_batch < 1 {
+        return Err(Error::model(&path, format!("--max-batch must be ≥ 1, found {}", opts.max_batch)));
+    }
+    let mut dims = Vec::new();
+    for s in &order {
+        let (min, max) = opts.ranges.get(s).copied().unwrap_or((1, opts.max_batch));
+        if min < 1 || min > max {
+            return Err(Error::model(&path, format!("--dim {s}={min}..{max}: a range needs 1 ≤ MIN ≤ MAX")));
+        }
+        dims.push(RunDim { symbol: s.clone(), min, max });
+    }
+    let leading = g.inputs.first().and_then(|&v| g.values[v].ty.as_ref()?.shape.first().cloned());
+    let batch = match free.first() {
+        Some(s) => order.iter().position(|o| o == *s),
+        None => order.iter().position(|o| leading.as_ref() == Some(&Dim::sym(o.clone()))),
+    };
+    Ok(RunDims { dims, batch })
 }
 
 /// Symbols inference made for dims it could not express in the model's own dims: named after a
@@ -516,8 +562,8 @@ fn data_dependent_error(g: &Graph, symbol: &str) -> Error {
     let path = &g.info.source;
     let why = format!(
         "its output shape depends on run-time data ('{symbol}': computed from tensor values, not from the \
-         input dims); code generation needs every shape known at compile time up to the batch (bind \
-         symbolic dims with --dim NAME=VALUE)"
+         input dims); code generation needs every shape to be a polynomial in the model's own dims (give \
+         symbolic dims a value or a run-time range with --dim NAME=VALUE or --dim NAME=MIN..MAX)"
     );
     let producer = g.nodes.iter().find(|n| {
         n.outputs
@@ -533,15 +579,14 @@ fn data_dependent_error(g: &Graph, symbol: &str) -> Error {
 /// Lowers an optimised kernel-level graph for `target`.
 pub fn lower(graph: &Graph, target: &dyn Target, opts: &LowerOptions) -> Result<Program> {
     let mut g = graph.clone();
-    let batch = bind_dims(&mut g, opts)?;
+    let dims = bind_dims(&mut g, opts)?;
     let path = g.info.source.clone();
-    let program = Program::empty(model_name(&path), path.clone(), batch.clone());
+    let program = Program::empty(model_name(&path), path.clone(), dims);
     let mut cx = LowerCtx {
         graph: &g,
         target,
         program,
         value_tensor: vec![None; g.values.len()],
-        batch_symbol: batch.map(|b| b.symbol),
         bound: opts.dims.clone(),
         precision: opts.precision,
     };
@@ -633,13 +678,12 @@ fn lower_err(path: &str, what: &str, e: LowerError) -> Error {
 
 /// Template fields shared by the model-level templates (run sequence, header, metadata).
 pub fn json_dims(p: &Program, shape: &[Dim]) -> Json {
-    let batch = p.batch.as_ref().map(|b| b.symbol.as_str());
     Json::Array(
         shape
             .iter()
             .map(|d| match d.as_known() {
                 Some(v) => json!(v),
-                None => json!(dim_expr(d, batch).unwrap_or_else(|_| d.to_string())),
+                None => json!(dim_expr(d, &p.dims).unwrap_or_else(|_| d.to_string())),
             })
             .collect(),
     )

@@ -2,6 +2,7 @@
 
 use crate::ir::ops::kernel::Act;
 use crate::ir::Dim;
+use std::collections::BTreeMap;
 
 /// `act(pre_act(conv(x, w) + bias) + residual)` on NHWC fp16 activations and KRSC fp16 weights.
 #[derive(Clone, Debug)]
@@ -81,4 +82,16 @@ pub struct GemmProblem {
     pub bias: Option<BiasKind>,
     pub residual: bool,
     pub act: Option<Act>,
+    /// Values at which a target judges the run-time dims other than the batch when it picks an
+    /// instance (their largest: `RunDims::env_at_batch`); alignment is still judged on the
+    /// symbolic sizes, which hold for every value.
+    pub sizes_at: BTreeMap<String, i64>,
+}
+
+impl GemmProblem {
+    /// `d` with the non-batch run-time dims at their judging values (`sizes_at`): what is left
+    /// symbolic depends on the batch only.
+    pub fn judged(&self, d: &Dim) -> Dim {
+        d.eval(&self.sizes_at)
+    }
 }

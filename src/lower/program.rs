@@ -4,6 +4,7 @@
 
 use crate::ir::{DType, Dim};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use serde_json::{Map, Value as Json};
 
 pub type TensorId = usize;
@@ -30,7 +31,7 @@ pub struct DeviceTensor {
     pub name: String,
     /// The element type on the device (float activations are fp16).
     pub dtype: DType,
-    /// Dims are constants or polynomials in the batch symbol.
+    /// Dims are constants or polynomials in the run-time dims.
     pub shape: Vec<Dim>,
     pub storage: Storage,
 }
@@ -50,17 +51,83 @@ pub struct KernelInstance {
     pub writes: Vec<usize>,
     /// Bytes of scratch memory the launcher needs (the shared workspace is the largest of these).
     pub workspace_bytes: u64,
-    /// The family's template fields (shapes as C++ expressions in `batch`, tile configs, …).
+    /// The family's template fields (shapes as C++ expressions in the run-time dims `dims.v[i]`, tile configs, …).
     pub context: Map<String, Json>,
 }
 
-/// The batch dim chosen at run time.
-#[derive(Clone, Debug, Serialize)]
-pub struct Batch {
-    /// The ONNX symbol (`N`, `batch_size`).
+/// A dim whose value the caller picks at each run, within a range fixed at compile time
+/// (`--dim seq=1..512`; a model's one free dim is the batch and runs `1..=--max-batch`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunDim {
+    /// The ONNX symbol (`N`, `batch_size`, `seq`).
     pub symbol: String,
-    /// Largest batch the arena is sized for (`--max-batch`).
+    /// Smallest value a run may take (≥ 1).
+    pub min: i64,
+    /// Largest value a run may take: the arena is sized for every run-time dim at its largest.
     pub max: i64,
+}
+
+/// The run-time dims of a program, in the order the generated code numbers them (`dims.v[i]`)
+/// and the C API takes their values.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunDims {
+    pub dims: Vec<RunDim>,
+    /// Which of `dims` is the batch (throughput figures and `--batch` refer to it): the dim
+    /// `--max-batch` ranges, else the leading axis of the first graph input.
+    pub batch: Option<usize>,
+}
+
+impl RunDims {
+    /// Fixed shapes: no run-time dim.
+    pub fn none() -> RunDims {
+        RunDims::default()
+    }
+
+    /// One run-time dim, the batch `symbol`, running `1..=max`.
+    pub fn batch_only(symbol: &str, max: i64) -> RunDims {
+        RunDims { dims: vec![RunDim { symbol: symbol.into(), min: 1, max }], batch: Some(0) }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dims.is_empty()
+    }
+
+    /// The batch dim, when there is one.
+    pub fn batch_dim(&self) -> Option<&RunDim> {
+        self.batch.and_then(|i| self.dims.get(i))
+    }
+
+    /// The position of `symbol` among the run-time dims.
+    pub fn index_of(&self, symbol: &str) -> Option<usize> {
+        self.dims.iter().position(|d| d.symbol == symbol)
+    }
+
+    /// Each dim's range, by symbol.
+    pub fn ranges(&self) -> BTreeMap<String, (i64, i64)> {
+        self.dims.iter().map(|d| (d.symbol.clone(), (d.min, d.max))).collect()
+    }
+
+    /// Every dim at its largest value.
+    pub fn max_env(&self) -> BTreeMap<String, i64> {
+        self.dims.iter().map(|d| (d.symbol.clone(), d.max)).collect()
+    }
+
+    /// Every dim but the batch at its largest value: the point at which a target judges problem
+    /// sizes for each batch range (the batch stays symbolic).
+    pub fn others_at_max(&self) -> BTreeMap<String, i64> {
+        self.dims
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != self.batch)
+            .map(|(_, d)| (d.symbol.clone(), d.max))
+            .collect()
+    }
+
+    /// The largest value `d` takes over the dims' ranges (conservative for polynomials with
+    /// terms of both signs, see [`Dim::range_in`]).
+    pub fn upper_bound(&self, d: &Dim) -> Option<i64> {
+        d.range_in(&self.ranges()).map(|(_, hi)| hi)
+    }
 }
 
 /// A graph input or output as the C API describes it.
@@ -93,7 +160,8 @@ pub struct Program {
     pub model_name: String,
     /// The model file, for messages and build metadata.
     pub source: String,
-    pub batch: Option<Batch>,
+    /// The dims chosen at run time (empty for fixed shapes).
+    pub dims: RunDims,
     pub tensors: Vec<DeviceTensor>,
     pub inputs: Vec<IoTensor>,
     pub outputs: Vec<IoTensor>,
@@ -115,11 +183,11 @@ pub fn align_up(v: u64) -> u64 {
 
 impl Program {
     /// A program with no tensors, kernels or weights yet (lowering fills it).
-    pub fn empty(model_name: String, source: String, batch: Option<Batch>) -> Program {
+    pub fn empty(model_name: String, source: String, dims: RunDims) -> Program {
         Program {
             model_name,
             source,
-            batch,
+            dims,
             tensors: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
@@ -138,16 +206,14 @@ impl Program {
         t
     }
 
-    /// The batch bound for evaluating dims: the largest batch, or none.
-    pub fn max_batch_env(&self) -> std::collections::BTreeMap<String, i64> {
-        self.batch.iter().map(|b| (b.symbol.clone(), b.max)).collect()
-    }
-
-    /// Byte size of a tensor at the largest batch.
+    /// Byte size of a tensor with every run-time dim at its largest (its size at any run is at
+    /// most this: the memory plan places tensors by these sizes).
     pub fn bytes_at_max(&self, t: TensorId) -> u64 {
-        let env = self.max_batch_env();
         let d = &self.tensors[t];
-        let elems: i64 = d.shape.iter().map(|x| x.eval(&env).as_known().unwrap_or(0)).product();
-        elems.max(0) as u64 * d.dtype.size_bytes() as u64
+        // A bound beyond i64 saturates, so the plan's checked sums report it rather than wrap.
+        match self.dims.upper_bound(&crate::ir::dim::product(&d.shape)) {
+            Some(elems) => (elems.max(0) as u64).saturating_mul(d.dtype.size_bytes() as u64),
+            None => u64::MAX,
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! rendered from `templates/<target>/model.h.hbs`).
 //!
 //! [`Library::open`] loads the shared library and reads what the model looks like (input and
-//! output names, dtypes, shapes at a batch, the batch range); that needs no GPU. [`Model::create`]
+//! output names, dtypes, shapes at given run-time dims, the dims' ranges); that needs no GPU. [`Model::create`]
 //! instantiates it on the current device (arena, workspace, weights) and runs it on host tensors
 //! ([`Model::run_host`]), times it ([`Model::bench`]) or times each of its kernels
 //! ([`Model::kernel_times`]).
@@ -21,6 +21,7 @@
 use crate::error::{Error, Result};
 use crate::ir::dim::fmt_shape;
 use crate::ir::{DType, Dim, Tensor};
+pub use crate::lower::RunDim;
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -38,8 +39,10 @@ pub const LIB_NAME: &str = "libmodel.so";
 /// The C API version this runtime speaks (`O2A_ABI_VERSION` of model.h).
 /// Version 2 added the kernel list and per-kernel timing (`o2a_num_kernels`, `o2a_kernel_name`,
 /// `o2a_kernel_node`, `o2a_kernel_times`); version 3 the build hash (`o2a_build_hash`,
-/// `O2A_BUILD_HASH`, the trailer of `weights.bin`).
-pub const ABI_VERSION: i32 = 4;
+/// `O2A_BUILD_HASH`, the trailer of `weights.bin`); version 5 run-time dims (`o2a_num_dims`,
+/// `o2a_dim_name`, `o2a_dim_min`, `o2a_dim_max`, `o2a_batch_dim`, and a `dims` array instead of a
+/// batch in every call that runs or shapes).
+pub const ABI_VERSION: i32 = 5;
 
 /// Status codes of the C API (the `O2A_ERR_*` of model.h / common.cuh).
 fn status_name(code: c_int) -> &'static str {
@@ -62,13 +65,13 @@ type FnDestroy = unsafe extern "C" fn(*mut c_void);
 type FnLastError = unsafe extern "C" fn() -> *const c_char;
 type FnModelStr = unsafe extern "C" fn(*const c_void) -> *const c_char;
 type FnModelInt = unsafe extern "C" fn(*const c_void) -> c_int;
-type FnModelI64 = unsafe extern "C" fn(*const c_void) -> i64;
 type FnIndexStr = unsafe extern "C" fn(*const c_void, c_int) -> *const c_char;
 type FnIndexInt = unsafe extern "C" fn(*const c_void, c_int) -> c_int;
-type FnShape = unsafe extern "C" fn(*const c_void, c_int, i64, *mut i64) -> c_int;
-type FnRunHost = unsafe extern "C" fn(*mut c_void, i64, *const *const c_void, *const *mut c_void) -> c_int;
-type FnBench = unsafe extern "C" fn(*mut c_void, i64, c_int, c_int, c_int, *mut f32) -> c_int;
-type FnKernelTimes = unsafe extern "C" fn(*mut c_void, i64, c_int, c_int, *mut f32) -> c_int;
+type FnIndexI64 = unsafe extern "C" fn(*const c_void, c_int) -> i64;
+type FnShape = unsafe extern "C" fn(*const c_void, c_int, *const i64, *mut i64) -> c_int;
+type FnRunHost = unsafe extern "C" fn(*mut c_void, *const i64, *const *const c_void, *const *mut c_void) -> c_int;
+type FnBench = unsafe extern "C" fn(*mut c_void, *const i64, c_int, c_int, c_int, *mut f32) -> c_int;
+type FnKernelTimes = unsafe extern "C" fn(*mut c_void, *const i64, c_int, c_int, *mut f32) -> c_int;
 
 /// The C API's entry points, resolved once. Valid while the `libloading::Library` they come
 /// from is loaded (the owning [`Library`] keeps it).
@@ -89,9 +92,11 @@ struct Api {
     output_rank: FnIndexInt,
     input_shape: FnShape,
     output_shape: FnShape,
-    max_batch: FnModelI64,
-    has_batch: FnModelInt,
-    batch_symbol: FnModelStr,
+    num_dims: FnModelInt,
+    dim_name: FnIndexStr,
+    dim_min: FnIndexI64,
+    dim_max: FnIndexI64,
+    batch_dim: FnModelInt,
     run_host: FnRunHost,
     bench: FnBench,
     num_kernels: FnModelInt,
@@ -126,9 +131,10 @@ pub struct Library {
     model_name: String,
     inputs: Vec<IoInfo>,
     outputs: Vec<IoInfo>,
-    max_batch: i64,
-    /// The batch dim's ONNX name, when the model has one.
-    batch_symbol: Option<String>,
+    /// The dims the caller picks at each run, in the order the C API takes their values.
+    dims: Vec<RunDim>,
+    /// Which of `dims` is the batch.
+    batch_dim: Option<usize>,
     /// The run sequence, in launch order.
     kernels: Vec<KernelInfo>,
     // Dropped last: the function pointers in `api` point into it.
@@ -294,9 +300,11 @@ impl Library {
                 output_rank: symbol(&lib, "o2a_output_rank", &path)?,
                 input_shape: symbol(&lib, "o2a_input_shape", &path)?,
                 output_shape: symbol(&lib, "o2a_output_shape", &path)?,
-                max_batch: symbol(&lib, "o2a_max_batch", &path)?,
-                has_batch: symbol(&lib, "o2a_has_batch", &path)?,
-                batch_symbol: symbol(&lib, "o2a_batch_symbol", &path)?,
+                num_dims: symbol(&lib, "o2a_num_dims", &path)?,
+                dim_name: symbol(&lib, "o2a_dim_name", &path)?,
+                dim_min: symbol(&lib, "o2a_dim_min", &path)?,
+                dim_max: symbol(&lib, "o2a_dim_max", &path)?,
+                batch_dim: symbol(&lib, "o2a_batch_dim", &path)?,
                 run_host: symbol(&lib, "o2a_run_host", &path)?,
                 bench: symbol(&lib, "o2a_bench", &path)?,
                 num_kernels: symbol(&lib, "o2a_num_kernels", &path)?,
@@ -312,8 +320,8 @@ impl Library {
             model_name: String::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
-            max_batch: 1,
-            batch_symbol: None,
+            dims: Vec::new(),
+            batch_dim: None,
             kernels: Vec::new(),
             _lib: lib,
         };
@@ -321,21 +329,31 @@ impl Library {
         Ok(library)
     }
 
-    /// Reads names, dtypes, ranks, the batch range and the kernel list through the metadata
+    /// Reads names, dtypes, ranks, the run-time dims and the kernel list through the metadata
     /// functions, which accept a NULL model.
     fn read_interface(&mut self) -> Result<()> {
         let null = std::ptr::null();
         let api = &self.api;
-        // SAFETY: metadata functions take a NULL model (model.h) and return static strings.
-        unsafe {
+        // SAFETY: metadata functions take a NULL model (model.h) and return static strings;
+        // indices are within the count the library reports.
+        let (n, batch) = unsafe {
             self.model_name = c_str((api.model_name)(null)).unwrap_or_default();
-            self.max_batch = (api.max_batch)(null);
-            self.batch_symbol =
-                ((api.has_batch)(null) != 0).then(|| c_str((api.batch_symbol)(null)).unwrap_or_default());
+            ((api.num_dims)(null), (api.batch_dim)(null))
+        };
+        let mut dims = Vec::new();
+        for i in 0..n.max(0) {
+            let (name, min, max) = unsafe { (c_str((api.dim_name)(null, i)), (api.dim_min)(null, i), (api.dim_max)(null, i)) };
+            let name = name.ok_or_else(|| self.corrupt(&format!("run-time dim {i} has no name")))?;
+            if min < 1 || min > max {
+                return Err(self.corrupt(&format!("run-time dim '{name}' runs from {min} to {max}")));
+            }
+            dims.push(RunDim { symbol: name, min, max });
         }
-        if self.max_batch < 1 {
-            return Err(self.corrupt(&format!("its largest batch is {}", self.max_batch)));
+        if n < 0 || batch < -1 || batch >= n.max(0) {
+            return Err(self.corrupt(&format!("{n} run-time dims, the batch being dim {batch}")));
         }
+        self.dims = dims;
+        self.batch_dim = usize::try_from(batch).ok();
         let read = |output: bool| -> Result<Vec<IoInfo>> {
             let what = if output { "output" } else { "input" };
             // SAFETY: as above; indices are within the counts the library reports.
@@ -421,19 +439,30 @@ impl Library {
         &self.outputs
     }
 
-    /// Whether the model has a run-time batch dim (else its shapes are fixed and the batch is 1).
+    /// The dims the caller picks at each run (empty for fixed shapes), in the order every call
+    /// taking `dims` reads their values.
+    pub fn run_dims(&self) -> &[RunDim] {
+        &self.dims
+    }
+
+    /// Which of [`run_dims`](Self::run_dims) is the batch.
+    pub fn batch_dim(&self) -> Option<usize> {
+        self.batch_dim
+    }
+
+    /// Whether the model has a run-time batch dim (else the batch is 1).
     pub fn has_batch(&self) -> bool {
-        self.batch_symbol.is_some()
+        self.batch_dim.is_some()
     }
 
     /// The ONNX name of the batch dim (`N`, `batch_size`).
     pub fn batch_symbol(&self) -> Option<&str> {
-        self.batch_symbol.as_deref()
+        self.batch_dim.map(|b| self.dims[b].symbol.as_str())
     }
 
-    /// The largest batch the model runs (1 for fixed shapes).
+    /// The largest batch the model runs (1 without a batch dim).
     pub fn max_batch(&self) -> i64 {
-        self.max_batch
+        self.batch_dim.map_or(1, |b| self.dims[b].max)
     }
 
     /// The kernels of the run sequence, in launch order.
@@ -470,51 +499,131 @@ impl Library {
 
     /// Fails unless `batch` is one the model runs.
     pub fn check_batch(&self, batch: i64) -> Result<()> {
-        if (1..=self.max_batch).contains(&batch) {
+        let (lo, hi) = self.batch_dim.map_or((1, 1), |b| (self.dims[b].min, self.dims[b].max));
+        if (lo..=hi).contains(&batch) {
             return Ok(());
         }
         Err(Error::Other(if self.has_batch() {
             format!(
-                "{}: batch {batch} is out of range: the model runs batches 1 to {} (compile with a larger --max-batch)",
-                self.dir.display(),
-                self.max_batch
+                "{}: batch {batch} is out of range: the model runs batches {lo} to {hi} (compile with a larger --max-batch)",
+                self.dir.display()
             )
         } else {
-            format!("{}: batch {batch}: the model has fixed shapes, so the batch is 1", self.dir.display())
+            format!("{}: batch {batch}: the model has no run-time batch dim, so the batch is 1", self.dir.display())
         }))
     }
 
-    fn shape(&self, output: bool, i: usize, batch: i64) -> Result<Vec<usize>> {
+    /// Fails unless `dims` holds one value per run-time dim, each within its range.
+    pub fn check_dims(&self, dims: &[i64]) -> Result<()> {
+        if dims.len() != self.dims.len() {
+            return Err(Error::Other(format!(
+                "{}: {} run-time dim value(s) given, the model has {} ({})",
+                self.dir.display(),
+                dims.len(),
+                self.dims.len(),
+                self.dims_list()
+            )));
+        }
+        for (d, &v) in self.dims.iter().zip(dims) {
+            if !(d.min..=d.max).contains(&v) {
+                return Err(Error::Other(format!(
+                    "{}: dim '{}' = {v} is out of range: the build runs {} to {} (set at compile time with {})",
+                    self.dir.display(),
+                    d.symbol,
+                    d.min,
+                    d.max,
+                    if Some(d) == self.batch_dim.map(|b| &self.dims[b]) { "--max-batch" } else { "--dim NAME=MIN..MAX" }
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// "at batch 8" / "at batch=8, seq=77" / "" (fixed shapes): run-time dim values, for messages.
+    pub fn dims_text(&self, dims: &[i64]) -> String {
+        match (self.dims.as_slice(), dims) {
+            ([], _) => "(fixed shapes)".into(),
+            ([_], [v]) if self.batch_dim == Some(0) => format!("at batch {v}"),
+            _ => {
+                let v: Vec<String> = self.dims.iter().zip(dims).map(|(d, v)| format!("{}={v}", d.symbol)).collect();
+                format!("at {}", v.join(", "))
+            }
+        }
+    }
+
+    /// The run-time dims as `name min..max`, for messages.
+    fn dims_list(&self) -> String {
+        if self.dims.is_empty() {
+            return "none: its shapes are fixed".into();
+        }
+        self.dims.iter().map(|d| format!("{} {}..{}", d.symbol, d.min, d.max)).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The run-time dim values for a run at `batch` with the dims named in `named` (by their
+    /// ONNX names) and every other dim at its largest value. A name that is not a run-time dim,
+    /// or a value out of its range, is an error.
+    pub fn dims_at(&self, batch: i64, named: &std::collections::BTreeMap<String, i64>) -> Result<Vec<i64>> {
         self.check_batch(batch)?;
+        let mut v: Vec<i64> = self.dims.iter().map(|d| d.max).collect();
+        if let Some(b) = self.batch_dim {
+            v[b] = batch;
+        }
+        for (name, &value) in named {
+            let Some(i) = self.dims.iter().position(|d| &d.symbol == name) else {
+                return Err(Error::Other(format!(
+                    "{}: --dim {name}={value}: '{name}' is not a run-time dim of this build (its run-time dims: {})",
+                    self.dir.display(),
+                    self.dims_list()
+                )));
+            };
+            v[i] = value;
+        }
+        self.check_dims(&v)?;
+        Ok(v)
+    }
+
+    fn shape(&self, output: bool, i: usize, dims: &[i64]) -> Result<Vec<usize>> {
+        self.check_dims(dims)?;
         let info = if output { &self.outputs[i] } else { &self.inputs[i] };
-        let mut dims = vec![0i64; info.rank];
+        let mut shape = vec![0i64; info.rank];
         let index = c_int::try_from(i).map_err(|_| self.corrupt("too many inputs or outputs"))?;
         let f = if output { self.api.output_shape } else { self.api.input_shape };
-        // SAFETY: `dims` holds `rank` elements, as many as the function writes.
-        let rc = unsafe { f(std::ptr::null(), index, batch, dims.as_mut_ptr()) };
+        // SAFETY: `dims` holds one value per run-time dim (checked above), `shape` `rank`
+        // elements, as many as the function reads and writes.
+        let rc = unsafe { f(std::ptr::null(), index, dims.as_ptr(), shape.as_mut_ptr()) };
         if rc != 0 {
             return Err(self.call_error("reading a shape", rc));
         }
-        dims.iter()
+        shape
+            .iter()
             .map(|&d| {
-                usize::try_from(d).map_err(|_| self.corrupt(&format!("'{}' has dim {d} at batch {batch}", info.name)))
+                usize::try_from(d)
+                    .map_err(|_| self.corrupt(&format!("'{}' has dim {d} at run-time dims {dims:?}", info.name)))
             })
             .collect()
     }
 
-    /// The shape of input `i` at `batch`.
-    pub fn input_shape(&self, i: usize, batch: i64) -> Result<Vec<usize>> {
-        self.shape(false, i, batch)
+    /// The shape of input `i` at the run-time dims `dims`.
+    pub fn input_shape(&self, i: usize, dims: &[i64]) -> Result<Vec<usize>> {
+        self.shape(false, i, dims)
     }
 
-    /// The shape of output `i` at `batch`.
-    pub fn output_shape(&self, i: usize, batch: i64) -> Result<Vec<usize>> {
-        self.shape(true, i, batch)
+    /// The shape of output `i` at the run-time dims `dims`.
+    pub fn output_shape(&self, i: usize, dims: &[i64]) -> Result<Vec<usize>> {
+        self.shape(true, i, dims)
     }
 
-    /// The batch at which the inputs have `shapes` (in input order): 1 for fixed shapes, else the
-    /// smallest batch that fits every input.
-    pub fn infer_batch(&self, shapes: &[&[usize]]) -> Result<i64> {
+    /// Every run-time dim at its smallest value.
+    pub fn min_dims(&self) -> Vec<i64> {
+        self.dims.iter().map(|d| d.min).collect()
+    }
+
+    /// The run-time dims at which the inputs have `shapes` (in input order; `None`: any shape,
+    /// the input is made to fit). Each dim is read from an input axis that follows it one to one
+    /// (found by comparing the shapes at the smallest dims with those with that dim one larger);
+    /// a dim no given shape shows takes its smallest value. The inputs' shapes at the dims found
+    /// must then equal the given ones exactly.
+    pub fn infer_dims(&self, shapes: &[Option<&[usize]>]) -> Result<Vec<i64>> {
         if shapes.len() != self.inputs.len() {
             return Err(Error::Other(format!(
                 "{}: {} input shape(s) given, the model has {} input(s)",
@@ -523,30 +632,52 @@ impl Library {
                 self.inputs.len()
             )));
         }
-        for b in 1..=self.max_batch {
-            let mut fits = true;
-            for (i, s) in shapes.iter().enumerate() {
-                if self.input_shape(i, b)?.as_slice() != *s {
-                    fits = false;
-                    break;
+        let base = self.min_dims();
+        let at_base: Vec<Vec<usize>> = (0..shapes.len()).map(|i| self.input_shape(i, &base)).collect::<Result<_>>()?;
+        let mut dims = base.clone();
+        for (j, d) in self.dims.iter().enumerate() {
+            if d.max == d.min {
+                continue;
+            }
+            let mut bumped = base.clone();
+            bumped[j] += 1;
+            // The first (input, axis) that grows by exactly one when dim j does.
+            let mut found = None;
+            'inputs: for (i, s) in shapes.iter().enumerate() {
+                let Some(s) = s else { continue };
+                let next = self.input_shape(i, &bumped)?;
+                for (a, (&b0, &b1)) in at_base[i].iter().zip(&next).enumerate() {
+                    if b1 == b0 + 1 && a < s.len() {
+                        found = Some((s[a] as i64) - (b0 as i64) + d.min);
+                        break 'inputs;
+                    }
                 }
             }
-            if fits {
-                return Ok(b);
+            if let Some(v) = found {
+                dims[j] = v;
             }
+        }
+        let fits = self.check_dims(&dims).is_ok()
+            && shapes.iter().enumerate().all(|(i, s)| {
+                s.is_none_or(|s| self.input_shape(i, &dims).is_ok_and(|w| w.as_slice() == s))
+            });
+        if fits {
+            return Ok(dims);
         }
         let mut lines = Vec::new();
         for (i, (info, s)) in self.inputs.iter().zip(shapes).enumerate() {
-            lines.push(format!("'{}' {} (batch 1: {})", info.name, dims_text(s), dims_text(&self.input_shape(i, 1)?)));
+            let Some(s) = s else { continue };
+            lines.push(format!(
+                "'{}' {} (at the smallest dims: {})",
+                info.name,
+                dims_text(s),
+                dims_text(&at_base[i])
+            ));
         }
-        let range = if self.has_batch() {
-            format!("at any batch from 1 to {}", self.max_batch)
-        } else {
-            "(the model has fixed shapes)".to_string()
-        };
         Err(Error::Other(format!(
-            "{}: the input shapes do not fit the model {range}: {}",
+            "{}: the input shapes do not fit the model at any run-time dims it was built for ({}): {}",
             self.dir.display(),
+            self.dims_list(),
             lines.join(", ")
         )))
     }
@@ -570,7 +701,7 @@ unsafe impl Send for Model {}
 
 impl Model {
     /// Instantiates the library's model on the current GPU: allocates the arena (at the
-    /// largest batch) and the workspace, uploads `OUT/weights.bin`.
+    /// largest run-time dims) and the workspace, uploads `OUT/weights.bin`.
     pub fn create(lib: Library) -> Result<Model> {
         let dir = path_cstring(&lib.dir)?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
@@ -615,11 +746,12 @@ impl Model {
         unsafe { c_str((self.lib.api.device_name)(self.ptr.as_ptr())) }.unwrap_or_default()
     }
 
-    /// Runs the model at `batch` on host tensors (one per input, in input order, of the input's
-    /// dtype and shape at that batch); returns the outputs in output order.
-    pub fn run_host(&mut self, batch: i64, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    /// Runs the model at the run-time dims `dims` on host tensors (one per input, in input
+    /// order, of the input's dtype and shape at those dims); returns the outputs in output order.
+    pub fn run_host(&mut self, dims: &[i64], inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let lib = &self.lib;
-        lib.check_batch(batch)?;
+        lib.check_dims(dims)?;
+        let at = lib.dims_text(dims);
         if inputs.len() != lib.inputs.len() {
             let names: Vec<&str> = lib.inputs.iter().map(|i| i.name.as_str()).collect();
             return Err(Error::Other(format!(
@@ -641,10 +773,10 @@ impl Model {
                     info.dtype
                 )));
             }
-            let want = lib.input_shape(i, batch)?;
+            let want = lib.input_shape(i, dims)?;
             if t.shape() != want.as_slice() {
                 return Err(Error::Other(format!(
-                    "{}: input '{}' has shape {}, the model takes {} at batch {batch}",
+                    "{}: input '{}' has shape {}, the model takes {} {at}",
                     lib.dir.display(),
                     info.name,
                     dims_text(t.shape()),
@@ -656,17 +788,18 @@ impl Model {
         let mut out_shapes = Vec::with_capacity(lib.outputs.len());
         let mut out_bytes: Vec<Vec<u8>> = Vec::with_capacity(lib.outputs.len());
         for (i, info) in lib.outputs.iter().enumerate() {
-            let shape = lib.output_shape(i, batch)?;
+            let shape = lib.output_shape(i, dims)?;
             out_bytes.push(vec![0u8; shape.iter().product::<usize>() * info.dtype.size_bytes()]);
             out_shapes.push(shape);
         }
         let in_ptrs: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast::<c_void>()).collect();
         let out_ptrs: Vec<*mut c_void> = out_bytes.iter_mut().map(|b| b.as_mut_ptr().cast::<c_void>()).collect();
-        // SAFETY: each buffer holds exactly the bytes of its tensor at `batch` (checked above);
-        // the call is synchronous, so the buffers outlive every copy.
-        let rc = unsafe { (lib.api.run_host)(self.ptr.as_ptr(), batch, in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+        // SAFETY: each buffer holds exactly the bytes of its tensor at `dims` (checked above),
+        // `dims` one value per run-time dim; the call is synchronous, so the buffers outlive
+        // every copy.
+        let rc = unsafe { (lib.api.run_host)(self.ptr.as_ptr(), dims.as_ptr(), in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
         if rc != 0 {
-            return Err(lib.call_error(&format!("running the model at batch {batch}"), rc));
+            return Err(lib.call_error(&format!("running the model {at}"), rc));
         }
         lib.outputs
             .iter()
@@ -676,42 +809,46 @@ impl Model {
             .collect()
     }
 
-    /// Median milliseconds of one run at `batch` over `iters` timed runs after `warmup` untimed
-    /// ones, on random device inputs; `graph` replays a captured graph of the run instead of
-    /// launching each kernel.
-    pub fn bench(&mut self, batch: i64, warmup: u32, iters: u32, graph: bool) -> Result<f32> {
+    /// Median milliseconds of one run at the run-time dims `dims` over `iters` timed runs after
+    /// `warmup` untimed ones, on random device inputs; `graph` replays a captured graph of the
+    /// run instead of launching each kernel.
+    pub fn bench(&mut self, dims: &[i64], warmup: u32, iters: u32, graph: bool) -> Result<f32> {
         let lib = &self.lib;
-        lib.check_batch(batch)?;
+        lib.check_dims(dims)?;
         let (warmup, iters) = timing_counts(warmup, iters)?;
         let mut ms = 0f32;
-        // SAFETY: the model is alive; `ms` receives the median.
-        let rc = unsafe { (lib.api.bench)(self.ptr.as_ptr(), batch, warmup, iters, c_int::from(graph), &mut ms) };
+        // SAFETY: the model is alive; `dims` holds one value per run-time dim; `ms` receives
+        // the median.
+        let rc =
+            unsafe { (lib.api.bench)(self.ptr.as_ptr(), dims.as_ptr(), warmup, iters, c_int::from(graph), &mut ms) };
         if rc != 0 {
             let how = if graph { "replaying a graph" } else { "with plain launches" };
-            return Err(lib.call_error(&format!("benchmarking batch {batch} {how}"), rc));
+            return Err(lib.call_error(&format!("benchmarking {} {how}", lib.dims_text(dims)), rc));
         }
         Ok(ms)
     }
 
-    /// Median milliseconds of each kernel (in run order, one per [`Library::kernels`]) at
-    /// `batch` over `iters` runs with plain launches after `warmup` untimed ones, on the random
+    /// Median milliseconds of each kernel (in run order, one per [`Library::kernels`]) at the
+    /// run-time dims `dims` over `iters` runs with plain launches after `warmup` untimed ones, on the random
     /// device inputs of [`Model::bench`]. A kernel's time runs from a GPU event recorded before it
     /// to the one before the next kernel, so it includes any wait for the next launch: where
     /// launches are slower than the kernels, the times show launch overhead, and their sum is
     /// close to [`Model::bench`] with plain launches.
-    pub fn kernel_times(&mut self, batch: i64, warmup: u32, iters: u32) -> Result<Vec<f32>> {
+    pub fn kernel_times(&mut self, dims: &[i64], warmup: u32, iters: u32) -> Result<Vec<f32>> {
         let lib = &self.lib;
-        lib.check_batch(batch)?;
+        lib.check_dims(dims)?;
         let (warmup, iters) = timing_counts(warmup, iters)?;
         let mut ms = vec![f32::NAN; lib.kernels.len()];
-        // SAFETY: the model is alive; `ms` holds one float per kernel, as many as the call writes.
-        let rc = unsafe { (lib.api.kernel_times)(self.ptr.as_ptr(), batch, warmup, iters, ms.as_mut_ptr()) };
+        // SAFETY: the model is alive; `dims` holds one value per run-time dim; `ms` one float
+        // per kernel, as many as the call writes.
+        let rc = unsafe { (lib.api.kernel_times)(self.ptr.as_ptr(), dims.as_ptr(), warmup, iters, ms.as_mut_ptr()) };
+        let at = lib.dims_text(dims);
         if rc != 0 {
-            return Err(lib.call_error(&format!("timing each kernel at batch {batch}"), rc));
+            return Err(lib.call_error(&format!("timing each kernel {at}"), rc));
         }
         if let Some(k) = ms.iter().position(|t| !t.is_finite() || *t < 0.0) {
             return Err(Error::Other(format!(
-                "{}: timing each kernel at batch {batch}: {} (node '{}') got the impossible time {} ms",
+                "{}: timing each kernel {at}: {} (node '{}') got the impossible time {} ms",
                 lib.dir.display(),
                 lib.kernels[k].name,
                 lib.kernels[k].node,

@@ -9,7 +9,7 @@ use crate::build::Compiler;
 use crate::lower::cuda::Arch;
 use crate::lower::plan::plan_memory;
 use crate::lower::weights::to_le_bytes;
-use crate::lower::{Batch, DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, Storage};
+use crate::lower::{DeviceTensor, RunDims, IoTensor, KernelInstance, MemoryPlan, Program, Storage};
 use serde_json::Map;
 use std::process::Command;
 
@@ -63,7 +63,7 @@ fn tiny_program(batch: bool) -> Program {
     let mut p = Program {
         model_name: "tiny_model".into(),
         source: "dir/tiny model.onnx".into(),
-        batch: batch.then(|| Batch { symbol: "N".into(), max: 8 }),
+        dims: if batch { RunDims::batch_only("N", 8) } else { RunDims::none() },
         inputs: vec![
             io(NASTY_INPUT, DType::F32, tensors[0].shape.clone(), 0),
             io("ids", DType::I64, vec![n.clone()], 6),
@@ -112,14 +112,16 @@ __global__ void add_one(const int64_t* x, int64_t* y, int64_t n) {
 unsigned blocks(int64_t n) { return static_cast<unsigned>((n + 127) / 128); }
 }  // namespace
 
-int k000_cast(void* const* t, int64_t batch, void*, size_t, cudaStream_t stream) {
+int k000_cast(void* const* t, o2a_dims dims, void*, size_t, cudaStream_t stream) {
+  const int64_t batch = dims.v[0];  // the tiny model's one run-time dim
   const int64_t n = batch * 4;
   to_half<<<blocks(n), 128, 0, stream>>>(static_cast<const float*>(t[0]), static_cast<half*>(t[1]), n);
   O2A_CHECK_LAUNCH("k000_cast");
   return O2A_OK;
 }
 
-int k001_scale(void* const* t, int64_t batch, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+int k001_scale(void* const* t, o2a_dims dims, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const int64_t batch = dims.v[0];  // the tiny model's one run-time dim
   if (workspace == nullptr || workspace_bytes < 1024) {
     o2a_set_error("k001_scale: workspace of %zu bytes, 1024 needed", workspace_bytes);
     return O2A_ERR_INVALID_ARGUMENT;
@@ -135,14 +137,16 @@ int k001_scale(void* const* t, int64_t batch, void* workspace, size_t workspace_
   return O2A_OK;
 }
 
-int k002_cast(void* const* t, int64_t batch, void*, size_t, cudaStream_t stream) {
+int k002_cast(void* const* t, o2a_dims dims, void*, size_t, cudaStream_t stream) {
+  const int64_t batch = dims.v[0];  // the tiny model's one run-time dim
   const int64_t n = batch * 4;
   to_float<<<blocks(n), 128, 0, stream>>>(static_cast<const half*>(t[0]), static_cast<float*>(t[1]), n);
   O2A_CHECK_LAUNCH("k002_cast");
   return O2A_OK;
 }
 
-int k003_add_one(void* const* t, int64_t batch, void*, size_t, cudaStream_t stream) {
+int k003_add_one(void* const* t, o2a_dims dims, void*, size_t, cudaStream_t stream) {
+  const int64_t batch = dims.v[0];  // the tiny model's one run-time dim
   if (batch == 3) {
     o2a_set_error("k003_add_one: batch 3 is refused by this test kernel");
     return O2A_ERR_UNSUPPORTED;
@@ -194,35 +198,37 @@ fn templates_render_tables_and_run_sequence() {
     render_model_files(&tiny_program(true), &out);
     let cu = std::fs::read_to_string(out.join("model.cu")).unwrap();
     // ONNX names only inside raw strings, verbatim.
-    assert!(cu.contains(&format!("R\"onnx2ait({NASTY_INPUT})onnx2ait\", 1, 4, 2}}")), "{cu}");
+    assert!(cu.contains(&format!("R\"onnx2ait({NASTY_INPUT})onnx2ait\", 1, 4, 2, 32}}")), "{cu}");
     assert!(cu.contains(&format!("R\"onnx2ait({NASTY_NODE})onnx2ait\",")), "{cu}");
     // Dims as expressions in the batch.
-    assert!(cu.contains("d[0] = (batch);") || cu.contains("d[0] = batch;"), "{cu}");
+    assert!(cu.contains("d[0] = (dims.v[0]);"), "{cu}");
     assert!(cu.contains("d[1] = 4;"), "{cu}");
     // Each kernel with its tensors, a view of an input passed through.
     assert!(cu.contains("void* a[] = {t[1], t[2], t[3], nullptr};"), "{cu}");
     assert!(cu.contains("void* a[] = {t[8], t[7], nullptr};"), "{cu}");
-    assert!(cu.contains("const int rc = k003_add_one(a, batch, ws,"), "{cu}");
+    assert!(cu.contains("const int rc = k003_add_one(a, dims, ws,"), "{cu}");
     // A timing mark before every kernel and after the last (o2a_kernel_times); none elsewhere.
     assert!(cu.contains("O2A_TRY(mark(marks, 0, stream));") && cu.contains("O2A_TRY(mark(marks, 3, stream));"), "{cu}");
     assert!(cu.contains("return mark(marks, kNumKernels, stream);"), "{cu}");
-    assert_eq!(cu.matches("run_kernels(m, batch, m->stream, marks.ev.data())").count(), 1, "{cu}");
-    assert!(cu.contains("int o2a_kernel_times(o2a_model* m, int64_t batch, int warmup, int iters, float* median_ms)"));
+    assert_eq!(cu.matches("run_kernels(m, d, m->stream, marks.ev.data())").count(), 1, "{cu}");
+    assert!(cu.contains("int o2a_kernel_times(o2a_model* m, const int64_t* dims, int warmup, int iters, float* median_ms)"));
     assert!(cu.contains("{Storage::alias, 0ull, 6, 0},  // t8"), "{cu}");
-    assert!(cu.contains("constexpr int64_t kMaxBatch = 8;") && cu.contains("constexpr bool kHasBatch = true;"), "{cu}");
+    assert!(cu.contains("constexpr int kNumDims = 1;") && cu.contains("constexpr int kBatchDim = 0;"), "{cu}");
+    assert!(cu.contains("{R\"onnx2ait(N)onnx2ait\", 1, 8},"), "{cu}");
     assert!(cu.contains("constexpr uint64_t kWeightsBytes = 8ull;"), "{cu}");
     assert!(cu.contains("constexpr uint64_t kWorkspaceBytes = 1024ull;"), "{cu}");
     let kh = std::fs::read_to_string(out.join("kernels.h")).unwrap();
     assert!(
-        kh.contains("int k001_scale(void* const* t, int64_t batch, void* workspace, size_t workspace_bytes, cudaStream_t stream);"),
+        kh.contains("int k001_scale(void* const* t, o2a_dims dims, void* workspace, size_t workspace_bytes, cudaStream_t stream);"),
         "{kh}"
     );
     let h = std::fs::read_to_string(out.join("model.h")).unwrap();
     assert!(h.contains(
-        "int o2a_run(o2a_model* m, int64_t batch, const void* const* inputs, void* const* outputs, void* stream);"
+        "int o2a_run(o2a_model* m, const int64_t* dims, const void* const* inputs, void* const* outputs, void* stream);"
     ));
     assert!(!h.contains("cuda_runtime.h"), "model.h needs no CUDA header");
-    assert!(h.contains("#define O2A_ABI_VERSION 4") && ABI_VERSION == 4, "{h}");
+    assert!(h.contains("#define O2A_ABI_VERSION 5") && ABI_VERSION == 5, "{h}");
+    assert!(h.contains(" *   dims[0] = N, 1 to 8"), "{h}");
     assert!(h.contains(&format!("#define O2A_BUILD_HASH \"{TINY_HASH}\"")), "{h}");
     assert!(cu.contains("const char* o2a_build_hash(void) { return O2A_BUILD_HASH; }"), "{cu}");
     for decl in [
@@ -231,15 +237,21 @@ fn templates_render_tables_and_run_sequence() {
         "int o2a_num_kernels(const o2a_model* m);",
         "const char* o2a_kernel_name(const o2a_model* m, int k);",
         "const char* o2a_kernel_node(const o2a_model* m, int k);",
-        "int o2a_kernel_times(o2a_model* m, int64_t batch, int warmup, int iters, float* median_ms);",
+        "int o2a_kernel_times(o2a_model* m, const int64_t* dims, int warmup, int iters, float* median_ms);",
+        "int o2a_num_dims(const o2a_model* m);",
+        "const char* o2a_dim_name(const o2a_model* m, int i);",
+        "int64_t o2a_dim_min(const o2a_model* m, int i);",
+        "int64_t o2a_dim_max(const o2a_model* m, int i);",
+        "int o2a_batch_dim(const o2a_model* m);",
     ] {
         assert!(h.contains(decl), "model.h lacks {decl}:\n{h}");
     }
 
     render_model_files(&tiny_program(false), &out);
     let cu = std::fs::read_to_string(out.join("model.cu")).unwrap();
-    assert!(cu.contains("constexpr bool kHasBatch = false;") && cu.contains("kMaxBatch = 1;"), "{cu}");
-    assert!(cu.contains("constexpr const char* kBatchSymbol = R\"onnx2ait()onnx2ait\";"), "{cu}");
+    assert!(cu.contains("constexpr int kNumDims = 0;") && cu.contains("constexpr int kBatchDim = -1;"), "{cu}");
+    let h = std::fs::read_to_string(out.join("model.h")).unwrap();
+    assert!(h.contains("This build has none: its shapes are fixed"), "{h}");
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -324,10 +336,10 @@ fn two_libraries_live_in_one_process() {
     let (la, lb) = (Library::open(&a).unwrap(), Library::open(&b).unwrap());
     assert_eq!((la.model_name(), lb.model_name()), ("tiny_model", "other_model"));
     assert_eq!((la.batch_symbol(), lb.batch_symbol()), (Some("N"), None));
-    assert_eq!((la.input_shape(0, 3).unwrap(), lb.input_shape(0, 1).unwrap()), (vec![3, 4], vec![2, 4]));
+    assert_eq!((la.input_shape(0, &[3]).unwrap(), lb.input_shape(0, &[]).unwrap()), (vec![3, 4], vec![2, 4]));
     drop(la);
     // The other library stays usable after the first is unloaded.
-    assert_eq!(lb.output_shape(0, 1).unwrap(), vec![2, 2, 2]);
+    assert_eq!(lb.output_shape(0, &[]).unwrap(), vec![2, 2, 2]);
     for d in [a, b] {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -422,13 +434,20 @@ fn model_library_compiles_links_and_loads() {
         ]
     );
     assert_eq!((lib.num_kernels(), lib.kernel_name(3), lib.kernel_node(4)), (4, Some("k003_add_one"), None));
-    assert_eq!(lib.input_shape(0, 3).unwrap(), vec![3, 4]);
-    assert_eq!(lib.output_shape(0, 5).unwrap(), vec![5, 2, 2]);
-    assert_eq!(lib.infer_batch(&[&[5, 4], &[5]]).unwrap(), 5);
-    let e = lib.infer_batch(&[&[5, 3], &[5]]).unwrap_err().to_string();
-    assert!(e.contains("do not fit the model at any batch from 1 to 8") && e.contains("[5,3]"), "{e}");
-    let e = lib.input_shape(0, 9).unwrap_err().to_string();
-    assert!(e.contains("batch 9 is out of range: the model runs batches 1 to 8"), "{e}");
+    assert_eq!(lib.run_dims(), [crate::lower::RunDim { symbol: "N".into(), min: 1, max: 8 }]);
+    assert_eq!(lib.batch_dim(), Some(0));
+    assert_eq!(lib.input_shape(0, &[3]).unwrap(), vec![3, 4]);
+    assert_eq!(lib.output_shape(0, &[5]).unwrap(), vec![5, 2, 2]);
+    assert_eq!(lib.infer_dims(&[Some(&[5, 4]), Some(&[5])]).unwrap(), vec![5]);
+    assert_eq!(lib.infer_dims(&[None, Some(&[6])]).unwrap(), vec![6]);
+    let e = lib.infer_dims(&[Some(&[5, 3]), Some(&[5])]).unwrap_err().to_string();
+    assert!(e.contains("do not fit the model at any run-time dims it was built for (N 1..8)") && e.contains("[5,3]"), "{e}");
+    // A value outside the compiled range is refused by the library itself (no GPU needed).
+    let e = lib.input_shape(0, &[9]).unwrap_err().to_string();
+    assert!(e.contains("dim 'N' = 9 is out of range: the build runs 1 to 8"), "{e}");
+    let e = lib.input_shape(0, &[]).unwrap_err().to_string();
+    assert!(e.contains("0 run-time dim value(s) given, the model has 1 (N 1..8)"), "{e}");
+    assert_eq!(lib.dims_at(4, &Default::default()).unwrap(), vec![4]);
 
     match Model::create(lib) {
         Err(e) => {
@@ -448,36 +467,36 @@ fn run_on_gpu(m: &mut Model, dir: &Path) {
     assert!(!m.device_name().is_empty());
     let x = Tensor::from_f32s(&[2, 4], vec![1.0, 1.0, 1.0, 1.0, -2.0, 0.25, 8.0, 3.0]);
     let ids = Tensor::from_i64s(&[2], vec![41, -7]);
-    let out = m.run_host(2, &[x, ids]).unwrap_or_else(|e| panic!("{e}"));
+    let out = m.run_host(&[2], &[x, ids]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out[0], Tensor::from_f32s(&[2, 2, 2], vec![1.0, 2.0, 3.0, 0.5, -2.0, 0.5, 24.0, 1.5]));
     assert_eq!(out[1], Tensor::from_i64s(&[2], vec![42, -6]));
 
     let x3 = Tensor::from_f32s(&[3, 4], vec![0.0; 12]);
-    let e = m.run_host(3, &[x3, Tensor::from_i64s(&[3], vec![0; 3])]).unwrap_err().to_string();
+    let e = m.run_host(&[3], &[x3, Tensor::from_i64s(&[3], vec![0; 3])]).unwrap_err().to_string();
     assert!(e.contains("tiny_model: k003_add_one: batch 3 is refused by this test kernel (node 'add')"), "{e}");
-    let e = m.run_host(2, &[Tensor::from_f32s(&[2, 3], vec![0.0; 6]), Tensor::from_i64s(&[2], vec![0; 2])]);
+    let e = m.run_host(&[2], &[Tensor::from_f32s(&[2, 3], vec![0.0; 6]), Tensor::from_i64s(&[2], vec![0; 2])]);
     assert!(e.unwrap_err().to_string().contains("has shape [2,3], the model takes [2,4] at batch 2"));
-    let e = m.run_host(9, &[]).unwrap_err().to_string();
-    assert!(e.contains("batch 9 is out of range"), "{e}");
+    let e = m.run_host(&[9], &[]).unwrap_err().to_string();
+    assert!(e.contains("'N' = 9 is out of range"), "{e}");
 
     for graph in [true, false] {
         for batch in [1, 8, 1] {
-            let ms = m.bench(batch, 2, 5, graph).unwrap_or_else(|e| panic!("{e}"));
+            let ms = m.bench(&[batch], 2, 5, graph).unwrap_or_else(|e| panic!("{e}"));
             assert!(ms > 0.0 && ms.is_finite(), "{ms}");
         }
     }
     for batch in [8, 2] {
-        let ms = m.kernel_times(batch, 2, 5).unwrap_or_else(|e| panic!("{e}"));
+        let ms = m.kernel_times(&[batch], 2, 5).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ms.len(), 4);
         assert!(ms.iter().all(|t| t.is_finite() && *t >= 0.0), "{ms:?}");
     }
-    let e = m.kernel_times(3, 0, 3).unwrap_err().to_string();
+    let e = m.kernel_times(&[3], 0, 3).unwrap_err().to_string();
     assert!(e.contains("timing each kernel at batch 3") && e.contains("k003_add_one: batch 3 is refused"), "{e}");
-    let e = m.kernel_times(9, 0, 3).unwrap_err().to_string();
-    assert!(e.contains("batch 9 is out of range"), "{e}");
+    let e = m.kernel_times(&[9], 0, 3).unwrap_err().to_string();
+    assert!(e.contains("'N' = 9 is out of range"), "{e}");
     // Running after benchmarking still computes on the caller's inputs.
     let x = Tensor::from_f32s(&[1, 4], vec![2.0, 2.0, 2.0, 2.0]);
-    let out = m.run_host(1, &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();
+    let out = m.run_host(&[1], &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();
     assert_eq!(out[0], Tensor::from_f32s(&[1, 2, 2], vec![2.0, 4.0, 6.0, 1.0]));
 
     // o2a_create itself refuses weights of the wrong size or of another build.
@@ -498,7 +517,7 @@ fn run_on_gpu(m: &mut Model, dir: &Path) {
     let good = std::fs::read(dir.join("weights.bin")).unwrap();
     let mut m = Model::create_from_memory(Library::open(dir).unwrap(), &good).unwrap_or_else(|e| panic!("{e}"));
     let x = Tensor::from_f32s(&[1, 4], vec![2.0, 2.0, 2.0, 2.0]);
-    let out = m.run_host(1, &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();
+    let out = m.run_host(&[1], &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();
     assert_eq!(out[0], Tensor::from_f32s(&[1, 2, 2], vec![2.0, 4.0, 6.0, 1.0]));
     let e = Model::create_from_memory(Library::open(dir).unwrap(), &good[..6]).err().unwrap().to_string();
     assert!(e.contains("the weights buffer has 6 bytes but the model expects 40"), "{e}");

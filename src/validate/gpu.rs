@@ -10,9 +10,12 @@
 //! engine's rtol alone (for a network whose own fp16 error is known to exceed one percent, without
 //! loosening the fp32 reference executor's bound).
 //!
-//! Dims: the library fixes every dim but the batch at compile time, so validation takes the
-//! values of the graph inputs' symbolic dims from the library's input shapes (the user's
-//! `--dim` must agree with them), and `--batch B` sets the batch dim for every engine.
+//! Dims: the library fixes some dims at compile time and takes the others (its run-time dims:
+//! the batch, and any compiled with a range) at each run. Validation sets the run-time dims from
+//! `--batch B` and `--dim NAME=V` (a value outside the library's range is an error; an unset
+//! batch is 1, any other unset run-time dim its largest value), and takes the values of the
+//! other symbolic dims of the graph inputs from the library's input shapes there (the user's
+//! `--dim` must agree with them).
 
 use super::compare::Tolerance;
 use super::inputs::DEFAULT_DIM;
@@ -44,12 +47,18 @@ impl GpuEngine {
     pub fn open(out_dir: &Path) -> Result<GpuEngine> {
         let model = Model::load(out_dir)?;
         let lib = model.library();
-        let batch = match lib.batch_symbol() {
-            Some(s) => format!("batch '{s}' up to {}", lib.max_batch()),
-            None => "fixed shapes".to_string(),
-        };
+        let dims: Vec<String> = lib
+            .run_dims()
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let what = if lib.batch_dim() == Some(i) { "batch" } else { "dim" };
+                format!("{what} '{}' {} to {}", d.symbol, d.min, d.max)
+            })
+            .collect();
+        let dims = if dims.is_empty() { "fixed shapes".to_string() } else { dims.join(", ") };
         let description = format!(
-            "onnx2ait GPU library {} (model '{}', {batch}) on {}",
+            "onnx2ait GPU library {} (model '{}', {dims}) on {}",
             lib.path().display(),
             lib.model_name(),
             model.device_name()
@@ -61,9 +70,9 @@ impl GpuEngine {
         self.model.library()
     }
 
-    /// The values of the graph inputs' symbolic dims in the library at `batch`: each dim that is
-    /// a single symbol takes the library's size there.
-    pub fn dims_at(&self, graph: &Graph, batch: i64) -> Result<BTreeMap<String, i64>> {
+    /// The values of the graph inputs' symbolic dims in the library at the run-time dims
+    /// `values`: each dim that is a single symbol takes the library's size there.
+    pub fn dims_at(&self, graph: &Graph, values: &[i64]) -> Result<BTreeMap<String, i64>> {
         let lib = self.library();
         let mut dims: BTreeMap<String, i64> = BTreeMap::new();
         for &id in &graph.inputs {
@@ -72,7 +81,7 @@ impl GpuEngine {
             let Some(i) = lib.inputs().iter().position(|x| x.name == v.name) else {
                 return Err(self.mismatch(&format!("the model has input '{}', the library does not", v.name)));
             };
-            let shape = lib.input_shape(i, batch)?;
+            let shape = lib.input_shape(i, values)?;
             if shape.len() != ty.shape.len() {
                 return Err(self.mismatch(&format!(
                     "input '{}' has rank {} in the model and {} in the library",
@@ -129,17 +138,19 @@ impl Engine for GpuEngine {
             })?;
             ordered.push(t.1.clone());
         }
-        let shapes: Vec<&[usize]> = ordered.iter().map(Tensor::shape).collect();
-        let batch = lib.infer_batch(&shapes)?;
+        let shapes: Vec<Option<&[usize]>> = ordered.iter().map(|t| Some(t.shape())).collect();
+        let dims = lib.infer_dims(&shapes)?;
         let names: Vec<String> = lib.outputs().iter().map(|o| o.name.clone()).collect();
-        let outputs = self.model.run_host(batch, &ordered)?;
+        let outputs = self.model.run_host(&dims, &ordered)?;
         Ok(names.into_iter().zip(outputs).collect())
     }
 }
 
 /// Sets the dims the validation inputs are made with: `--batch B` for the batch dim (the
-/// library's, or the only symbolic dim of the graph inputs), and, with a library, every dim the
-/// library fixed. `dims` holds the user's `--dim` values; a conflict with the library is an error.
+/// library's, or the only symbolic dim of the graph inputs), and, with a library, its run-time
+/// dims (the user's value, checked against the library's range; else 1 for the batch and the
+/// largest value for the others) and every dim the library fixed. `dims` holds the user's
+/// `--dim` values; a conflict with the library is an error.
 pub fn bind_dims(
     graph: &Graph,
     gpu: Option<&GpuEngine>,
@@ -159,7 +170,7 @@ pub fn bind_dims(
                     return Err(Error::model(
                         path,
                         format!(
-                            "--batch {b}: the library in {} has fixed shapes (no run-time batch)",
+                            "--batch {b}: the library in {} has no run-time batch dim",
                             g.library().dir().display()
                         ),
                     ))
@@ -178,12 +189,17 @@ pub fn bind_dims(
     }
     let Some(g) = gpu else { return Ok(()) };
     let lib = g.library();
-    let b = match lib.batch_symbol() {
-        Some(s) => dims.get(s).copied().unwrap_or(DEFAULT_DIM),
-        None => 1,
-    };
-    lib.check_batch(b)?;
-    for (s, v) in g.dims_at(graph, b)? {
+    let values: Vec<i64> = lib
+        .run_dims()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let default = if lib.batch_dim() == Some(i) { DEFAULT_DIM.max(d.min) } else { d.max };
+            dims.get(&d.symbol).copied().unwrap_or(default)
+        })
+        .collect();
+    lib.check_dims(&values)?;
+    for (s, v) in g.dims_at(graph, &values)? {
         match dims.get(&s) {
             Some(&user) if user != v => {
                 return Err(Error::model(

@@ -648,14 +648,13 @@ pub(crate) mod tests {
         let program = Program::empty(
             model_name.into(),
             "test.onnx".into(),
-            Some(crate::lower::Batch { symbol: "N".into(), max: 64 }),
+            crate::lower::RunDims::batch_only("N", 64),
         );
         let mut cx = LowerCtx {
             graph: g,
             target,
             program,
             value_tensor: vec![None; g.values.len()],
-            batch_symbol: Some("N".into()),
             bound: Default::default(),
             precision,
         };
@@ -770,7 +769,7 @@ pub(crate) mod tests {
         assert_eq!(p.kernels.len(), 2);
         let k0 = &p.kernels[0];
         assert_eq!(k0.template, "conv2d_library");
-        assert_eq!(k0.context["n"], "(batch)");
+        assert_eq!(k0.context["n"], "(dims.v[0])");
         assert_eq!(k0.context["epilogue"], "o2a_relu(v)");
         assert_eq!(k0.context["has_residual"], false);
         assert_eq!(k0.args.len(), 4);
@@ -798,7 +797,7 @@ pub(crate) mod tests {
         let pad = &p.kernels[0];
         assert_eq!(pad.context["c_in"], 3);
         assert_eq!(pad.context["c_out"], 4);
-        assert_eq!(pad.context["pixels"], "((int64_t)50176*batch)");
+        assert_eq!(pad.context["pixels"], "((int64_t)50176*dims.v[0])");
         let conv = &p.kernels[1];
         assert_eq!(conv.context["c"], 4);
         assert_eq!(
@@ -1008,7 +1007,7 @@ pub(crate) mod tests {
         assert_eq!(p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(), ["im2col", "conv2d_library"]);
         let (im, conv) = (&p.kernels[0], &p.kernels[1]);
         let field = |k: &KernelInstance, f: &str| k.context[f].as_i64().unwrap_or_else(|| panic!("{f}"));
-        assert_eq!(im.context["n"], "(batch)");
+        assert_eq!(im.context["n"], "(dims.v[0])");
         assert_eq!(
             ["h", "w", "c", "r", "s", "p", "q", "pad_h", "pad_w", "stride_h", "stride_w", "dil_h", "dil_w", "kp"]
                 .map(|f| field(im, f)),
@@ -1153,7 +1152,7 @@ pub(crate) mod tests {
         let (tin, conv, tout) = (&p.kernels[0], &p.kernels[1], &p.kernels[2]);
         assert_eq!(
             (tin.context["batches"].as_str(), tin.context["rows"].as_str(), tin.context["cols"].as_str()),
-            (Some("(batch)"), Some("16"), Some("120"))
+            (Some("(dims.v[0])"), Some("16"), Some("120"))
         );
         assert_eq!((tout.context["rows"].as_str(), tout.context["cols"].as_str()), (Some("120"), Some("32")));
         assert_eq!(conv.args[0], tin.args[1]);
@@ -1269,7 +1268,7 @@ pub(crate) mod tests {
             ]
         );
         for (name, text) in &files {
-            assert!(text.contains(&format!("int {}(void* const* t, int64_t batch", &name[..name.len() - 3])), "{name}");
+            assert!(text.contains(&format!("int {}(void* const* t, o2a_dims dims", &name[..name.len() - 3])), "{name}");
             assert!(!text.contains("{{"), "{name}: unrendered handlebars");
         }
     }

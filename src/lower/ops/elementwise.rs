@@ -202,7 +202,7 @@ fn vector_mode(runs: &[Run], vec: i64) -> Option<bool> {
 /// The index type for `n` elements at the largest batch: 32-bit when the grid-stride loop
 /// cannot overflow it.
 pub(crate) fn index_type(cx: &LowerCtx, n: &Dim) -> LowerResult<&'static str> {
-    Ok(if cx.at_max_batch(n)? < (1i64 << 30) { "int32_t" } else { "int64_t" })
+    Ok(if cx.upper_bound(n)? < (1i64 << 30) { "int32_t" } else { "int64_t" })
 }
 
 /// The compute type of a device dtype in elementwise expressions (fp16 computes in fp32).
@@ -838,7 +838,7 @@ fn lower_batch_norm(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
 pub(crate) mod testkit {
     use super::super::LowerSpec;
     use crate::ir::{DType, Dim, Fact, Graph, Node, Op, Tensor, ValueId, ValueType};
-    use crate::lower::program::{Batch, Program, Storage};
+    use crate::lower::program::{Program, RunDims, Storage};
     use crate::lower::{ConvProblem, GemmProblem, Instance, LowerCtx, LowerResult, Precision, Target};
     use serde_json::{json, Map, Value as Json};
     use std::sync::Arc;
@@ -931,13 +931,12 @@ pub(crate) mod testkit {
             .iter()
             .any(|v| v.ty.as_ref().is_some_and(|t| t.shape.iter().any(|d| d.symbols().any(|s| s == "N"))));
         let program =
-            Program::empty("test".into(), "test.onnx".into(), has_n.then(|| Batch { symbol: "N".into(), max: 64 }));
+            Program::empty("test".into(), "test.onnx".into(), if has_n { RunDims::batch_only("N", 64) } else { RunDims::none() });
         let mut cx = LowerCtx {
             graph: g,
             target: &NoLibraries,
             program,
             value_tensor: vec![None; g.values.len()],
-            batch_symbol: has_n.then(|| "N".to_string()),
             bound: Default::default(),
             precision,
         };
@@ -1027,7 +1026,7 @@ mod tests {
         let p = lower(&b.g, OPS).unwrap();
         let c = ctx_of(&p, 0);
         assert_eq!(c["vec"], json!(8));
-        assert_eq!(c["n"], json!("((int64_t)200704*batch)"));
+        assert_eq!(c["n"], json!("((int64_t)200704*dims.v[0])"));
         assert_eq!(c["idx_t"], json!("int32_t"));
         assert_eq!(c["expr"], json!("o2a_relu(o2a_add(v0, v1))"));
         assert_eq!(c["inputs"][0]["offset"], json!("idx"));

@@ -31,6 +31,7 @@ use crate::ir::{Dim, Node};
 use crate::lower::{BiasKind, GemmProblem, Instance, LowerCtx, LowerError, LowerResult, Precision, TensorId};
 use crate::lower_unsupported;
 use serde_json::{json, Map, Value as Json};
+use std::collections::BTreeMap;
 
 pub const OPS: &[LowerSpec] = &[
     LowerSpec::of::<Gemm>("Gemm", lower_kernel_gemm),
@@ -301,6 +302,7 @@ impl ProductGeometry {
             bias: self.bias_kind,
             residual: self.res_st.is_some(),
             act: op.act,
+            sizes_at: BTreeMap::new(),
         }
     }
 }
@@ -339,7 +341,8 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
             out: &out_shape,
         },
     )?;
-    let problem = geo.problem(op, cx.konst(node, 1).is_some());
+    let mut problem = geo.problem(op, cx.konst(node, 1).is_some());
+    problem.sizes_at = cx.run_dims().others_at_max();
     // The library instances store fp16: at fp32 precision the generic kernel computes everything.
     let inst = if geo.generic_only().is_none() && cx.precision() == Precision::Fp16 {
         cx.target.gemm(&problem)
@@ -501,7 +504,7 @@ mod tests {
         assert_eq!(k.template, "gemm_library");
         assert_eq!(
             (s(&k, "m"), s(&k, "n"), s(&k, "k"), s(&k, "batch_count")),
-            ("(batch)".into(), "1000".into(), "2048".into(), "1".into())
+            ("(dims.v[0])".into(), "1000".into(), "2048".into(), "1".into())
         );
         assert_eq!((s(&k, "layout_a"), s(&k, "layout_b")), ("RowMajor".into(), "ColumnMajor".into()));
         assert_eq!((s(&k, "lda"), s(&k, "ldb"), s(&k, "ldd")), ("2048".into(), "2048".into(), "1000".into()));
@@ -518,7 +521,7 @@ mod tests {
         b.node("scores", op, vec![Some(q), Some(kt), None, None]);
         let k = one(&b);
         assert_eq!(k.template, "gemm_library");
-        assert_eq!(s(&k, "batch_count"), "((int64_t)12*batch)");
+        assert_eq!(s(&k, "batch_count"), "((int64_t)12*dims.v[0])");
         assert_eq!(
             (s(&k, "batch_stride_a"), s(&k, "batch_stride_b"), s(&k, "batch_stride_d")),
             ("8192".into(), "8192".into(), "16384".into())
@@ -536,7 +539,7 @@ mod tests {
         b.node("fc1", op, vec![Some(x), Some(w), Some(bias), None]);
         let k = one(&b);
         assert_eq!(k.template, "gemm_library");
-        assert_eq!((s(&k, "m"), s(&k, "batch_count")), ("((int64_t)128*batch)".into(), "1".into()));
+        assert_eq!((s(&k, "m"), s(&k, "batch_count")), ("((int64_t)128*dims.v[0])".into(), "1".into()));
         assert_eq!((s(&k, "batch_stride_a"), s(&k, "batch_stride_b")), ("0".into(), "0".into()));
         assert_eq!(s(&k, "act"), "o2a_gelu_erf(v)");
     }
@@ -567,7 +570,7 @@ mod tests {
         assert_eq!(k.template, "gemm_generic");
         assert_eq!(
             (s(&k, "m"), s(&k, "n"), s(&k, "k"), s(&k, "batch_count")),
-            ("(batch)".into(), "10".into(), "100".into(), "1".into())
+            ("(dims.v[0])".into(), "10".into(), "100".into(), "1".into())
         );
         assert_eq!(k.context["num_batch_dims"], 0);
         assert_eq!(
@@ -608,7 +611,7 @@ mod tests {
         assert_eq!(k.template, "gemm_generic");
         assert_eq!((s(&k, "n"), k.context["b_n_contiguous"].as_bool()), ("1".into(), Some(false)));
         assert_eq!(k.context["gemv"], true);
-        assert_eq!((s(&k, "b_stride_k"), s(&k, "m")), ("1".into(), "(batch)".into()));
+        assert_eq!((s(&k, "b_stride_k"), s(&k, "m")), ("1".into(), "(dims.v[0])".into()));
 
         // A per-row bias [M, 1] broadcasts along N: generic, with stride 1 along M.
         let mut b = G::new();
@@ -709,7 +712,7 @@ mod tests {
             ]
         );
         for (name, text) in render_all(&p) {
-            assert!(text.contains(&format!("int {}(void* const* t, int64_t batch", &name[..name.len() - 3])), "{name}");
+            assert!(text.contains(&format!("int {}(void* const* t, o2a_dims dims", &name[..name.len() - 3])), "{name}");
         }
     }
 
@@ -742,7 +745,7 @@ mod tests {
             (s(fc, "ctype"), s(fc, "to_float"), s(fc, "from_float")),
             ("float".into(), "o2a_to_float".into(), "o2a_from_float<float>".into())
         );
-        assert_eq!((s(fc, "m"), s(fc, "n"), s(fc, "k")), ("(batch)".into(), "1000".into(), "2048".into()));
+        assert_eq!((s(fc, "m"), s(fc, "n"), s(fc, "k")), ("(dims.v[0])".into(), "1000".into(), "2048".into()));
         // op(B) = W^T: element (kk, j) at j * 2048 + kk.
         assert_eq!((s(fc, "b_stride_k"), s(fc, "b_stride_n")), ("1".into(), "2048".into()));
         let Storage::Weight { offset, bytes } = p.tensors[fc.args[1]].storage else { panic!("weight") };
@@ -753,7 +756,7 @@ mod tests {
             1024.25
         );
         let scores = &p.kernels[1];
-        assert_eq!((s(scores, "batch_count"), s(scores, "alpha")), ("((int64_t)12*batch)".into(), "0.125f".into()));
+        assert_eq!((s(scores, "batch_count"), s(scores, "alpha")), ("((int64_t)12*dims.v[0])".into(), "0.125f".into()));
         assert_eq!(p.kernels[2].context["has_residual"], true);
         assert_eq!(p.kernels[3].context["gemv"], true);
         for (name, text) in render_all(&p) {

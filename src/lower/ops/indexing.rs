@@ -712,7 +712,7 @@ mod tests {
         let p = lowered(&mut b);
         assert_eq!(templates_of(&p), vec!["concat", "split"]);
         let k = &p.kernels[0].context;
-        assert_eq!(k["rows"], "(batch)");
+        assert_eq!(k["rows"], "(dims.v[0])");
         assert_eq!(k["dst_pitch"], "20");
         assert_eq!(
             k["copies"],
@@ -745,7 +745,7 @@ mod tests {
         assert_eq!(templates_of(&p), vec!["strided_copy"]);
         let k = &p.kernels[0].context;
         assert_eq!(crate::ir::dim::fmt_shape(&p.tensors[p.kernels[0].args[1]].shape), "[N,3,4]");
-        assert_eq!(k["dims"], json!(["(batch)", "3", "4"]));
+        assert_eq!(k["dims"], json!(["(dims.v[0])", "3", "4"]));
         assert_eq!(k["strides"], json!(["30", "-10", "1"]));
         assert_eq!(k["base"], "26");
         assert!(is_alias(&p, p.tensors.len() - 1));
@@ -770,7 +770,7 @@ mod tests {
         assert_eq!(p.kernels[0].context["strides"], json!(["0", "1", "0"]));
         assert_eq!(p.kernels[1].context["in_dims"], json!(["3", "1"]));
         // CRD: [n, 2, 2, 2, 2, 3] read as [0,1,4,2,5,3].
-        assert_eq!(p.kernels[2].context["dims"], json!(["((int64_t)2*batch)", "2", "2", "3", "2"]));
+        assert_eq!(p.kernels[2].context["dims"], json!(["((int64_t)2*dims.v[0])", "2", "2", "3", "2"]));
         assert_eq!(p.kernels[2].context["ctype"], "int64_t");
         render_all("expand_tile_d2s", &p);
     }
@@ -794,9 +794,9 @@ mod tests {
         assert_eq!(p.kernels[0].context["n_indices"], "4");
         assert_eq!(p.kernels[1].context["index_ctype"], "int32_t");
         let pad = &p.kernels[2].context;
-        assert_eq!(pad["out_dims"], json!(["(batch)", "8", "4"]));
+        assert_eq!(pad["out_dims"], json!(["(dims.v[0])", "8", "4"]));
         assert_eq!(pad["crops"], json!(["0", "0", "1"]));
-        assert_eq!(pad["lens"], json!(["(batch)", "5", "3"]));
+        assert_eq!(pad["lens"], json!(["(dims.v[0])", "5", "3"]));
         assert_eq!(pad["begins"], json!(["0", "1", "0"]));
         assert_eq!(p.kernels[3].context["slice"], "4");
         render_all("gathers_pad", &p);

@@ -981,7 +981,7 @@ mod tests {
         b.g.outputs.extend([m, tr]);
         let p = lowered(&mut b);
         let k = &p.kernels[0].context;
-        assert_eq!(k["out_dims"], json!(["(batch)", "3", "5"]));
+        assert_eq!(k["out_dims"], json!(["(dims.v[0])", "3", "5"]));
         assert_eq!(k["con_dims"], json!(["4"]));
         assert_eq!(k["out_strides"], json!([["12", "4", "0"], ["20", "0", "1"]]));
         assert_eq!(k["con_strides"], json!([["1"], ["5"]]));
@@ -1111,15 +1111,15 @@ mod tests {
         assert_eq!(p.kernels[6].context["epsilon"], "0.0010000000474974513");
         assert_eq!(p.kernels[7].context["ctype"], "int64_t");
         assert_eq!(p.kernels[6].context["inner"], "9");
-        assert_eq!(p.kernels[6].context["planes"], "((int64_t)6*batch)");
+        assert_eq!(p.kernels[6].context["planes"], "((int64_t)6*dims.v[0])");
         assert_eq!(p.kernels[0].context["before"], 2);
         assert_eq!(p.kernels[1].context["k"], -1);
         assert_eq!(p.kernels[2].context["k_arg"], true);
-        assert_eq!(p.kernels[3].context["lanes"], "((int64_t)18*batch)");
+        assert_eq!(p.kernels[3].context["lanes"], "((int64_t)18*dims.v[0])");
         assert_eq!(p.kernels[4].context["acc"], "uint64_t");
         let m = &p.kernels[5].context;
         assert_eq!(m["groups"], "6");
-        assert_eq!(m["red_dims"], json!(["(batch)", "3", "3"]));
+        assert_eq!(m["red_dims"], json!(["(dims.v[0])", "3", "3"]));
         render_all("misc", &p);
     }
 

@@ -268,7 +268,7 @@ mod tests {
         let c = &p.kernels[0].context;
         assert_eq!((c["threads"].as_i64(), c["vec"].as_i64(), c["items"].as_i64()), (Some(32), Some(8), Some(3)));
         assert_eq!(c["scale_contig"], json!(true));
-        assert_eq!(c["rows"], json!("((int64_t)128*batch)"));
+        assert_eq!(c["rows"], json!("((int64_t)128*dims.v[0])"));
         let c = &p.kernels[1].context;
         assert_eq!(c["stats"], json!(true));
         assert_eq!(c["scale_offset"], json!("(j / 768)"));

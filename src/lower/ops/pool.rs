@@ -378,7 +378,7 @@ mod tests {
         let c = &p.kernels[0].context;
         assert_eq!(c["vec"], json!(8));
         assert_eq!(c["out"], json!([1, 56, 56]));
-        assert_eq!(c["work"], json!("((int64_t)25088*batch)"));
+        assert_eq!(c["work"], json!("((int64_t)25088*dims.v[0])"));
         assert_eq!(c["init"], json!("__int_as_float(0xff800000)"));
         let g = &p.kernels[1].context;
         assert_eq!(
@@ -460,7 +460,7 @@ mod tests {
         assert!(p.kernels.iter().all(|k| k.context["ctype"] == json!("float")));
         assert!(p.tensors.iter().all(|t| t.dtype == DType::F32));
         assert_eq!(p.kernels[0].context["vec"], json!(4));
-        assert_eq!(p.kernels[0].context["work"], json!("((int64_t)50176*batch)"));
+        assert_eq!(p.kernels[0].context["work"], json!("((int64_t)50176*dims.v[0])"));
         assert_eq!(p.kernels[1].context["vec"], json!(4));
         render(&p, "pool_fp32");
     }

@@ -205,7 +205,7 @@ fn threads_per_output(cx: &LowerCtx, g: &Geometry, parallel: bool) -> LowerResul
     if !parallel || !g.inner_reduced {
         return Ok(0);
     }
-    let count = cx.at_max_batch(&g.count)?;
+    let count = cx.upper_bound(&g.count)?;
     Ok(if count <= 2048 {
         cx.target.warp_size()
     } else if count <= 65536 {
@@ -380,7 +380,7 @@ mod tests {
             (Some(0), Some("((o % 768) + (o / 768) * 98304)"), Some("r * 768"))
         );
         let c = &p.kernels[2].context;
-        assert_eq!((c["outputs"].as_str(), c["count"].as_str()), (Some("128"), Some("((int64_t)768*batch)")));
+        assert_eq!((c["outputs"].as_str(), c["count"].as_str()), (Some("128"), Some("((int64_t)768*dims.v[0])")));
         assert_eq!(c["red"], json!("((r % 768) + (r / 768) * 98304)"));
         assert_eq!(p.kernels[3].context["lse"], json!(true));
         assert_eq!(p.kernels[3].context["threads"], json!(1024));

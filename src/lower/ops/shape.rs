@@ -317,7 +317,7 @@ pub(crate) mod testing {
     use crate::lower::ops::LowerSpec;
     use crate::lower::{
         problem::{ConvProblem, GemmProblem},
-        Batch, Instance, KernelInstance, LowerCtx, LowerError, Program, Storage, Target,
+        Instance, KernelInstance, RunDims, LowerCtx, LowerError, Program, Storage, Target,
     };
     use handlebars::Handlebars;
     use std::collections::BTreeSet;
@@ -382,14 +382,13 @@ pub(crate) mod testing {
         let program = Program::empty(
             "test".into(),
             "test.onnx".into(),
-            batch_symbol.clone().map(|s| Batch { symbol: s, max: 8 }),
+            batch_symbol.as_deref().map_or_else(RunDims::none, |s| RunDims::batch_only(s, 8)),
         );
         let mut cx = LowerCtx {
             graph: g,
             target: &NoLibraryTarget,
             program,
             value_tensor: vec![None; g.values.len()],
-            batch_symbol,
             bound: Default::default(),
             precision,
         };
@@ -418,15 +417,14 @@ pub(crate) mod testing {
     /// placeholder tensor (as the lowering does after a failed node); returns one line per
     /// lowered node that failed, and the templates of the kernels emitted.
     pub fn lower_ours(g: &Graph) -> (Vec<String>, Vec<String>) {
-        let program = Program::empty("test".into(), "test.onnx".into(), None);
         let mut g = g.clone();
-        let batch_symbol = crate::lower::bind_dims(&mut g, &crate::lower::LowerOptions::default()).ok().flatten();
+        let dims = crate::lower::bind_dims(&mut g, &crate::lower::LowerOptions::default()).unwrap_or_default();
+        let program = Program::empty("test".into(), "test.onnx".into(), dims);
         let mut cx = LowerCtx {
             graph: &g,
             target: &NoLibraryTarget,
             program,
             value_tensor: vec![None; g.values.len()],
-            batch_symbol: batch_symbol.map(|b| b.symbol),
             bound: Default::default(),
             precision: crate::lower::Precision::Fp16,
         };
@@ -507,7 +505,7 @@ pub(crate) mod testing {
             .iter()
             .map(|k| {
                 let text = render(&hb, k);
-                assert!(text.contains(&format!("int {}(void* const* t, int64_t batch", k.name)), "{text}");
+                assert!(text.contains(&format!("int {}(void* const* t, o2a_dims dims", k.name)), "{text}");
                 if let Some(d) = &dir {
                     std::fs::create_dir_all(d).expect("render dir");
                     seen.insert(k.template.clone());
@@ -540,7 +538,7 @@ pub(crate) mod testing {
     /// Writes a self-contained GPU check of the lowered program `p` into `dir`: every kernel,
     /// `common.cuh`, the weights, `inputs[i]` (the bytes of the `Storage::Input { index: i }`
     /// tensor, already in its dtype), the expected values of the tensors `outs` and
-    /// `driver.cu`, which runs the kernels in order with the batch of `env` and prints one
+    /// `driver.cu`, which runs the kernels in order with the run-time dims of `env` and prints one
     /// PASS/FAIL line per output: fp16 outputs within `2e-2 + 2e-2·|expected|`, fp32 outputs
     /// within `1e-4 + 1e-3·|expected|`, every other dtype bit-exact.
     pub fn write_program_case(
@@ -576,14 +574,16 @@ pub(crate) mod testing {
             std::fs::write(dir.join(format!("exp{j}.bin")), crate::lower::weights::to_le_bytes(&t))
                 .map_err(|e| e.to_string())?;
         }
-        let batch = p.batch.as_ref().and_then(|b| env.get(&b.symbol).copied()).unwrap_or(1);
+        // The run-time dims' values: from `env`, else 1.
+        let values: Vec<String> =
+            p.dims.dims.iter().map(|d| env.get(&d.symbol).copied().unwrap_or(1).to_string()).collect();
         let mut d = String::new();
         let w = &mut d;
         let _ = writeln!(w, "#include \"common.cuh\"\n#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n#include <cstdarg>\n#include <cmath>\n#include <vector>\n#include <string>");
         for k in &p.kernels {
             let _ = writeln!(
                 w,
-                "int {}(void* const* t, int64_t batch, void* workspace, size_t workspace_bytes, cudaStream_t stream);",
+                "int {}(void* const* t, o2a_dims dims, void* workspace, size_t workspace_bytes, cudaStream_t stream);",
                 k.name
             );
         }
@@ -641,8 +641,10 @@ int main(int argc, char** argv) {{
   std::vector<char> wb = slurp(dir + "/weights.bin");
   char* weights = static_cast<char*>(upload(wb, wb.size()));
   std::vector<void*> t({nt});
-  const int64_t batch = {batch};"#,
-            nt = p.tensors.len()
+  o2a_dims dims{{}};
+  {set_dims}"#,
+            nt = p.tensors.len(),
+            set_dims = values.iter().enumerate().map(|(i, v)| format!("dims.v[{i}] = {v};")).collect::<Vec<_>>().join(" ")
         );
         for (i, tensor) in p.tensors.iter().enumerate() {
             let line = match tensor.storage {
@@ -659,7 +661,7 @@ int main(int argc, char** argv) {{
             let args: Vec<String> = k.args.iter().map(|a| format!("t[{a}]")).collect();
             let _ = writeln!(
                 w,
-                "  {{ void* a[] = {{{}}}; if ({}(a, batch, nullptr, 0, 0) != 0) {{ printf(\"FAIL launch {}\\n\"); return 1; }} }}",
+                "  {{ void* a[] = {{{}}}; if ({}(a, dims, nullptr, 0, 0) != 0) {{ printf(\"FAIL launch {}\\n\"); return 1; }} }}",
                 args.join(", "),
                 k.name,
                 k.name
@@ -953,10 +955,10 @@ mod tests {
         infer_graph(&mut b.g).unwrap();
         let p = lower(&b.g).unwrap();
         assert_eq!(templates_of(&p), vec!["shape_values", "shape_values"]);
-        assert_eq!(p.kernels[0].context["values"], serde_json::json!(["(batch)", "3"]));
-        assert_eq!(p.kernels[1].context["values"], serde_json::json!(["((int64_t)12*batch)"]));
+        assert_eq!(p.kernels[0].context["values"], serde_json::json!(["(dims.v[0])", "3"]));
+        assert_eq!(p.kernels[1].context["values"], serde_json::json!(["((int64_t)12*dims.v[0])"]));
         let text = render_all("shape", &p);
-        assert!(text[0].contains("v.v[0] = (batch);"), "{}", text[0]);
+        assert!(text[0].contains("v.v[0] = (dims.v[0]);"), "{}", text[0]);
     }
 
     #[test]
@@ -977,10 +979,10 @@ mod tests {
         let names = templates_of(&p);
         assert!(names.contains(&"range") && names.contains(&"fill"), "{names:?}");
         let range = p.kernels.iter().find(|k| k.template == "range").unwrap();
-        assert_eq!(range.context["n"], "(batch)");
+        assert_eq!(range.context["n"], "(dims.v[0])");
         assert_eq!(range.context["float"], false);
         let fill = p.kernels.iter().find(|k| k.template == "fill").unwrap();
-        assert_eq!(fill.context["n"], "((int64_t)2*batch)");
+        assert_eq!(fill.context["n"], "((int64_t)2*dims.v[0])");
         render_all("generator", &p);
     }
 

@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(c0["tiled"], json!(true));
         assert_eq!(
             (c0["batches"].as_str(), c0["rows"].as_str(), c0["cols"].as_str()),
-            (Some("(batch)"), Some("64"), Some("3136"))
+            (Some("(dims.v[0])"), Some("64"), Some("3136"))
         );
         let c1 = &p.kernels[1].context;
         assert_eq!(c1["tiled"], json!(false));

@@ -75,16 +75,27 @@ fn options(
         },
     };
     let mut dim_map = BTreeMap::new();
+    let mut ranges = BTreeMap::new();
     if let Some(d) = dims {
         for (k, v) in d.iter() {
             let name: String =
                 k.extract().map_err(|_| PyTypeError::new_err(format!("dims: the key {k} is not a string")))?;
-            let n: i64 = if v.is_instance_of::<pyo3::types::PyBool>() {
-                return Err(PyTypeError::new_err(format!("dims['{name}']: expected a whole number, got {v}")));
-            } else {
-                v.extract()
-                    .map_err(|_| PyTypeError::new_err(format!("dims['{name}']: expected a whole number, got {v}")))?
+            let expected = || {
+                PyTypeError::new_err(format!(
+                    "dims['{name}']: expected a whole number or a (min, max) range of them, got {v}"
+                ))
             };
+            if v.is_instance_of::<pyo3::types::PyBool>() {
+                return Err(expected());
+            }
+            if let Ok((lo, hi)) = v.extract::<(i64, i64)>() {
+                if lo < 1 || lo > hi {
+                    return Err(value_err(format!("dims['{name}']=({lo}, {hi}): a range needs 1 <= min <= max")));
+                }
+                ranges.insert(name, (lo, hi));
+                continue;
+            }
+            let n: i64 = v.extract().map_err(|_| expected())?;
             if n < 0 {
                 return Err(value_err(format!("dims['{name}']={n}: cannot be negative")));
             }
@@ -129,6 +140,7 @@ fn options(
         max_batch,
         max_memory,
         dims: dim_map,
+        ranges,
         precision,
         fused_attention,
         fused_squeeze_excite,
@@ -231,19 +243,54 @@ struct NativeModel {
     model: Mutex<Model>,
 }
 
-/// One input or output: (name, dtype name, shape at batch 1, shape at batch 2 or None when the
-/// model runs only batch 1). The Python side puts the batch symbol where they differ.
-type IoRow = (String, &'static str, Vec<usize>, Option<Vec<usize>>);
+/// A dim of an input or output as Python shows it: a number, or the run-time dim it follows
+/// ("N", "2*N"), or "?" when it follows several run-time dims or not proportionally.
+#[derive(IntoPyObject)]
+enum DimLabel {
+    Known(usize),
+    Symbolic(String),
+}
 
+/// One input or output: (name, dtype name, shape with run-time dims by name).
+type IoRow = (String, &'static str, Vec<DimLabel>);
+
+/// Each axis of input/output `i` labelled by comparing its size at the smallest run-time dims
+/// with its size with one dim at a time one larger.
 fn io_rows(lib: &Library, output: bool) -> PyResult<Vec<IoRow>> {
     let infos = if output { lib.outputs() } else { lib.inputs() };
-    let shape = |i: usize, b: i64| if output { lib.output_shape(i, b) } else { lib.input_shape(i, b) };
+    let shape = |i: usize, d: &[i64]| if output { lib.output_shape(i, d) } else { lib.input_shape(i, d) };
+    let base = lib.min_dims();
     infos
         .iter()
         .enumerate()
         .map(|(i, info)| {
-            let at2 = if lib.max_batch() >= 2 { Some(shape(i, 2).map_err(err)?) } else { None };
-            Ok((info.name.clone(), info.dtype.name(), shape(i, 1).map_err(err)?, at2))
+            let at_base = shape(i, &base).map_err(err)?;
+            let mut growth: Vec<Vec<(usize, i64)>> = vec![Vec::new(); at_base.len()];
+            for (j, d) in lib.run_dims().iter().enumerate() {
+                if d.max == d.min {
+                    continue;
+                }
+                let mut bumped = base.clone();
+                bumped[j] += 1;
+                for (a, (&s0, &s1)) in at_base.iter().zip(&shape(i, &bumped).map_err(err)?).enumerate() {
+                    if s1 != s0 {
+                        growth[a].push((j, s1 as i64 - s0 as i64));
+                    }
+                }
+            }
+            let labels = at_base
+                .iter()
+                .zip(growth)
+                .map(|(&s0, g)| match g.as_slice() {
+                    [] => DimLabel::Known(s0),
+                    [(j, k)] if *k > 0 && s0 as i64 == k * lib.run_dims()[*j].min => {
+                        let name = &lib.run_dims()[*j].symbol;
+                        DimLabel::Symbolic(if *k == 1 { name.clone() } else { format!("{k}*{name}") })
+                    }
+                    _ => DimLabel::Symbolic("?".into()),
+                })
+                .collect();
+            Ok((info.name.clone(), info.dtype.name(), labels))
         })
         .collect()
 }
@@ -308,8 +355,10 @@ fn from_tensor<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
     }
 }
 
-/// (model name, max batch, batch symbol or None, inputs, outputs, (kernel, node) in launch order).
-type Description = (String, i64, Option<String>, Vec<IoRow>, Vec<IoRow>, Vec<(String, String)>);
+/// (model name, max batch, batch symbol or None, run-time dims as (name, min, max), inputs,
+/// outputs, (kernel, node) in launch order).
+type Description =
+    (String, i64, Option<String>, Vec<(String, i64, i64)>, Vec<IoRow>, Vec<IoRow>, Vec<(String, String)>);
 
 fn describe_library(lib: &Library) -> PyResult<Description> {
     let kernels = lib.kernels().iter().map(|k| (k.name.clone(), k.node.clone())).collect();
@@ -317,6 +366,7 @@ fn describe_library(lib: &Library) -> PyResult<Description> {
         lib.model_name().to_string(),
         lib.max_batch(),
         lib.batch_symbol().map(str::to_string),
+        lib.run_dims().iter().map(|d| (d.symbol.clone(), d.min, d.max)).collect(),
         io_rows(lib, false)?,
         io_rows(lib, true)?,
         kernels,
@@ -358,20 +408,22 @@ impl NativeModel {
         Ok((m.device_name(), describe_library(m.library())?))
     }
 
-    /// The shape of input (or output) `index` at `batch`.
-    fn shape(&self, output: bool, index: usize, batch: i64) -> PyResult<Vec<usize>> {
+    /// The shape of input (or output) `index` at `batch`, the run-time dims in `dims` (by name)
+    /// at their values and the others at their largest.
+    fn shape(&self, output: bool, index: usize, batch: i64, dims: BTreeMap<String, i64>) -> PyResult<Vec<usize>> {
         let m = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
         let lib = m.library();
         let n = if output { lib.outputs().len() } else { lib.inputs().len() };
         if index >= n {
             return Err(pyo3::exceptions::PyIndexError::new_err(format!("index {index}: the model has {n}")));
         }
-        let shape = if output { lib.output_shape(index, batch) } else { lib.input_shape(index, batch) };
+        let values = lib.dims_at(batch, &dims).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let shape = if output { lib.output_shape(index, &values) } else { lib.input_shape(index, &values) };
         shape.map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// Runs the model on host arrays, one per input in input order, each C-contiguous and of the
-    /// input's dtype (uint16 bits for bfloat16); the batch comes from their shapes. Returns the
+    /// input's dtype (uint16 bits for bfloat16); the run-time dims come from their shapes. Returns the
     /// outputs in output order.
     fn run<'py>(&self, py: Python<'py>, arrays: Vec<Bound<'py, PyUntypedArray>>) -> PyResult<Bound<'py, PyList>> {
         let mut guard = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
@@ -386,14 +438,14 @@ impl NativeModel {
                 names.join(", ")
             )));
         }
-        let shapes: Vec<&[usize]> = arrays.iter().map(|a| a.shape()).collect();
-        let batch = lib.infer_batch(&shapes).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let shapes: Vec<Option<&[usize]>> = arrays.iter().map(|a| Some(a.shape())).collect();
+        let dims = lib.infer_dims(&shapes).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let inputs = arrays
             .iter()
             .zip(lib.inputs())
             .map(|(a, info)| to_tensor(a, &info.name, info.dtype))
             .collect::<PyResult<Vec<Tensor>>>()?;
-        let outputs = py.detach(|| model.run_host(batch, &inputs)).map_err(err)?;
+        let outputs = py.detach(|| model.run_host(&dims, &inputs)).map_err(err)?;
         drop(guard);
         let list = PyList::empty(py);
         for t in outputs {

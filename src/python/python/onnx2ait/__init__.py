@@ -67,7 +67,7 @@ def compile(
     arch: str = "sm_90a",
     max_batch: int = DEFAULT_MAX_BATCH,
     max_memory: Union[int, str, None] = None,
-    dims: Optional[Mapping[str, int]] = None,
+    dims: Optional[Mapping[str, Union[int, Tuple[int, int]]]] = None,
     precision: str = "fp16",
     attention: str = "unfused",
     squeeze_excite: str = "unfused",
@@ -88,7 +88,9 @@ def compile(
     arch           sm_80, sm_90 or sm_90a (--arch)
     max_batch      largest run-time batch; sizes the activation arena (--max-batch)
     max_memory     GPU memory the library may take, bytes or a size such as "40GiB" (--max-memory)
-    dims           values of symbolic dims, e.g. {"seq": 128} (--dim seq=128)
+    dims           values of symbolic dims fixed at compile time, e.g. {"seq": 128} (--dim seq=128),
+                   or (min, max) ranges of dims chosen at each run, e.g. {"seq": (1, 512)}
+                   (--dim seq=1..512)
     precision      "fp16" or "fp32" storage of float values on the GPU (--precision)
     attention      "unfused" (default) or "fused" attention kernels (--attention)
     squeeze_excite "unfused" (default) or "fused" squeeze-and-excitation scales (--squeeze-excite)
@@ -157,8 +159,9 @@ class IOSpec:
     dtype: str
     """NumPy's name of the element type ("float16", "int64", "bfloat16" with ml_dtypes)."""
     shape: Tuple[Union[int, str], ...]
-    """Dims are ints, the batch dim its ONNX name ("N"), a multiple of it "k*N"; with fixed
-    shapes (or max_batch 1) every dim is an int."""
+    """Dims are ints, a run-time dim its ONNX name ("N", "seq"), a multiple of one "k*N", and
+    "?" a dim that follows several (`input_shape` gives it at given dims); with fixed shapes
+    every dim is an int."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,8 @@ class LibraryInfo:
     """The largest batch the model runs (1 for fixed shapes)."""
     batch_symbol: Optional[str]
     """The ONNX name of the batch dim, when the model has one."""
+    dims: Tuple[Tuple[str, int, int], ...]
+    """The run-time dims (the batch among them) as (name, min, max): what a call may vary."""
     inputs: Tuple[IOSpec, ...]
     outputs: Tuple[IOSpec, ...]
     kernels: Tuple[Tuple[str, str], ...]
@@ -178,9 +183,10 @@ class LibraryInfo:
 
 
 def _info(out: Path, d: Tuple[Any, ...]) -> LibraryInfo:
-    name, max_batch, symbol, inputs, outputs, kernels = d
-    return LibraryInfo(out, name, max_batch, symbol, tuple(_spec(r, symbol) for r in inputs),
-                       tuple(_spec(r, symbol) for r in outputs), tuple(tuple(k) for k in kernels))
+    name, max_batch, symbol, dims, inputs, outputs, kernels = d
+    return LibraryInfo(out, name, max_batch, symbol, tuple(tuple(x) for x in dims),
+                       tuple(_spec(r) for r in inputs), tuple(_spec(r) for r in outputs),
+                       tuple(tuple(k) for k in kernels))
 
 
 # DLPack device types (dlpack.h DLDeviceType) whose memory the host cannot read.
@@ -190,7 +196,8 @@ _DLPACK_DEVICES = {2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "meta
 
 class Module:
     """A compiled model instantiated on the GPU (`load`). Call it on NumPy arrays, one per input
-    (positionally in input order, or by name); the batch comes from their shapes. Returns the
+    (positionally in input order, or by name); the batch and any other run-time dims come from
+    their shapes. Returns the
     outputs as a list of NumPy arrays in output order (`run_dict` returns a dict by name).
 
     Arrays of another dtype are converted when that is exact (int32 to int64, float16 to
@@ -206,6 +213,7 @@ class Module:
         self.model_name = info.model_name
         self.max_batch = info.max_batch
         self.batch_symbol = info.batch_symbol
+        self.dims = info.dims
         self.inputs = info.inputs
         self.outputs = info.outputs
         self.kernels = info.kernels
@@ -217,13 +225,15 @@ class Module:
         return (f"<onnx2ait.Module {self.model_name!r} from {str(self.out)!r} on {self.device_name}: "
                 f"({io(self.inputs)}) -> ({io(self.outputs)}), max_batch {self.max_batch}>")
 
-    def input_shape(self, input: Union[int, str], batch: int = 1) -> Tuple[int, ...]:
-        """The shape input `input` (index or name) takes at `batch`."""
-        return tuple(self._native.shape(False, self._index(self.inputs, input, "input"), batch))
+    def input_shape(self, input: Union[int, str], batch: int = 1, **dims: int) -> Tuple[int, ...]:
+        """The shape input `input` (index or name) takes at `batch` and the other run-time dims
+        given by name (`seq=77`; the ones not given at their largest)."""
+        return tuple(self._native.shape(False, self._index(self.inputs, input, "input"), batch, dims))
 
-    def output_shape(self, output: Union[int, str], batch: int = 1) -> Tuple[int, ...]:
-        """The shape output `output` (index or name) has at `batch`."""
-        return tuple(self._native.shape(True, self._index(self.outputs, output, "output"), batch))
+    def output_shape(self, output: Union[int, str], batch: int = 1, **dims: int) -> Tuple[int, ...]:
+        """The shape output `output` (index or name) has at `batch` and the other run-time dims
+        given by name."""
+        return tuple(self._native.shape(True, self._index(self.outputs, output, "output"), batch, dims))
 
     def __call__(self, *arrays: Any, **named: Any) -> List[np.ndarray]:
         if any(s.dtype == "bfloat16" for s in self.outputs):
@@ -306,22 +316,10 @@ def _bfloat16() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def _spec(row: Tuple[str, str, List[int], Optional[List[int]]], batch_symbol: Optional[str]) -> IOSpec:
-    """The shape at batch 1 and at batch 2 (None when only batch 1 runs) as one symbolic shape:
-    a dim that doubles is the batch times its batch-1 size."""
-    name, dtype, at1, at2 = row
-    if at2 is None or batch_symbol is None:
-        return IOSpec(name, dtype, tuple(at1))
-    dims: List[Union[int, str]] = []
-    for d1, d2 in zip(at1, at2):
-        if d1 == d2:
-            dims.append(d1)
-        elif d2 == 2 * d1:
-            dims.append(batch_symbol if d1 == 1 else f"{d1}*{batch_symbol}")
-        else:
-            # Not a multiple of the batch; input_shape(name, batch) gives it at any batch.
-            dims.append("?")
-    return IOSpec(name, dtype, tuple(dims))
+def _spec(row: Tuple[str, str, List[Union[int, str]]]) -> IOSpec:
+    """An input or output as the native side labels it: ints, and run-time dims by name."""
+    name, dtype, shape = row
+    return IOSpec(name, dtype, tuple(shape))
 
 
 def load(out_dir: PathLike) -> Module:
