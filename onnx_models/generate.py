@@ -903,6 +903,19 @@ def pattern_depthwise_clip():
     return b
 
 
+@model
+def pattern_resnext_grouped():
+    b = ModelBuilder("pattern_resnext_grouped", "ResNeXt-style grouped convs (the grouped tensor-core instances): 3x3 "
+                     "group 4 (4 channels per group)+BN+Relu, 3x3 stride 2 group 2 (8 channels, 16 filters per "
+                     "group)+BN+Relu, 3x3 group 4+BN, residual Add then Relu, 1x1 group 2 (32 filters per group)+BN.")
+    x = b.input("x", [2, 16, 10, 10])
+    a = b.node("Relu", [conv_bn(b, x, 16, 16, 3, pad=1, group=4)])
+    c = b.node("Relu", [conv_bn(b, a, 16, 32, 3, stride=2, pad=1, group=2)])
+    d = b.node("Relu", [b.node("Add", [conv_bn(b, c, 32, 32, 3, pad=1, group=4), c])])
+    b.output(conv_bn(b, d, 32, 64, 1, group=2))
+    return b
+
+
 def gelu_erf(b, x):
     """GELU as PyTorch exports it before opset 20: x * 0.5 * (1 + erf(x / sqrt(2)))."""
     e = b.node("Erf", [b.node("Div", [x, b.init("sqrt2", np.array(math.sqrt(2.0), np.float32))])])

@@ -128,6 +128,50 @@ fn odd_squeeze_widths_need_no_padding_kernel() {
     assert_eq!(templates.iter().filter(|t| **t == "global_pool").count(), 3, "{templates:?}");
 }
 
+/// ResNeXt-style grouped convolutions (onnx_models/pattern_resnext_grouped.onnx: 4 and 8 channels
+/// per group with several groups per tile, stride 2, a residual epilogue, and 32 filters per
+/// group with one group per tile) lower to the grouped CUTLASS instances, none to the direct
+/// kernel, and the library builds with the pinned nvcc for sm_90a (the instances use the sm80
+/// mainloop there too; the build takes about 30 s on 2 cores). Compile-only: the H200 check
+/// validates the model's numbers (scripts/gpu-check.sh's bundled-model loop).
+#[test]
+fn grouped_convolutions_build_with_nvcc_for_sm90a() {
+    let model = Path::new("onnx_models/pattern_resnext_grouped.onnx");
+    let g = onnx2ait::onnx::load_model(model).expect("loads");
+    let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
+    let out = fresh_dir("resnext_grouped");
+    let gen = generate_cuda(&opt, &LowerOptions { max_batch: 8, ..LowerOptions::default() }, Arch::Sm90a, &out)
+        .expect("lowers");
+    let convs: Vec<_> = gen.program.kernels.iter().filter(|k| k.template.starts_with("conv2d")).collect();
+    assert_eq!(convs.len(), 4, "{:?}", gen.program.kernels.iter().map(|k| &k.template).collect::<Vec<_>>());
+    for k in &convs {
+        assert_eq!(k.template, "conv2d_library", "{}", k.node);
+        let dispatch = k.context["dispatch"].as_array().expect("dispatch");
+        assert!(dispatch.iter().all(|d| d["config"].as_str().is_some_and(|c| c.starts_with("conv2d_group_sm80 "))));
+    }
+    let modes: Vec<&str> =
+        gen.program.library.iter().map(|l| l.context["group_mode"].as_str().expect("a grouped instance")).collect();
+    assert!(modes.contains(&"kMultipleGroup") && modes.contains(&"kSingleGroup"), "{modes:?}");
+    assert!(gen.program.library.iter().any(|l| l.context["has_residual"] == true));
+    let Some(nvcc) = Nvcc::discover_for_test(Arch::Sm90a, "the grouped-convolution compile test (nvcc)") else {
+        let _ = std::fs::remove_dir_all(&out);
+        return;
+    };
+    let report = onnx2ait::build::build(
+        &out,
+        &gen.files.sources,
+        &gen.files.headers,
+        &nvcc,
+        &BuildOptions { jobs: None, cache_dir: None, progress: false, ..Default::default() },
+        "libmodel.so",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{}", report.summary());
+    assert_eq!(report.compiled, gen.files.sources.len());
+    assert!(out.join("libmodel.so").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// The same model and options give byte-identical files, weights included.
 #[test]
 fn generation_is_deterministic() {

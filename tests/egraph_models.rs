@@ -53,6 +53,7 @@ const MODELS: &[&str] = &[
     "pattern_conv_bn_relu",
     "pattern_resnet_bottleneck",
     "pattern_depthwise_clip",
+    "pattern_resnext_grouped",
     "pattern_gemm_gelu_erf",
     "pattern_mlp",
     "pattern_attention",

@@ -9,6 +9,8 @@
 mod common;
 #[path = "library_templates/conv_gemm_sm90.rs"]
 mod conv_gemm_sm90;
+#[path = "library_templates/conv_group_sm80.rs"]
+mod conv_group_sm80;
 #[path = "library_templates/conv_sm80.rs"]
 mod conv_sm80;
 #[path = "library_templates/conv_sm90.rs"]

@@ -37,8 +37,8 @@ fn dummy_instances(conv: &[&str], gemm: &[&str]) -> String {
     s
 }
 
-/// Two conv problems (bias + residual with distinct pre_act / act; bias only with a fused
-/// epilogue) and two gemm problems (A transposed with bias; batched B transposed with residual).
+/// Two conv problems (bias + residual with distinct pre_act / act; grouped, bias only with a
+/// fused epilogue) and two gemm problems (A transposed with bias; batched B transposed with residual).
 fn context() -> Json {
     json!({
         "instances": [
@@ -49,14 +49,14 @@ fn context() -> Json {
         "convs": [
             {
                 "index": 0, "n": 2, "h": 14, "w": 14, "c": 32, "k": 64, "r": 3, "s": 3, "p": 7, "q": 7,
-                "pad_h": 1, "pad_w": 1, "stride_h": 2, "stride_w": 2, "dil_h": 1, "dil_w": 1,
+                "pad_h": 1, "pad_w": 1, "stride_h": 2, "stride_w": 2, "dil_h": 1, "dil_w": 1, "groups": 1,
                 "has_bias": true, "has_residual": true,
                 "pre_act": "v", "act": "o2a_relu(v)", "epilogue": "o2a_relu(v)",
                 "candidates": ["dummy_conv_a", "dummy_conv_b"],
             },
             {
                 "index": 1, "n": 1, "h": 8, "w": 8, "c": 8, "k": 16, "r": 1, "s": 1, "p": 8, "q": 8,
-                "pad_h": 0, "pad_w": 0, "stride_h": 1, "stride_w": 1, "dil_h": 1, "dil_w": 1,
+                "pad_h": 0, "pad_w": 0, "stride_h": 1, "stride_w": 1, "dil_h": 1, "dil_w": 1, "groups": 2,
                 "has_bias": true, "has_residual": false,
                 "pre_act": "o2a_clip(v, 0.0f, 6.0f)", "act": "v", "epilogue": "o2a_clip(v, 0.0f, 6.0f)",
                 "candidates": ["dummy_conv_b"],
@@ -123,6 +123,8 @@ fn profiler_renders_compiles_links_and_lists_its_cases() {
     ] {
         assert!(profiler.contains(line), "missing case line {line}:\n{profiler}");
     }
+    // The group counts reach the problems' shapes (the reference reads C / groups channels).
+    assert!(profiler.contains("      1, 1, 1 },") && profiler.contains("      1, 1, 2 },"), "{profiler}");
     assert!(profiler.contains("launch_gemm_reference<true, false, GemmEpilogue0>"), "{profiler}");
     assert!(profiler.contains("launch_gemm_reference<false, true, GemmEpilogue1>"), "{profiler}");
     std::fs::write(dir.join("profiler.cu"), profiler).unwrap();

@@ -14,9 +14,16 @@
 //!
 //! What the library gets, and what falls back to our own kernels:
 //! - convolution: group 1, C % 8 == 0 and K % 8 == 0 (every access is 8 halfs, 16 bytes). The
-//!   lowering pads a thin stem (C = 3) to 8 channels first, see `ops::conv`. Everything else →
-//!   `conv2d_direct`. sm90 instances are candidates only where their extra limits hold (padding
-//!   ≤ 128, stride ≤ 8, dilated filter extent below 255).
+//!   lowering pads a thin stem (C = 3) to 8 channels first, see `ops::conv`. sm90 instances are
+//!   candidates only where their extra limits hold (padding ≤ 128, stride ≤ 8, dilated filter
+//!   extent below 255).
+//! - grouped convolution (1 < group, [`CONV_GROUP_TEMPLATE`]: CUTLASS 2.x grouped implicit GEMM,
+//!   sm80 mainloop, on every arch): when [`group_conv_fit`] accepts it — C and K split into the
+//!   groups, Cg = C / group a multiple of 4 (8-byte accesses; 16-byte when Cg % 8 == 0), K % 8 ==
+//!   0, and Kg = K / group either a multiple of 32 (kSingleGroup: each CTA's tile within one
+//!   group) or 4, 8 or 16 (kMultipleGroup: 32 / Kg groups per 32-wide tile). CUTLASS 3.x's sm90
+//!   conv has no group mode. A depthwise convolution (Cg = 1) keeps its own kernel.
+//! - everything else → `conv2d_direct` (or `conv2d_depthwise`).
 //! - matrix product: the contiguous dim of each operand (K of a row-major A, M of a transposed A,
 //!   N of B, K of a transposed B) and N of the output are multiples of 8; bias absent or one value
 //!   per output column; when bias and residual are both present, beta == 1 (the sm80
@@ -36,7 +43,10 @@
 //!    or where no sm90 instance applies) the sm80 tile table, largest first, where a tile is
 //!    skipped when it is twice as wide or tall as the problem (M ≤ 64 or N ≤ 64 rules out the 128
 //!    side), the first tile whose grid fills every SM wins, otherwise the smallest tile (most
-//!    CTAs).
+//!    CTAs). A grouped convolution takes that rule over the grouped tiles its filters per group
+//!    allow ([`GROUP_TILES`], [`GroupMode`]) on every arch; it has not been measured against the
+//!    direct kernel yet (the profiler times library instances only), so the lowering prefers the
+//!    tensor cores wherever an instance applies.
 //!
 //! A 1x1, stride-1, unpadded convolution is a matrix product on NHWC tensors, so on sm_90a it also
 //! gets the sm90 GEMM's tiles as candidates ([`CONV_GEMM_TEMPLATE`]: the GEMM behind the conv
@@ -345,15 +355,112 @@ pub const CONV_GEMM_TEMPLATE: &str = "conv2d_gemm_sm90";
 
 /// Picks a tile for a GEMM of `m` x `n` (`batches` independent problems) on `sms` SMs.
 pub fn pick_tile(m: i64, n: i64, batches: i64, sms: i64) -> Tile {
+    pick_tile_of(&TILES, m, n, batches, sms)
+}
+
+/// [`pick_tile`] over `tiles` (largest first, non-empty): the first that is not twice the
+/// problem on a side and whose grid fills every SM, else the last (smallest: the most CTAs).
+fn pick_tile_of(tiles: &[Tile], m: i64, n: i64, batches: i64, sms: i64) -> Tile {
     // A 128 side is wasted on a dim of at most 64.
     let fits = |t: &&Tile| !(t.m > 64 && m <= 64 || t.n > 64 && n <= 64);
     let ctas = |t: &Tile| ((m + t.m - 1) / t.m) * ((n + t.n - 1) / t.n) * batches.max(1);
-    let candidates: Vec<&Tile> = TILES.iter().filter(fits).collect();
-    if let Some(t) = candidates.iter().find(|t| ctas(t) >= sms) {
-        return **t;
+    if let Some(t) = tiles.iter().filter(fits).find(|t| ctas(t) >= sms) {
+        return *t;
     }
     // No tile fills the GPU: the one with the most CTAs (the smallest).
-    TILES[TILES.len() - 1]
+    tiles[tiles.len() - 1]
+}
+
+/// The library template of grouped convolutions (1 < group, not depthwise): CUTLASS 2.x grouped
+/// implicit GEMM with the Sm80 mainloop (templates/cuda/library/conv2d_group_sm80.cu.hbs).
+pub const CONV_GROUP_TEMPLATE: &str = "conv2d_group_sm80";
+
+/// Width of the narrowest grouped tiles, and the only width a tile of several groups has.
+const GROUP_TILE_N: i64 = 32;
+
+/// Tiles of grouped convolutions, largest first: the sm80 table, then two 32-wide tiles (four
+/// and two warps of 32x32), the widest that one group of 32 filters fills, and the only ones
+/// offered for several groups per tile: such a tile does `tile_n / Kg` times the useful MMA work
+/// (each group's k-loop runs over the whole tile width, the other groups' filters zeroed), so
+/// wider ones only waste more.
+pub const GROUP_TILES: [Tile; 6] = [
+    TILES[0],
+    TILES[1],
+    TILES[2],
+    TILES[3],
+    Tile::new([128, GROUP_TILE_N, 32], [32, 32, 32], 4),
+    Tile::new([64, GROUP_TILE_N, 32], [32, 32, 32], 5),
+];
+
+/// How a tile's output channels meet the groups (CUTLASS's `conv::GroupMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupMode {
+    /// The tile lies in one group: Kg is a multiple of the tile width.
+    Single,
+    /// The tile spans `tile_n / Kg` whole groups: Kg divides the tile width.
+    Multiple,
+}
+
+impl GroupMode {
+    /// The mode of a tile `tile_n` wide for `kg` filters per group, if it has one.
+    fn of(kg: i64, tile_n: i64) -> Option<GroupMode> {
+        if kg % tile_n == 0 {
+            Some(GroupMode::Single)
+        } else if tile_n == GROUP_TILE_N && tile_n % kg == 0 {
+            Some(GroupMode::Multiple)
+        } else {
+            None
+        }
+    }
+
+    fn cutlass(self) -> &'static str {
+        match self {
+            GroupMode::Single => "kSingleGroup",
+            GroupMode::Multiple => "kMultipleGroup",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            GroupMode::Single => "single",
+            GroupMode::Multiple => "multiple",
+        }
+    }
+}
+
+/// Whether the grouped library instances ([`CONV_GROUP_TEMPLATE`]) compute convolution `p`, with
+/// every check the instance (and CUTLASS's `can_implement` in it) makes at run time that the
+/// problem decides at compile time: the groups split C and K; Cg = C / group is a multiple of 4
+/// (the activation and filter accesses: 16 bytes when Cg % 8 == 0, else 8); K % 8 == 0 (the
+/// epilogue's 16-byte stores); Kg = K / group is a multiple of 32 or one of 4, 8, 16 (see
+/// [`GroupMode`]); one image of input and output each stays under CUTLASS 2.x's 2^31-byte tensor
+/// limit (batches are split into whole images). The filter-size limit of the optimized iterator
+/// is met by choosing the analytic one. Ok: the access width (8 or 4 halfs); Err: why not.
+pub fn group_conv_fit(p: &ConvProblem) -> std::result::Result<i64, String> {
+    let g = p.group;
+    if g < 2 {
+        return Err(format!("group {g}: not a grouped convolution"));
+    }
+    if p.c <= 0 || p.k <= 0 || p.c % g != 0 || p.k % g != 0 {
+        return Err(format!("C = {} and K = {} do not split into {g} groups", p.c, p.k));
+    }
+    let (cg, kg) = (p.c / g, p.k / g);
+    if cg % 4 != 0 {
+        return Err(format!("{cg} channels per group are not a multiple of 4 (vector accesses)"));
+    }
+    if p.k % ALIGNMENT != 0 {
+        return Err(format!("K = {} is not a multiple of {ALIGNMENT} (the epilogue's vector stores)", p.k));
+    }
+    if kg % GROUP_TILE_N != 0 && !(kg >= 4 && GROUP_TILE_N % kg == 0) {
+        return Err(format!(
+            "{kg} filters per group neither fill whole {GROUP_TILE_N}-wide tiles nor divide one into 4, 8 or 16"
+        ));
+    }
+    let image_bytes = (p.h * p.w * p.c).max(p.p * p.q * p.k) * 2;
+    if image_bytes > i64::from(i32::MAX) {
+        return Err(format!("one image takes {image_bytes} bytes, beyond CUTLASS 2.x's 2^31-byte tensor limit"));
+    }
+    Ok(if cg % ALIGNMENT == 0 { ALIGNMENT } else { 4 })
 }
 
 /// The sm90 tile the heuristic picks: the largest (of `tiles`, cluster 1x1) that is not twice the
@@ -594,6 +701,9 @@ impl CudaTarget {
     }
 
     fn conv_candidates(&self, p: &ConvProblem, epi: &Epilogue) -> Vec<LibraryInstance> {
+        if p.group != 1 {
+            return Self::group_conv_candidates(p, epi);
+        }
         // A padded stem (C = 4 or 8) runs the fixed-channels iterator with C-wide accesses.
         let input_alignment = if p.c == THIN_CHANNELS { THIN_CHANNELS } else { ALIGNMENT };
         let iterator = if p.c <= ALIGNMENT {
@@ -643,6 +753,45 @@ impl CudaTarget {
         out
     }
 
+    /// The grouped instances that compute `p` (none when [`group_conv_fit`] rejects it): every
+    /// tile of [`GROUP_TILES`] with a [`GroupMode`] for its filters per group. The group count is
+    /// compiled in (it picks the mode, and the instance checks C and K against it); the analytic
+    /// iterators where the mode or a filter side above 32 needs them.
+    fn group_conv_candidates(p: &ConvProblem, epi: &Epilogue) -> Vec<LibraryInstance> {
+        let Ok(input_alignment) = group_conv_fit(p) else { return Vec::new() };
+        let kg = p.k / p.group;
+        GROUP_TILES
+            .iter()
+            .filter_map(|t| {
+                let mode = GroupMode::of(kg, t.n)?;
+                let iterator =
+                    if mode == GroupMode::Multiple || p.r > 32 || p.s > 32 { "kAnalytic" } else { "kOptimized" };
+                let mut ctx = t.context(4);
+                ctx.insert("groups".into(), json!(p.group));
+                ctx.insert("group_mode".into(), json!(mode.cutlass()));
+                ctx.insert("iterator".into(), json!(iterator));
+                ctx.insert("input_alignment".into(), json!(input_alignment));
+                let config = format!("{} {iterator} {} g{} a{input_alignment}", t.config(), mode.tag(), p.group);
+                Some(library(CONV_GROUP_TEMPLATE, config, ctx, epi))
+            })
+            .collect()
+    }
+
+    /// The heuristic grouped instance at batch `n`: the sm80 rule ([`pick_tile`]) over the grouped
+    /// tiles that have a [`GroupMode`] for the problem, so several groups per tile take a 32-wide
+    /// tile, and one group of Kg filters the widest tile Kg fills when its grid fills the GPU.
+    fn group_conv_heuristic(&self, p: &ConvProblem, n: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
+        let kg = p.k / p.group.max(1);
+        let tiles: Vec<Tile> = GROUP_TILES.iter().copied().filter(|t| GroupMode::of(kg, t.n).is_some()).collect();
+        let fallback = || candidates[0].clone();
+        if tiles.is_empty() {
+            return fallback();
+        }
+        let t = pick_tile_of(&tiles, n * p.p * p.q, p.k, 1, self.sms());
+        let prefix = format!("{CONV_GROUP_TEMPLATE} {} ", t.config());
+        candidates.iter().find(|c| c.config.starts_with(&prefix)).cloned().unwrap_or_else(fallback)
+    }
+
     /// The heuristic's tile for a 1x1 convolution as a GEMM of `m` rows, `c` input and `k`
     /// output channels, or None when its 128-row tiles do not fill every SM once (a small
     /// problem: the conv kernels' smaller tiles serve it better). From the H200 profile of
@@ -679,9 +828,12 @@ impl CudaTarget {
             && !(p.residual && p.pre_act.is_some())
     }
 
+    /// The profile-cache key of `p` at batch `n`. A grouped problem adds its group count after
+    /// the window (` g32`); group-1 signatures stay as they were, so existing caches still apply.
     fn conv_signature(p: &ConvProblem, n: i64, epi: &Epilogue) -> String {
+        let group = if p.group == 1 { String::new() } else { format!(" g{}", p.group) };
         format!(
-            "conv2d n{n} h{} w{} c{} k{} r{} s{} p{} q{} pad{},{} str{},{} dil{},{} {}",
+            "conv2d n{n} h{} w{} c{} k{} r{} s{} p{} q{} pad{},{} str{},{} dil{},{}{group} {}",
             p.h,
             p.w,
             p.c,
@@ -706,11 +858,15 @@ impl CudaTarget {
         for (key, v) in p.geometry_fields() {
             f.insert(key.into(), json!(v));
         }
+        f.insert("groups".into(), json!(p.group));
         f
     }
 
     /// The heuristic conv choice at batch `n` (see the module doc).
     fn conv_heuristic(&self, p: &ConvProblem, n: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
+        if p.group != 1 {
+            return self.group_conv_heuristic(p, n, candidates);
+        }
         let gemm_m = n * p.p * p.q;
         let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
         if self.hopper() && Self::is_gemm_conv(p) {
@@ -935,21 +1091,25 @@ impl Target for CudaTarget {
     }
 
     fn conv2d(&self, p: &ConvProblem) -> Instance {
-        let library_ok = p.group == 1
-            && (p.c % ALIGNMENT == 0 || p.c == THIN_CHANNELS)
-            && p.k % ALIGNMENT == 0
-            && p.c > 0
-            && p.k > 0;
+        let library_ok = if p.group == 1 {
+            (p.c % ALIGNMENT == 0 || p.c == THIN_CHANNELS) && p.k % ALIGNMENT == 0 && p.c > 0 && p.k > 0
+        } else {
+            group_conv_fit(p).is_ok()
+        };
         if !library_ok {
             return self.conv_direct(p);
         }
         let epi = Self::conv_epilogue(p);
         let candidates = self.conv_candidates(p, &epi);
+        if candidates.is_empty() {
+            return self.conv_direct(p);
+        }
         let points = self.choice_points(&[&p.n]);
         let dispatch = self.dispatch(&points, |b| {
             let n = Self::at(&p.n, b);
             let signature = Self::conv_signature(p, n, &epi);
-            let flops = 2.0 * (n * p.p * p.q) as f64 * p.k as f64 * (p.r * p.s * p.c) as f64;
+            // Each output sums R·S·C/group products.
+            let flops = 2.0 * (n * p.p * p.q) as f64 * p.k as f64 * (p.r * p.s * p.c / p.group) as f64;
             let heuristic = self.conv_heuristic(p, n, &candidates);
             self.record(ProfileProblem {
                 signature: signature.clone(),
@@ -1103,6 +1263,14 @@ mod tests {
             assert!(t.smem_bytes() <= 100 * 1024, "{t:?}");
             assert_eq!((t.m / t.warp_m) * (t.n / t.warp_n), 8, "{t:?}: eight warps");
         }
+        // Grouped tiles: no shared-memory opt-in (at most 48 KiB), two or four warps, and the
+        // 32-wide ones that several groups share.
+        for t in GROUP_TILES {
+            assert!(t.smem_bytes() <= 48 * 1024, "{t:?}");
+            assert!([2, 4].contains(&((t.m / t.warp_m) * (t.n / t.warp_n))), "{t:?}");
+            assert_eq!(t.k, t.warp_k);
+        }
+        assert_eq!(GROUP_TILES.iter().filter(|t| t.n == GROUP_TILE_N).count(), 2);
         // Cooperative GEMM needs M >= 128 (two consumer warp groups of 64 rows).
         for t in SM90_GEMM_TILES {
             assert!(t.pingpong || t.m >= 128, "{t:?}");
@@ -1155,10 +1323,10 @@ mod tests {
         // The padded stem.
         let stem = t.conv2d(&conv(n.clone(), 224, 8, 64, 7, 1));
         assert_eq!(stem.dispatch[0].instance.context["iterator"], "kFixedChannels");
-        // Unpadded 3 channels, grouped, depthwise, odd K: direct.
+        // Unpadded 3 channels, grouped with 6 channels per group, depthwise, odd K: direct.
         for p in [
             conv(n.clone(), 224, 3, 64, 7, 1),
-            conv(n.clone(), 56, 64, 64, 3, 2),
+            conv(n.clone(), 56, 24, 24, 3, 4),
             conv(n.clone(), 56, 12, 12, 3, 12),
             conv(n.clone(), 56, 64, 10, 1, 1),
         ] {
@@ -1171,6 +1339,114 @@ mod tests {
         // Big filters: analytic iterator.
         assert_eq!(t.conv2d(&conv(n, 64, 64, 64, 33, 1)).dispatch[0].instance.context["iterator"], "kAnalytic");
         assert_eq!(t.conv_channel_multiple(), 8);
+    }
+
+    /// ResNeXt-50 32x4d's grouped 3x3 convolutions (32 groups of 4, 8, 16 and 32 channels and
+    /// filters, at 56, 28, 14 and 7 pixels) and a 64-filter group: the grouped instances on every
+    /// arch (the sm90 kernels have no group mode), several groups per 32-wide tile up to 16
+    /// filters per group, one group per tile from 32; the heuristic's tiles per batch range.
+    #[test]
+    fn grouped_convolutions_run_on_the_grouped_instances() {
+        let n = Dim::sym("N");
+        const NARROW: [&str; 2] = ["128x32x32 w32x32x32 s4", "64x32x32 w32x32x32 s5"];
+        let wide: &[&str] = &["128x64x32 w64x32x32 s4", "64x64x32 w32x32x32 s5", NARROW[0], NARROW[1]];
+        // (c = k, pixels, candidate tiles, their iterator / mode / groups / alignment, the
+        // heuristic's tile at batch 1 and 256)
+        type Case<'a> = (i64, i64, &'a [&'a str], &'a str, (&'a str, &'a str));
+        let cases: [Case; 5] = [
+            (128, 56, &NARROW, "kAnalytic multiple g32 a4", ("64x32x32", "128x32x32")),
+            (256, 28, &NARROW, "kAnalytic multiple g32 a8", ("64x32x32", "128x32x32")),
+            (512, 14, &NARROW, "kAnalytic multiple g32 a8", ("64x32x32", "128x32x32")),
+            (1024, 7, &NARROW, "kOptimized single g32 a8", ("64x32x32", "128x32x32")),
+            (2048, 7, wide, "kOptimized single g32 a8", ("64x32x32", "128x64x32")),
+        ];
+        for arch in Arch::ALL {
+            for (c, hw, tiles, suffix, (at1, at256)) in &cases {
+                let t = CudaTarget::new(arch).with_max_batch(256).recording();
+                let i = t.conv2d(&conv(n.clone(), *hw, *c, *c, 3, 32));
+                assert_eq!(i.template, CONV_NODE_TEMPLATE, "{arch} c{c}");
+                let rec = t.recorded();
+                assert_eq!(rec.len(), 4, "one problem per batch range");
+                let configs: Vec<&str> = rec[0].candidates.iter().map(|c| c.config.as_str()).collect();
+                let want: Vec<String> = tiles.iter().map(|t| format!("{CONV_GROUP_TEMPLATE} {t} {suffix}")).collect();
+                assert_eq!(configs, want, "{arch} c{c}");
+                assert!(rec[0].signature.contains(" dil1,1 g32 bias1 "), "{}", rec[0].signature);
+                // Each output sums 3·3·C/32 products.
+                let at1_flops = 2.0 * (hw * hw * c) as f64 * (9 * c / 32) as f64;
+                let batch1 = rec.iter().find(|r| r.batch == 1).expect("batch 1");
+                assert_eq!(batch1.flops, at1_flops);
+                assert_eq!(batch1.fields["groups"], 32);
+                let d = &i.dispatch;
+                assert!(d[0].instance.config.contains(&format!(" {at1} ")), "{arch} c{c}: {:?}", configs_of(&i));
+                assert!(d.last().unwrap().instance.config.contains(&format!(" {at256} ")), "{:?}", configs_of(&i));
+                assert!(d.iter().all(|d| d.instance.context["groups"] == 32));
+            }
+        }
+        // Stride 2, residual, pre-activation: the same candidates with their epilogue.
+        let mut p = conv(n.clone(), 56, 256, 256, 3, 32);
+        (p.strides, p.p, p.q, p.residual, p.pre_act, p.act) = ([2, 2], 28, 28, true, Some(Act::Relu), Some(Act::Relu));
+        let i = CudaTarget::new(Arch::Sm90a).with_max_batch(64).conv2d(&p);
+        let inst = &i.dispatch.last().unwrap().instance;
+        assert_eq!(inst.template, CONV_GROUP_TEMPLATE);
+        assert_eq!(
+            (inst.context["has_residual"].as_bool(), inst.context["pre_act"].as_str()),
+            (Some(true), Some("o2a_relu(v)"))
+        );
+        // Filters larger than the optimized iterator's 32x32: analytic, one group per tile.
+        let big = CudaTarget::new(Arch::Sm80).conv2d(&conv(Dim::known(1), 40, 64, 64, 33, 2));
+        assert_eq!(big.dispatch[0].instance.context["iterator"], "kAnalytic");
+        assert_eq!(big.dispatch[0].instance.context["group_mode"], "kSingleGroup");
+    }
+
+    /// What the grouped instances refuse, each with its reason, computed by our own kernels.
+    #[test]
+    fn grouped_convolutions_outside_the_instances_fall_back() {
+        let n = Dim::sym("N");
+        let t = CudaTarget::new(Arch::Sm90a);
+        for (p, why) in [
+            (conv(n.clone(), 56, 64, 64, 3, 32), "2 channels per group are not a multiple of 4"),
+            (conv(n.clone(), 56, 192, 192, 3, 32), "6 channels per group are not a multiple of 4"),
+            (conv(n.clone(), 56, 12, 12, 3, 3), "K = 12 is not a multiple of 8"),
+            (conv(n.clone(), 56, 96, 96, 3, 2), "48 filters per group neither fill whole 32-wide tiles"),
+            (conv(n.clone(), 56, 128, 64, 3, 32), "2 filters per group neither fill whole 32-wide tiles"),
+            (conv(n.clone(), 56, 100, 128, 3, 32), "C = 100 and K = 128 do not split into 32 groups"),
+            (conv(n.clone(), 46341, 32, 32, 3, 8), "beyond CUTLASS 2.x's 2^31-byte tensor limit"),
+        ] {
+            let e = group_conv_fit(&p).expect_err("refused");
+            assert!(e.contains(why), "{e}");
+            assert_eq!(t.conv2d(&p).template, "conv2d_direct", "{p:?}");
+        }
+        // Depthwise: its own kernel, as before.
+        assert!(group_conv_fit(&conv(n.clone(), 56, 32, 32, 3, 32)).is_err());
+        assert_eq!(t.conv2d(&conv(n.clone(), 56, 32, 32, 3, 32)).template, DEPTHWISE_TEMPLATE);
+        assert_eq!(group_conv_fit(&conv(n.clone(), 56, 128, 128, 3, 32)), Ok(4));
+        assert_eq!(group_conv_fit(&conv(n, 56, 256, 128, 3, 32)), Ok(8));
+    }
+
+    /// A grouped problem's measurements decide between its tiles, and never mix with the
+    /// ungrouped problem of the same sizes (the signature names the groups).
+    #[test]
+    fn grouped_measurements_decide() {
+        let p = conv(Dim::known(8), 28, 256, 256, 3, 32);
+        let probe = CudaTarget::new(Arch::Sm90a).recording();
+        probe.conv2d(&p);
+        let rec = probe.recorded();
+        let ungrouped = conv(Dim::known(8), 28, 256, 256, 3, 1);
+        let ungrouped_sig = CudaTarget::new(Arch::Sm90a).conv_signature_at(&ungrouped, 8).expect("a library problem");
+        assert_ne!(rec[0].signature, ungrouped_sig);
+        let slow = rec[0].candidates[0].config.clone();
+        let fast = rec[0].candidates[1].config.clone();
+        let m: Measurements = [(rec[0].signature.clone(), [(slow, 0.02), (fast.clone(), 0.01)].into())].into();
+        let t = CudaTarget::new(Arch::Sm90a).with_measurements(m);
+        let i = t.conv2d(&p);
+        assert_eq!(i.dispatch[0].instance.config, fast);
+        assert!(i.dispatch[0].measured);
+        assert_eq!(t.conv_time(&p, 8), Some(0.01));
+        assert_eq!(t.conv_time(&ungrouped, 8), None);
+    }
+
+    fn configs_of(i: &Instance) -> Vec<String> {
+        i.dispatch.iter().map(|d| d.instance.config.clone()).collect()
     }
 
     #[test]

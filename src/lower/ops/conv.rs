@@ -4,6 +4,9 @@
 //! The family describes the problem ([`ConvProblem`]) and the target picks the kernel: a library
 //! instance (CUTLASS on CUDA) or the direct kernel [`DIRECT_TEMPLATE`], which every target
 //! provides and which computes any group count, channel count, padding, stride and dilation.
+//! A grouped problem is given as it is (C and K over all groups, `group`, KRSC weights
+//! `[K,R,S,C/g]`): the CUDA target runs it on its grouped instances where their alignment and
+//! group-width rules hold (`cuda::group_conv_fit`), a target without them on the direct kernel.
 //! At fp32 precision (`--precision fp32`) the target is not asked: library instances store fp16,
 //! so every convolution runs on the direct kernel with fp32 storage ([`direct_instance`]), and
 //! no stem is padded or unfolded by im2col (both only serve the library kernels).
@@ -1105,16 +1108,19 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn grouped_and_depthwise_use_the_direct_kernel() {
+    fn depthwise_and_unaligned_grouped_use_our_kernels() {
         let mut b = G::new();
         let x = b.input("x", nhwc(28, 28, 64));
         let w = b.konst("w", &[64, 3, 3, 1], |i| i as f32);
         let y =
             b.node("dw", conv_op(1, 1, 64, Some(Act::Clip { lo: 0.0, hi: 6.0 })), vec![Some(x), Some(w), None, None]);
-        let w2 = b.konst("w2", &[32, 3, 3, 32], |_| 1.0);
+        // 2 groups of 32 channels with 18 filters each: 18 neither divides a 32-wide tile nor
+        // fills whole ones (and K = 36 is no multiple of 8), so no grouped instance applies.
+        let w2 = b.konst("w2", &[36, 3, 3, 32], |_| 1.0);
         b.node("grouped", conv_op(2, 1, 2, None), vec![Some(y), Some(w2), None, None]);
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
-        // Depthwise (C = K = group, C % 8 == 0) gets the depthwise kernel, grouped the direct one.
+        // Depthwise (C = K = group, C % 8 == 0) gets the depthwise kernel, this grouped one the
+        // direct one.
         assert_eq!(
             p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
             [DEPTHWISE_TEMPLATE, DIRECT_TEMPLATE]
@@ -1130,9 +1136,104 @@ pub(crate) mod tests {
         let wt = &p.tensors[dw.args[1]];
         assert_eq!(wt.shape, vec![Dim::known(3), Dim::known(3), Dim::known(1), Dim::known(64)]);
         let grouped = &p.kernels[1];
-        assert_eq!((grouped.context["cg"].as_i64(), grouped.context["kg"].as_i64()), (Some(32), Some(16)));
-        assert_eq!(grouped.context["k_per_thread"], 8);
+        assert_eq!((grouped.context["cg"].as_i64(), grouped.context["kg"].as_i64()), (Some(32), Some(18)));
+        assert_eq!(grouped.context["k_per_thread"], 2);
         assert_eq!(grouped.context["p"], 14);
+    }
+
+    /// The grouped library configs a node dispatches to, in batch order.
+    fn dispatch_configs(k: &KernelInstance) -> Vec<String> {
+        k.context["dispatch"]
+            .as_array()
+            .expect("a library node has a dispatch table")
+            .iter()
+            .map(|d| d["config"].as_str().expect("config").to_string())
+            .collect()
+    }
+
+    /// ResNeXt-50 (32x4d) 3x3 convolutions: 128 channels in 32 groups of 4 at stride 1 and 2, and
+    /// 256 channels in 32 groups of 8, each with BN folded into a bias and a ReLU, run on the
+    /// grouped CUTLASS instance (several groups per 32-wide tile), never on the direct kernel;
+    /// the node's KRSC weights [K, R, S, C / group] are what the instance reads, unpermuted.
+    #[test]
+    fn resnext_grouped_convolutions_use_the_grouped_instance() {
+        let mut b = G::new();
+        let x = b.input("x", nhwc(56, 56, 128));
+        let bias128 = b.konst("b128", &[128], |i| i as f32 * 0.01);
+        let w1 = b.konst("w1", &[128, 3, 3, 4], |i| (i % 13) as f32 - 6.0);
+        let y1 = b.node("g4_s1", conv_op(1, 1, 32, Some(Act::Relu)), vec![Some(x), Some(w1), Some(bias128), None]);
+        let w2 = b.konst("w2", &[128, 3, 3, 4], |i| (i % 7) as f32);
+        let y2 = b.node("g4_s2", conv_op(2, 1, 32, Some(Act::Relu)), vec![Some(y1), Some(w2), Some(bias128), None]);
+        let w_up = b.konst("w_up", &[256, 1, 1, 128], |_| 0.5);
+        let y3 = b.node("expand", conv_op(1, 0, 1, None), vec![Some(y2), Some(w_up), None, None]);
+        let w8 = b.konst("w8", &[256, 3, 3, 8], |i| (i % 5) as f32);
+        let bias256 = b.konst("b256", &[256], |_| 0.5);
+        b.node("g8_res", conv_op(1, 1, 32, Some(Act::Relu)), vec![Some(y3), Some(w8), Some(bias256), Some(y3)]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        let templates: Vec<&str> = p.kernels.iter().map(|k| k.template.as_str()).collect();
+        assert_eq!(templates, ["conv2d_library"; 4]);
+        assert!(!templates.contains(&DIRECT_TEMPLATE));
+        for (i, (node, stride, cg, align)) in
+            [("g4_s1", 1, 4, 4), ("g4_s2", 2, 4, 4), ("g8_res", 1, 8, 8)].into_iter().enumerate()
+        {
+            let k = &p.kernels[if i == 2 { 3 } else { i }];
+            assert_eq!(k.node, node);
+            assert_eq!((k.context["group"].as_i64(), k.context["cg"].as_i64()), (Some(32), Some(cg)));
+            assert_eq!(k.context["stride_h"], stride);
+            let configs = dispatch_configs(k);
+            assert!(!configs.is_empty());
+            for config in &configs {
+                assert!(
+                    config.starts_with("conv2d_group_sm80 ")
+                        && config.ends_with(&format!(" kAnalytic multiple g32 a{align}")),
+                    "{node}: {config}"
+                );
+            }
+            // The weights are the node's own constant, KRSC [K, 3, 3, Cg] (no RSCK transpose).
+            let wt = &p.tensors[k.args[1]];
+            assert_eq!(wt.shape, [k.context["k"].as_i64().unwrap(), 3, 3, cg].map(Dim::known).to_vec());
+        }
+        let first = weight_f32(&p, p.kernels[0].args[1]);
+        assert_eq!(first[..14], (0..14).map(|i| (i % 13) as f32 - 6.0).collect::<Vec<_>>()[..]);
+        // The residual reaches the grouped instance's epilogue.
+        let res = &p.kernels[3];
+        assert_eq!((res.context["has_residual"].as_bool(), res.context["res_index"].as_i64()), (Some(true), Some(3)));
+        let inst = &res.context["dispatch"][0];
+        assert!(inst["fn"].as_str().is_some_and(|f| f.starts_with("o2a_conv2d_group_sm80_")), "{inst}");
+        let lib = p.library.iter().find(|l| l.template == "conv2d_group_sm80" && l.context["has_residual"] == true);
+        assert!(lib.is_some(), "the residual grouped instance is in the program's library");
+        render_all(&p);
+    }
+
+    /// Grouped convolutions whose groups hold 32 filters (ResNeXt-50's last stage) compute one
+    /// group per tile with the optimized iterators, NCHW ones included (OIHW weights permuted to
+    /// KRSC [K, R, S, C / group] at compile time).
+    #[test]
+    fn one_group_per_tile_and_nchw_grouped_weights() {
+        let mut b = G::new();
+        let x = b.input("x", vec![Dim::sym("N"), Dim::known(64), Dim::known(7), Dim::known(7)]);
+        // OIHW [64, 32, 3, 3]: w[k, c, r, s] = 100k + 10c + 3r + s (exact in fp16 below 2048).
+        let w = b.konst("w", &[64, 32, 3, 3], |i| {
+            let (k, c, r, s_) = (i / 288, i / 9 % 32, i / 3 % 3, i % 3);
+            ((k % 16) * 100 + c * 10 + r * 3 + s_) as f32
+        });
+        let op = Box::new(Conv2d { layout: Layout::Nchw, geom: geom(1, 1, 2), act: None, pre_act: None });
+        b.node("c", op, vec![Some(x), Some(w), None, None]);
+        let p = lower_with(&b.g, lower_conv2d).expect("lowers");
+        assert_eq!(
+            p.kernels.iter().map(|k| k.template.as_str()).collect::<Vec<_>>(),
+            ["transpose", "conv2d_library", "transpose"]
+        );
+        let conv = &p.kernels[1];
+        for config in dispatch_configs(conv) {
+            assert!(config.ends_with(" kOptimized single g2 a8"), "{config}");
+        }
+        let wt = &p.tensors[conv.args[1]];
+        assert_eq!(wt.shape, [64, 3, 3, 32].map(Dim::known).to_vec());
+        let wl = weight_f32(&p, conv.args[1]);
+        for (k, r, s_, c) in [(0, 0, 0, 0), (17, 2, 1, 31), (63, 1, 2, 5)] {
+            assert_eq!(wl[((k * 3 + r) * 3 + s_) * 32 + c], ((k % 16) * 100 + c * 10 + r * 3 + s_) as f32);
+        }
     }
 
     #[test]
@@ -1208,7 +1309,8 @@ pub(crate) mod tests {
     }
 
     /// ResNet-50-like convolutions (1x1, 3x3, 1x1 stride-2 projection, the 7x7 stem as im2col,
-    /// residual + relu) and the direct kernel (depthwise with residual, grouped) render.
+    /// residual + relu), the depthwise kernel (with residual) and a grouped library convolution
+    /// render.
     #[test]
     fn examples_render() {
         let mut b = G::new();
@@ -1262,7 +1364,7 @@ pub(crate) mod tests {
                 "conv2d_library",
                 "conv2d_library",
                 "conv2d_depthwise",
-                "conv2d_direct",
+                "conv2d_library",
                 "conv2d_library",
                 "conv2d_library"
             ]
