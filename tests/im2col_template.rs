@@ -71,7 +71,7 @@ fn compile(nvcc: &Nvcc, src: &Path, dir: &Path) {
     if let Ok(nm) = std::process::Command::new("nm").arg("-C").arg("--defined-only").arg(&obj).output() {
         let symbols = String::from_utf8_lossy(&nm.stdout);
         let name = src.file_stem().and_then(|s| s.to_str()).expect("name");
-        let want = format!("{name}(void* const*, long, void*, unsigned long, CUstream_st*)");
+        let want = format!("{name}(void* const*, o2a_dims, void*, unsigned long, CUstream_st*)");
         assert!(symbols.contains(&want), "{} does not define {want}:\n{symbols}", obj.display());
     }
 }

@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(lines[2], "    1     0.500      0.750    2000.0");
         assert_eq!(lines[3], "   64     4.000      4.250   16000.0");
         let j: serde_json::Value = serde_json::to_value(&rows).unwrap();
-        assert_eq!(j[1], serde_json::json!({"batch": 64, "graph_median_ms": 4.0, "median_ms": 4.25}));
+        assert_eq!(j[1], serde_json::json!({"batch": 64, "dims": {}, "graph_median_ms": 4.0, "median_ms": 4.25}));
     }
 
     fn kt(name: &str, node: &str, ms: f64) -> KernelTime {
