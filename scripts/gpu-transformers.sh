@@ -25,6 +25,10 @@
 #                                                     bert_<exporter>_seqrange: validated at --seq and
 #                                                     --seq2 from the one build, refused at MAX+1, timed
 #                                                     at --seq)
+#                               [--seq-range-attention fused|unfused]  (that build's attention;
+#                                                     default unfused)
+#                               [--seq-range-only]   (BERT only as that build: no fixed-length BERT
+#                                                     build, to fit a short device call)
 #                               [--profile]          (profile every build's kernels on this GPU first,
 #                                                     `compile --profile`, into one cache shared by
 #                                                     the builds; they are named <build>_profiled)
@@ -37,7 +41,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -52,6 +56,8 @@ while (($#)); do
     --unfused-attention) UNFUSED_ATTENTION=1 ;;
     --profile) PROFILE=1 ;;
     --seq-range) SEQ_RANGE=$2; shift ;;
+    --seq-range-attention) SEQ_RANGE_ATTENTION=$2; shift ;;
+    --seq-range-only) SEQ_RANGE_ONLY=1 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-transformers.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -143,6 +149,7 @@ declare -A BUILT SEQ_OF
 SUF=; ((PROFILE)) && SUF=_profiled
 for m in "${MODEL_LIST[@]}"; do
   first=1
+  ((SEQ_RANGE_ONLY)) && [[ $m == bert ]] && continue
   for e in "${EXPORTER_LIST[@]}"; do
     [[ -f $W/${m}_$e.onnx ]] || continue
     seq=$SEQ; ((first)) || seq=$SEQ2
@@ -169,9 +176,10 @@ fi
 # The first exporter's BERT once more with a run-time sequence length (--seq-range MAX).
 if ((SEQ_RANGE > 0)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; then
   name=bert_${e}_seqrange$SUF
+  [[ $SEQ_RANGE_ATTENTION == fused ]] && name=bert_${e}_seqrange_fusedattn$SUF
   if within_budget 120; then
     ln -sfn "bert_$e.onnx" "$W/$name.onnx"
-    build "$name" "$W/$name.onnx" "$SEQ" && { BUILT[$name]=1; SEQ_OF[$name]=$SEQ; }
+    build "$name" "$W/$name.onnx" "$SEQ" --attention "$SEQ_RANGE_ATTENTION" && { BUILT[$name]=1; SEQ_OF[$name]=$SEQ; }
   else
     say "build $name: not run (time budget)"
   fi
@@ -206,7 +214,8 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
 done
 # 5. Where the time goes: per-kernel times of the first exporter's builds (and of the unfused
 # build) at the smallest and largest batch.
-for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}_fusedattn$SUF"; done) "bert_${EXPORTER_LIST[0]}$SUF"; do
+for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}_fusedattn$SUF"; done) "bert_${EXPORTER_LIST[0]}$SUF" \
+  $(printf '%s\n' "${!BUILT[@]}" | grep _seqrange); do
   [[ -n ${BUILT[$name]:-} ]] || continue
   within_budget 90 || { say "kernel times $name: not run (time budget)"; continue; }
   "$BIN" bench "$W/build_$name" --batch "${BATCHES%%,*},${BATCHES##*,}" --kernels --kernel-top 15 \
