@@ -175,8 +175,8 @@ fi
 
 # The first exporter's BERT once more with a run-time sequence length (--seq-range MAX).
 if ((SEQ_RANGE > 0)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; then
-  name=bert_${e}_seqrange$SUF
-  [[ $SEQ_RANGE_ATTENTION == fused ]] && name=bert_${e}_seqrange_fusedattn$SUF
+  name=bert_${e}_seqrange${SEQ_RANGE}$SUF
+  [[ $SEQ_RANGE_ATTENTION == fused ]] && name=bert_${e}_seqrange${SEQ_RANGE}_fusedattn$SUF
   if within_budget 120; then
     ln -sfn "bert_$e.onnx" "$W/$name.onnx"
     build "$name" "$W/$name.onnx" "$SEQ" --attention "$SEQ_RANGE_ATTENTION" && { BUILT[$name]=1; SEQ_OF[$name]=$SEQ; }
@@ -245,6 +245,6 @@ fi
 # 7. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')"
+  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')$( ((SEQ_RANGE)) && echo " --seq-range $SEQ_RANGE --seq-range-attention $SEQ_RANGE_ATTENTION")$( ((SEQ_RANGE_ONLY)) && echo ' --seq-range-only')"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

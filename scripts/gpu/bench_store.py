@@ -282,11 +282,17 @@ def parse_cnn(text, script, run):
 
 def parse_transformers(text, run):
     def model_variant(build, seq):
-        # <model>_<exporter>[_fusedattn][_profiled] (scripts/gpu-transformers.sh's build names).
+        # <model>_<exporter>[_seqrange<MAX>][_fusedattn][_profiled] (scripts/gpu-transformers.sh's
+        # build names; seqrange<MAX>: one build with a run-time sequence length from 1 to MAX).
         model, _, rest = build.partition("_")
         parts = rest.split("_") if rest else []
         exporter = parts[0] if parts else "default"
-        options = "fused attention, " if "fusedattn" in parts[1:] else ""
+        options = ""
+        for p in parts[1:]:
+            m = re.fullmatch(r"seqrange(\d+)", p)
+            if m:
+                options += f"run-time seq 1..{m.group(1)}, "
+        options += "fused attention, " if "fusedattn" in parts[1:] else ""
         kernels = "profiled kernels" if "profiled" in parts[1:] else "heuristic kernels"
         seq_v = int(seq) if number(seq) is not None else None
         return model, f"{exporter} export, {options}{kernels}", seq_v
@@ -483,6 +489,11 @@ def run_link(store, rid):
     return f"[{date}, `{short}`](#{anchor(rid)})"
 
 
+def gpu_model(store, rid):
+    """The GPU of a run without its driver version ("NVIDIA H200")."""
+    return ((store["runs"].get(rid) or {}).get("gpu") or "?").split(",")[0].strip()
+
+
 def sort_key(rec, *fields):
     return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in (rec.get(f) for f in fields))
 
@@ -500,7 +511,7 @@ def render_latency(store, model):
         header.append(ENGINE_TITLES[e] + (" " + "/".join(modes) if e == "torch_compile" and modes else ""))
     peers = [e for e in ("eager", "cuda_graph", "torch_compile") if e in has]
     header += [f"{ENGINE_TITLES[e]} ÷ onnx2ait" for e in peers] + ["run"]
-    out, crossed = [], False
+    out, crossed, other_gpu = [], False, False
     for r in sorted(rows, key=lambda r: sort_key(r, "build", "seq", "batch")):
         cells = r["cells"]
         main = (cells.get("onnx2ait") or next(iter(cells.values())))["run"]
@@ -509,7 +520,11 @@ def render_latency(store, model):
             line.append(ms(cells[e]["ms"]) if e in cells else DASH)
         for e in peers:
             o, p = cells.get("onnx2ait"), cells.get(e)
-            if o and p and o["ms"] > 0:
+            if o and p and gpu_model(store, o["run"]) != gpu_model(store, p["run"]):
+                # Figures of two GPUs make no ratio.
+                other_gpu = True
+                line.append("other GPU")
+            elif o and p and o["ms"] > 0:
                 mark = "" if o["run"] == p["run"] else "†"
                 crossed |= bool(mark)
                 line.append(f"{p['ms'] / o['ms']:.2f}×{mark}")
@@ -524,7 +539,9 @@ def render_latency(store, model):
         out.append(line)
     text = ["### Latency, median ms", ""] + table(header, out) + [
         "", "Ratio = peer ms ÷ onnx2ait CUDA-graph ms: above 1 means onnx2ait is faster."
-        + (" †: the two figures come from different runs (see the run column)." if crossed else "")]
+        + (" †: the two figures come from different runs (see the run column)." if crossed else "")
+        + (" \"other GPU\": onnx2ait and the peer were measured on different GPUs (see the runs), so no ratio."
+           if other_gpu else "")]
     return text
 
 
