@@ -383,8 +383,9 @@ const GROUP_TILE_N: i64 = 32;
 /// offered for several groups per tile: such a tile does `tile_n / Kg` times the useful MMA work
 /// (each group's k-loop runs over the whole tile width, the other groups' filters zeroed), so
 /// wider ones only waste more.
-pub const GROUP_TILES: [Tile; 6] = [
-    TILES[0],
+pub const GROUP_TILES: [Tile; 5] = [
+    // Not TILES[0]: its 64 KiB of shared memory would need the opt-in the grouped kernels
+    // do not make.
     TILES[1],
     TILES[2],
     TILES[3],
