@@ -86,13 +86,13 @@ class Writers(unittest.TestCase):
                         "--out", self.md] + prev, check=True, capture_output=True)
         return bench_store.load(self.md)
 
-    def write_transformers(self, recs, commit, when):
+    def write_transformers(self, recs, commit, when, gpu="NVIDIA H200, 580"):
         path = os.path.join(self.tmp.name, "results.jsonl")
         with open(path, "w") as f:
             f.write("\n".join(json.dumps(r) for r in recs) + "\n")
         subprocess.run([sys.executable, os.path.join(HERE, "write_transformer_benchmarks.py"), path,
                         "--previous", self.md, "--out", self.md, "--commit", commit, "--when", when,
-                        "--gpu", "NVIDIA H200, 580", "--command", "scripts/gpu-transformers.sh"],
+                        "--gpu", gpu, "--command", "scripts/gpu-transformers.sh"],
                        check=True, capture_output=True)
         return bench_store.load(self.md)
 
@@ -163,6 +163,34 @@ class Writers(unittest.TestCase):
         # The newest transformer run keeps its whole report; the older one its header.
         self.assertIn("#### Builds", text)
         self.assertEqual(text.count("#### Latency (median ms"), 1)
+
+    def test_run_time_length_builds_and_figures_of_two_gpus(self):
+        # A run-time-length build on an H200 next to PyTorch, then the same build on an H100
+        # without PyTorch: its own label, and no ratio of the H100's figure to the H200's peers.
+        name, label = ("bert_torchscript_seqrange128_fusedattn",
+                       "torchscript export, run-time seq 1..128, fused attention, heuristic kernels")
+
+        def records(ms, torch):
+            recs = [{"kind": "build", "name": name, "seq": 128, "seconds": 9.0, "rc": 0,
+                     "generated": "generated: 107 kernels"},
+                    {"kind": "bench", "name": name, "seq": 128,
+                     "result": [{"batch": 1, "graph_median_ms": ms, "median_ms": ms * 1.4}]}]
+            if torch:
+                recs.append({"kind": "torch", "model": "bert", "result": {"seq": 128, "batches": {
+                    "1": {"eager": {"median_ms": 5.0}, "cuda_graph": {"median_ms": 0.75}}}}})
+            return recs
+
+        self.write_transformers(transformer_records(1.0) + records(0.6, True), "c" * 40, "2026-12-02 10:00 UTC")
+        line = lambda: next(x for x in read(self.md).splitlines() if x.startswith(f"| {label} | 128 | 1 |"))
+        self.assertIn("1.25×", line())  # 0.75 / 0.6, one run, one GPU
+        store = self.write_transformers(records(0.5, False), "d" * 40, "2026-12-03 10:00 UTC",
+                                        gpu="NVIDIA H100 80GB HBM3, 580")
+        cells = self.row(store, "bert", 1, label)
+        self.assertEqual((cells["onnx2ait"]["ms"], cells["cuda_graph"]["ms"]), (0.5, 0.75))
+        self.assertIn("other GPU", line())
+        self.assertNotIn("×", line())
+        # The fixed-length build of the first run keeps its own row.
+        self.assertEqual(self.row(store, "bert", 1, "torchscript export, heuristic kernels")["onnx2ait"]["ms"], 1.0)
 
     def test_render_load_round_trip(self):
         self.write_cnn(bench_run("2026-12-01 10:00 UTC", "a" * 40))
