@@ -134,7 +134,11 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
     let others: Vec<String> = rows
         .first()
         .map(|r| {
-            r.dims.iter().filter(|(k, _)| Some(k.as_str()) != lib.batch_symbol()).map(|(k, v)| format!("{k}={v}")).collect()
+            r.dims
+                .iter()
+                .filter(|(k, _)| Some(k.as_str()) != lib.batch_symbol())
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect()
         })
         .unwrap_or_default();
     let others = if others.is_empty() { String::new() } else { format!(", at {}", others.join(", ")) };
@@ -373,7 +377,13 @@ mod tests {
 
     #[test]
     fn json_rows_carry_kernels_in_run_order() {
-        let rows = vec![Row { batch: 8, dims: Default::default(), graph_median_ms: 1.0, median_ms: 1.5, kernels: Some(four_kernels()) }];
+        let rows = vec![Row {
+            batch: 8,
+            dims: Default::default(),
+            graph_median_ms: 1.0,
+            median_ms: 1.5,
+            kernels: Some(four_kernels()),
+        }];
         let j: serde_json::Value = serde_json::to_value(&rows).unwrap();
         assert_eq!(j[0]["kernels"].as_array().unwrap().len(), 4);
         assert_eq!(j[0]["kernels"][1], serde_json::json!({"name": "k001_conv2d_library", "node": "conv_1", "ms": 2.0}));

@@ -50,11 +50,7 @@ pub fn check_dims(g: &Graph, pairs: &[(String, i64)]) -> Result<BTreeMap<String,
 
 /// The `--dim NAME=MIN..MAX` ranges: each names a symbolic dim of the model that no `--dim
 /// NAME=N` fixes, and runs from at least 1 up (`MIN ≤ MAX`).
-pub fn check_ranges(
-    g: &Graph,
-    ranges: &BTreeMap<String, (i64, i64)>,
-    fixed: &BTreeMap<String, i64>,
-) -> Result<()> {
+pub fn check_ranges(g: &Graph, ranges: &BTreeMap<String, (i64, i64)>, fixed: &BTreeMap<String, i64>) -> Result<()> {
     let known = symbols(g);
     for (name, &(lo, hi)) in ranges {
         if !known.contains(name) {

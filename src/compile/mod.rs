@@ -209,7 +209,8 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
         },
     };
     check_batch_sizes(&graph, &dims, &opts.ranges, opts.max_batch, opts.precision, &bound)?;
-    let lower = LowerOptions { dims, ranges: opts.ranges.clone(), max_batch: opts.max_batch, precision: opts.precision };
+    let lower =
+        LowerOptions { dims, ranges: opts.ranges.clone(), max_batch: opts.max_batch, precision: opts.precision };
     let optimize_opts =
         OptimizeOptions::pipeline(opts.fused_attention)?.with_squeeze_excite(opts.fused_squeeze_excite)?;
     let (optimised, report) = optimize(&graph, &optimize_opts)?;

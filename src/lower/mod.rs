@@ -39,7 +39,7 @@ pub mod target;
 pub mod weights;
 
 pub use problem::{BiasKind, ConvProblem, GemmProblem};
-pub use program::{DeviceTensor, RunDim, RunDims, IoTensor, KernelInstance, MemoryPlan, Program, Storage, TensorId};
+pub use program::{DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, RunDim, RunDims, Storage, TensorId};
 pub use target::{Dispatch, Instance, LibraryInstance, Target};
 
 use crate::error::{Error, Result, UnsupportedOp};

@@ -4,8 +4,8 @@
 
 use crate::ir::{DType, Dim};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use serde_json::{Map, Value as Json};
+use std::collections::BTreeMap;
 
 pub type TensorId = usize;
 

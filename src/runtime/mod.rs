@@ -342,7 +342,8 @@ impl Library {
         };
         let mut dims = Vec::new();
         for i in 0..n.max(0) {
-            let (name, min, max) = unsafe { (c_str((api.dim_name)(null, i)), (api.dim_min)(null, i), (api.dim_max)(null, i)) };
+            let (name, min, max) =
+                unsafe { (c_str((api.dim_name)(null, i)), (api.dim_min)(null, i), (api.dim_max)(null, i)) };
             let name = name.ok_or_else(|| self.corrupt(&format!("run-time dim {i} has no name")))?;
             if min < 1 || min > max {
                 return Err(self.corrupt(&format!("run-time dim '{name}' runs from {min} to {max}")));
@@ -532,7 +533,11 @@ impl Library {
                     d.symbol,
                     d.min,
                     d.max,
-                    if Some(d) == self.batch_dim.map(|b| &self.dims[b]) { "--max-batch" } else { "--dim NAME=MIN..MAX" }
+                    if Some(d) == self.batch_dim.map(|b| &self.dims[b]) {
+                        "--max-batch"
+                    } else {
+                        "--dim NAME=MIN..MAX"
+                    }
                 )));
             }
         }
@@ -658,21 +663,17 @@ impl Library {
             }
         }
         let fits = self.check_dims(&dims).is_ok()
-            && shapes.iter().enumerate().all(|(i, s)| {
-                s.is_none_or(|s| self.input_shape(i, &dims).is_ok_and(|w| w.as_slice() == s))
-            });
+            && shapes
+                .iter()
+                .enumerate()
+                .all(|(i, s)| s.is_none_or(|s| self.input_shape(i, &dims).is_ok_and(|w| w.as_slice() == s)));
         if fits {
             return Ok(dims);
         }
         let mut lines = Vec::new();
         for (i, (info, s)) in self.inputs.iter().zip(shapes).enumerate() {
             let Some(s) = s else { continue };
-            lines.push(format!(
-                "'{}' {} (at the smallest dims: {})",
-                info.name,
-                dims_text(s),
-                dims_text(&at_base[i])
-            ));
+            lines.push(format!("'{}' {} (at the smallest dims: {})", info.name, dims_text(s), dims_text(&at_base[i])));
         }
         Err(Error::Other(format!(
             "{}: the input shapes do not fit the model at any run-time dims it was built for ({}): {}",

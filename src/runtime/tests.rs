@@ -9,7 +9,7 @@ use crate::build::Compiler;
 use crate::lower::cuda::Arch;
 use crate::lower::plan::plan_memory;
 use crate::lower::weights::to_le_bytes;
-use crate::lower::{DeviceTensor, RunDims, IoTensor, KernelInstance, MemoryPlan, Program, Storage};
+use crate::lower::{DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, RunDims, Storage};
 use serde_json::Map;
 use std::process::Command;
 
@@ -211,7 +211,9 @@ fn templates_render_tables_and_run_sequence() {
     assert!(cu.contains("O2A_TRY(mark(marks, 0, stream));") && cu.contains("O2A_TRY(mark(marks, 3, stream));"), "{cu}");
     assert!(cu.contains("return mark(marks, kNumKernels, stream);"), "{cu}");
     assert_eq!(cu.matches("run_kernels(m, d, m->stream, marks.ev.data())").count(), 1, "{cu}");
-    assert!(cu.contains("int o2a_kernel_times(o2a_model* m, const int64_t* dims, int warmup, int iters, float* median_ms)"));
+    assert!(
+        cu.contains("int o2a_kernel_times(o2a_model* m, const int64_t* dims, int warmup, int iters, float* median_ms)")
+    );
     assert!(cu.contains("{Storage::alias, 0ull, 6, 0},  // t8"), "{cu}");
     assert!(cu.contains("constexpr int kNumDims = 1;") && cu.contains("constexpr int kBatchDim = 0;"), "{cu}");
     assert!(cu.contains("{R\"onnx2ait(N)onnx2ait\", 1, 8},"), "{cu}");
@@ -441,7 +443,10 @@ fn model_library_compiles_links_and_loads() {
     assert_eq!(lib.infer_dims(&[Some(&[5, 4]), Some(&[5])]).unwrap(), vec![5]);
     assert_eq!(lib.infer_dims(&[None, Some(&[6])]).unwrap(), vec![6]);
     let e = lib.infer_dims(&[Some(&[5, 3]), Some(&[5])]).unwrap_err().to_string();
-    assert!(e.contains("do not fit the model at any run-time dims it was built for (N 1..8)") && e.contains("[5,3]"), "{e}");
+    assert!(
+        e.contains("do not fit the model at any run-time dims it was built for (N 1..8)") && e.contains("[5,3]"),
+        "{e}"
+    );
     // A value outside the compiled range is refused by the library itself (no GPU needed).
     let e = lib.input_shape(0, &[9]).unwrap_err().to_string();
     assert!(e.contains("dim 'N' = 9 is out of range: the build runs 1 to 8"), "{e}");

@@ -648,11 +648,7 @@ pub(crate) mod tests {
             Precision::Fp16 => &cuda,
             Precision::Fp32 => &NeverAsked,
         };
-        let program = Program::empty(
-            model_name.into(),
-            "test.onnx".into(),
-            crate::lower::RunDims::batch_only("N", 64),
-        );
+        let program = Program::empty(model_name.into(), "test.onnx".into(), crate::lower::RunDims::batch_only("N", 64));
         let mut cx = LowerCtx {
             graph: g,
             target,

@@ -930,8 +930,11 @@ pub(crate) mod testkit {
             .values
             .iter()
             .any(|v| v.ty.as_ref().is_some_and(|t| t.shape.iter().any(|d| d.symbols().any(|s| s == "N"))));
-        let program =
-            Program::empty("test".into(), "test.onnx".into(), if has_n { RunDims::batch_only("N", 64) } else { RunDims::none() });
+        let program = Program::empty(
+            "test".into(),
+            "test.onnx".into(),
+            if has_n { RunDims::batch_only("N", 64) } else { RunDims::none() },
+        );
         let mut cx = LowerCtx {
             graph: g,
             target: &NoLibraries,

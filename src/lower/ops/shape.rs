@@ -317,7 +317,7 @@ pub(crate) mod testing {
     use crate::lower::ops::LowerSpec;
     use crate::lower::{
         problem::{ConvProblem, GemmProblem},
-        Instance, KernelInstance, RunDims, LowerCtx, LowerError, Program, Storage, Target,
+        Instance, KernelInstance, LowerCtx, LowerError, Program, RunDims, Storage, Target,
     };
     use handlebars::Handlebars;
     use std::collections::BTreeSet;
@@ -644,7 +644,8 @@ int main(int argc, char** argv) {{
   o2a_dims dims{{}};
   {set_dims}"#,
             nt = p.tensors.len(),
-            set_dims = values.iter().enumerate().map(|(i, v)| format!("dims.v[{i}] = {v};")).collect::<Vec<_>>().join(" ")
+            set_dims =
+                values.iter().enumerate().map(|(i, v)| format!("dims.v[{i}] = {v};")).collect::<Vec<_>>().join(" ")
         );
         for (i, tensor) in p.tensors.iter().enumerate() {
             let line = match tensor.storage {
