@@ -95,15 +95,8 @@ fn squeeze_excite_kernel_snapshot_and_nvcc_builds() {
         let out = fresh_dir(&format!("squeeze_excite_{}_{}", arch.as_str(), precision.name()));
         let lower = LowerOptions { max_batch: 8, precision, ..LowerOptions::default() };
         let gen = generate_cuda(&opt, &lower, arch, &out).expect("lowers");
-        let report = onnx2ait::build::build(
-            &out,
-            &gen.files.sources,
-            &gen.files.headers,
-            &nvcc,
-            &BuildOptions { jobs: None, cache_dir: None, progress: false, ..Default::default() },
-            "libmodel.so",
-        )
-        .unwrap_or_else(|e| panic!("{} {}: {e}", arch.as_str(), precision.name()));
+        let report = build_generated(&out, &gen, &nvcc, false)
+            .unwrap_or_else(|e| panic!("{} {}: {e}", arch.as_str(), precision.name()));
         assert_eq!(report.compiled, gen.files.sources.len());
         assert!(out.join("libmodel.so").exists());
         let _ = std::fs::remove_dir_all(&out);
@@ -157,19 +150,22 @@ fn grouped_convolutions_build_with_nvcc_for_sm90a() {
         let _ = std::fs::remove_dir_all(&out);
         return;
     };
-    let report = onnx2ait::build::build(
-        &out,
-        &gen.files.sources,
-        &gen.files.headers,
-        &nvcc,
-        &BuildOptions { jobs: None, cache_dir: None, progress: false, ..Default::default() },
-        "libmodel.so",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let report = build_generated(&out, &gen, &nvcc, false).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{}", report.summary());
     assert_eq!(report.compiled, gen.files.sources.len());
     assert!(out.join("libmodel.so").exists());
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// nvcc builds a generated model's sources into `out/libmodel.so` (`progress`: a line per source).
+fn build_generated(
+    out: &Path,
+    gen: &onnx2ait::codegen::GeneratedModel,
+    nvcc: &Nvcc,
+    progress: bool,
+) -> onnx2ait::Result<onnx2ait::build::BuildReport> {
+    let opts = BuildOptions { jobs: None, cache_dir: None, progress, ..Default::default() };
+    onnx2ait::build::build(out, &gen.files.sources, &gen.files.headers, nvcc, &opts, "libmodel.so")
 }
 
 /// The same model and options give byte-identical files, weights included.
@@ -210,28 +206,12 @@ fn resnet50_builds_with_nvcc() {
         .expect("resnet50 lowers");
     let convs = gen.program.kernels.iter().filter(|k| k.template.starts_with("conv2d")).count();
     assert_eq!(convs, 53, "every conv of ResNet-50 is one kernel");
-    let report = onnx2ait::build::build(
-        &out,
-        &gen.files.sources,
-        &gen.files.headers,
-        &nvcc,
-        &BuildOptions { jobs: None, cache_dir: None, progress: true, ..Default::default() },
-        "libmodel.so",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let report = build_generated(&out, &gen, &nvcc, true).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{}", report.summary());
     assert_eq!(report.compiled, gen.files.sources.len());
     assert!(out.join("libmodel.so").exists());
     // Nothing changed: nothing recompiles.
-    let again = onnx2ait::build::build(
-        &out,
-        &gen.files.sources,
-        &gen.files.headers,
-        &nvcc,
-        &BuildOptions { jobs: None, cache_dir: None, progress: false, ..Default::default() },
-        "libmodel.so",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let again = build_generated(&out, &gen, &nvcc, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(again.compiled, 0, "{}", again.summary());
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -214,7 +214,8 @@ fn bert_generates_with_a_run_time_sequence_range() {
                 ..LowerOptions::default()
             };
             let what = format!("{stem}, fused attention {fused}");
-            let out = std::env::temp_dir().join(format!("onnx2ait-exports-range-{}-{stem}-{fused}", std::process::id()));
+            let out =
+                std::env::temp_dir().join(format!("onnx2ait-exports-range-{}-{stem}-{fused}", std::process::id()));
             let _ = std::fs::remove_dir_all(&out);
             let gen = generate_cuda(&opt, &lower, onnx2ait::lower::cuda::Arch::Sm90a, &out)
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -223,7 +224,10 @@ fn bert_generates_with_a_run_time_sequence_range() {
             assert_eq!(dims, [("batch", 1, 8), ("seq", 1, 64)], "{what}");
             assert_eq!(p.dims.batch, Some(0), "{what}");
             let cu = std::fs::read_to_string(out.join("model.cu")).unwrap();
-            assert!(cu.contains("constexpr int kNumDims = 2;") && cu.contains("constexpr int kBatchDim = 0;"), "{what}");
+            assert!(
+                cu.contains("constexpr int kNumDims = 2;") && cu.contains("constexpr int kBatchDim = 0;"),
+                "{what}"
+            );
             assert!(cu.contains("{R\"onnx2ait(seq)onnx2ait\", 1, 64},"), "{what}");
             // The hidden state's dims follow both run-time dims.
             assert!(cu.contains("d[0] = (dims.v[0]);") && cu.contains("d[1] = (dims.v[1]);"), "{what}");

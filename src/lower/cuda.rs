@@ -928,7 +928,7 @@ impl CudaTarget {
 
     /// The gemm's sizes at batch `b`: (batch_count, m, n, k).
     fn gemm_dims(p: &GemmProblem, b: i64) -> [i64; 4] {
-        [&p.batch_count, &p.m, &p.n, &p.k].map(|d| Self::at(&p.judged(d), b))
+        p.judged_sizes().map(|d| Self::at(&d, b))
     }
 
     fn gemm_signature(p: &GemmProblem, b: i64, epi: &Epilogue) -> String {
@@ -1149,7 +1149,7 @@ impl Target for CudaTarget {
         }
         let epi = Self::gemm_epilogue(p);
         let candidates = self.gemm_candidates(&epi);
-        let judged = [&p.m, &p.n, &p.k, &p.batch_count].map(|d| p.judged(d));
+        let judged = p.judged_sizes();
         let points = self.choice_points(&judged.iter().collect::<Vec<_>>());
         let dispatch = self.dispatch(&points, |b| {
             let signature = Self::gemm_signature(p, b, &epi);

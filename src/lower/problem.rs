@@ -83,7 +83,7 @@ pub struct GemmProblem {
     pub residual: bool,
     pub act: Option<Act>,
     /// Values at which a target judges the run-time dims other than the batch when it picks an
-    /// instance (their largest: `RunDims::env_at_batch`); alignment is still judged on the
+    /// instance (their largest: `RunDims::others_at_max`); alignment is still judged on the
     /// symbolic sizes, which hold for every value.
     pub sizes_at: BTreeMap<String, i64>,
 }
@@ -93,5 +93,11 @@ impl GemmProblem {
     /// symbolic depends on the batch only.
     pub fn judged(&self, d: &Dim) -> Dim {
         d.eval(&self.sizes_at)
+    }
+
+    /// `[batch_count, m, n, k]` judged as [`judged`](Self::judged) does: what a target picks
+    /// an instance by.
+    pub fn judged_sizes(&self) -> [Dim; 4] {
+        [&self.batch_count, &self.m, &self.n, &self.k].map(|d| self.judged(d))
     }
 }

@@ -422,10 +422,10 @@ impl Target for RocmTarget {
         if !(layout_ok && aligned) {
             return Instance::own("gemm_generic", Map::new());
         }
-        let judged = [&p.m, &p.n, &p.k, &p.batch_count].map(|d| p.judged(d));
+        let judged = p.judged_sizes();
         let points = self.choice_points(&judged.iter().collect::<Vec<_>>());
         let dispatch = Self::dispatch(&points, |b| {
-            let [bc, m, n, k] = [&p.batch_count, &p.m, &p.n, &p.k].map(|d| Self::at(&p.judged(d), b));
+            let [bc, m, n, k] = judged.clone().map(|d| Self::at(&d, b));
             let allowed: Vec<CkTile> =
                 CK_TILES.iter().copied().filter(|t| ck_gemm_check(t, m, n, k, !p.trans_b).is_ok()).collect();
             let tile = pick_ck_tile(&allowed, m, n, bc, self.arch.compute_units())?;
