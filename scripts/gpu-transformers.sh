@@ -35,7 +35,7 @@
 #
 # Prepare first on the CPU machine with scripts/gpu-prepare.sh (it builds .gpu/bin/onnx2ait and
 # packs the CUTLASS headers). Results go to $OUT (default ./gpu-out): gpu-transformers.log,
-# results.json, BENCHMARKS.md.
+# results.json, BENCHMARKS.md (and with --profile, profile.json: the measurements behind the choices).
 set -uo pipefail
 
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
@@ -184,6 +184,10 @@ if ((SEQ_RANGE > 0)) && [[ ,$MODELS, == *,bert,* && -f $W/bert_$e.onnx ]]; then
     say "build $name: not run (time budget)"
   fi
 fi
+
+# The measurements behind the profiled builds' choices come back with the run (a fixture for the
+# heuristic's tests, tests/fixtures/).
+if ((PROFILE)) && [[ -f $W/profile.json ]]; then cp "$W/profile.json" "$OUT/profile.json"; fi
 
 # 3. Timing, one thing at a time on the GPU: onnx2ait (the PyTorch peers after the validation).
 for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
