@@ -697,6 +697,7 @@ fn remove_stale(cache_dir: &Path, unit: &Unit, ext: &str, log: &mut String) {
 
 /// Links the objects into `lib` unless the stamp shows the same objects were linked already.
 /// Returns whether it linked.
+#[allow(clippy::too_many_arguments)]
 fn link(
     units: &[Unit],
     compiler: &dyn Compiler,
