@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use cache::Header;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
@@ -72,6 +73,14 @@ pub trait Compiler: Sync {
     /// The command linking `objs` (in this order) into the shared library `lib`.
     fn link_command(&self, objs: &[PathBuf], lib: &Path) -> Command;
 
+    /// The link arguments that make the linker read the version script `script` (GNU ld's
+    /// `--version-script`, given through the compiler driver as `-Wl,`).
+    fn version_script_args(&self, script: &Path) -> Vec<OsString> {
+        let mut a = OsString::from("-Wl,--version-script=");
+        a.push(script);
+        vec![a]
+    }
+
     /// File extension of objects, without the dot.
     fn object_ext(&self) -> &str {
         "o"
@@ -96,6 +105,10 @@ pub struct BuildOptions {
     /// instead of compiled. `compile` passes the profiler's cache, so the instances it chose were
     /// already compiled when they were profiled.
     pub seed_caches: Vec<PathBuf>,
+    /// A linker version script (relative to the output folder) naming what the library exports;
+    /// every other symbol stays local to it (see [`crate::codegen::EXPORTS_FILE`]). `None`:
+    /// the linker's default, every global symbol exported.
+    pub exports: Option<PathBuf>,
 }
 
 /// What a build did, for the CLI and for reports.
@@ -319,7 +332,8 @@ pub fn build(
     }
 
     let lib = out_dir.join(lib_name);
-    let linked = match link(&units, compiler, &fingerprint, out_dir, lib_name, &lib, &mut log) {
+    let linked = match link(&units, compiler, &fingerprint, out_dir, lib_name, &lib, opts.exports.as_deref(), &mut log)
+    {
         Ok(linked) => linked,
         Err(e) => {
             write_log(out_dir, &log);
@@ -683,6 +697,7 @@ fn remove_stale(cache_dir: &Path, unit: &Unit, ext: &str, log: &mut String) {
 
 /// Links the objects into `lib` unless the stamp shows the same objects were linked already.
 /// Returns whether it linked.
+#[allow(clippy::too_many_arguments)]
 fn link(
     units: &[Unit],
     compiler: &dyn Compiler,
@@ -690,9 +705,19 @@ fn link(
     out_dir: &Path,
     lib_name: &str,
     lib: &Path,
+    exports: Option<&Path>,
     log: &mut String,
 ) -> Result<bool> {
-    let names: Vec<String> = units.iter().map(|u| u.obj_name.clone()).collect();
+    let mut names: Vec<String> = units.iter().map(|u| u.obj_name.clone()).collect();
+    // The version script decides what the library exports: a changed one links again.
+    if let Some(script) = exports {
+        let text = std::fs::read_to_string(out_dir.join(script)).map_err(|e| {
+            Error::Other(format!("build: cannot read the version script {}: {e}", out_dir.join(script).display()))
+        })?;
+        use sha2::{Digest, Sha256};
+        let digest: String = Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        names.push(format!("{} (version script, sha256 {digest})", script.display()));
+    }
     let stamp = cache::link_stamp(fingerprint, lib_name, &names);
     let stamp_path = out_dir.join(format!("{lib_name}.stamp"));
     if lib.is_file() && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
@@ -705,6 +730,11 @@ fn link(
     let objs: Vec<PathBuf> = units.iter().map(|u| u.obj.clone()).collect();
     let tmp = out_dir.join(format!(".{lib_name}.tmp{}", std::process::id()));
     let mut cmd = compiler.link_command(&objs, &tmp);
+    if let Some(script) = exports {
+        // Relative to OUT, where the link runs: the log then names no path of this machine.
+        cmd.args(compiler.version_script_args(script));
+        cmd.current_dir(out_dir);
+    }
     let command = render_command(&cmd);
     let start = Instant::now();
     let result = cmd.stdin(Stdio::null()).output();

@@ -237,6 +237,14 @@ impl Compiler for Nvcc {
         }
         cmd
     }
+
+    fn version_script_args(&self, script: &Path) -> Vec<OsString> {
+        // nvcc hands -Xlinker's value to the host linker split at commas: the script is named
+        // relative to OUT (`exports.map`), so no comma of a path can split it.
+        let mut a = OsString::from("-Xlinker=--version-script=");
+        a.push(script);
+        vec![a]
+    }
 }
 
 fn include_flag(dir: &Path) -> OsString {

@@ -107,6 +107,11 @@ pub struct CompileArgs {
     /// compiles, but has not run on a GPU (README).
     #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
     pub squeeze_excite: SqueezeExciteMode,
+    /// Prefix every exported name of the library's C API and every macro of model.h with NAME
+    /// (`NAME_o2a_create`, `NAME_O2A_BUILD_HASH`), so that several models' libraries and headers
+    /// can be used in one program. Default: the plain `o2a_*` names.
+    #[arg(long = "symbol-prefix", value_name = "NAME")]
+    pub symbol_prefix: Option<String>,
 }
 
 /// How squeeze-and-excitation blocks are compiled (`--squeeze-excite`).
@@ -196,6 +201,7 @@ impl CompileArgs {
             build: !self.no_build,
             force: self.force,
             progress: true,
+            symbol_prefix: self.symbol_prefix.clone(),
         })
     }
 }

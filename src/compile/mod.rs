@@ -112,6 +112,10 @@ pub struct CompileOptions {
     pub force: bool,
     /// Progress of profiling and nvcc on stderr.
     pub progress: bool,
+    /// Prefix of the C API's names (`--symbol-prefix NAME`: `NAME_o2a_create`, …, macros
+    /// `NAME_O2A_…`), so that the libraries of several models can be linked into one program;
+    /// `None` (the default): the plain `o2a_*` names. See [`crate::codegen::check_symbol_prefix`].
+    pub symbol_prefix: Option<String>,
 }
 
 impl Default for CompileOptions {
@@ -134,6 +138,7 @@ impl Default for CompileOptions {
             build: true,
             force: false,
             progress: false,
+            symbol_prefix: None,
         }
     }
 }
@@ -209,8 +214,16 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
         },
     };
     check_batch_sizes(&graph, &dims, &opts.ranges, opts.max_batch, opts.precision, &bound)?;
-    let lower =
-        LowerOptions { dims, ranges: opts.ranges.clone(), max_batch: opts.max_batch, precision: opts.precision };
+    if let Some(p) = &opts.symbol_prefix {
+        crate::codegen::check_symbol_prefix(p)?;
+    }
+    let lower = LowerOptions {
+        dims,
+        ranges: opts.ranges.clone(),
+        max_batch: opts.max_batch,
+        precision: opts.precision,
+        symbol_prefix: opts.symbol_prefix.clone(),
+    };
     let optimize_opts =
         OptimizeOptions::pipeline(opts.fused_attention)?.with_squeeze_excite(opts.fused_squeeze_excite)?;
     let (optimised, report) = optimize(&graph, &optimize_opts)?;
@@ -415,8 +428,13 @@ impl Generated {
             }
             KernelChoice::Heuristic => Vec::new(),
         };
-        let build_opts =
-            BuildOptions { jobs: opts.jobs, cache_dir: opts.cache_dir.clone(), progress: opts.progress, seed_caches };
+        let build_opts = BuildOptions {
+            jobs: opts.jobs,
+            cache_dir: opts.cache_dir.clone(),
+            progress: opts.progress,
+            seed_caches,
+            exports: generated.files.exports.clone(),
+        };
         // The previous library comes along, so an unchanged model is not linked again.
         stage.carry_library();
         let built = crate::build::build(

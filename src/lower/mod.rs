@@ -60,11 +60,20 @@ pub struct LowerOptions {
     pub max_batch: i64,
     /// The storage type of float activations and weights on the device (`--precision`).
     pub precision: Precision,
+    /// The prefix of the generated C API's names (`--symbol-prefix`; `None`: `o2a_*`). Code
+    /// generation's, carried here with the other options of a render.
+    pub symbol_prefix: Option<String>,
 }
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { dims: BTreeMap::new(), ranges: BTreeMap::new(), max_batch: 64, precision: Precision::Fp16 }
+        LowerOptions {
+            dims: BTreeMap::new(),
+            ranges: BTreeMap::new(),
+            max_batch: 64,
+            precision: Precision::Fp16,
+            symbol_prefix: None,
+        }
     }
 }
 

@@ -14,9 +14,16 @@
 //!
 //! Nothing here is specific to one GPU target: the C API is the same for every target.
 //!
-//! The library is opened with `RTLD_LOCAL` (each model library exports the same `o2a_*` names,
-//! so several can be loaded side by side) and `RTLD_NOW` (a library missing a symbol fails to
-//! load, rather than at the first call).
+//! The library is opened with `RTLD_LOCAL` (libraries built without `--symbol-prefix` export
+//! the same `o2a_*` names, so several can be loaded side by side) and `RTLD_NOW` (a library
+//! missing a symbol fails to load, rather than at the first call). A library exports only its C
+//! API (a linker version script keeps its kernels' symbols local), so two libraries never bind
+//! to each other's internals. A library built with `--symbol-prefix NAME` exports `NAME_o2a_*`:
+//! the prefix is read from `OUT/build.json`.
+//!
+//! Device buffers: [`Model::run_device`] runs the model on the caller's device memory on the
+//! caller's stream, and [`DeviceBuffer`] is device memory from the library's own GPU runtime
+//! (for callers without one, as the Python package).
 
 use crate::error::{Error, Result};
 use crate::ir::dim::fmt_shape;
@@ -27,6 +34,7 @@ use ndarray::{ArrayD, IxDyn};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 pub mod profiler;
 
@@ -41,8 +49,9 @@ pub const LIB_NAME: &str = "libmodel.so";
 /// `o2a_kernel_node`, `o2a_kernel_times`); version 3 the build hash (`o2a_build_hash`,
 /// `O2A_BUILD_HASH`, the trailer of `weights.bin`); version 5 run-time dims (`o2a_num_dims`,
 /// `o2a_dim_name`, `o2a_dim_min`, `o2a_dim_max`, `o2a_batch_dim`, and a `dims` array instead of a
-/// batch in every call that runs or shapes).
-pub const ABI_VERSION: i32 = 5;
+/// batch in every call that runs or shapes); version 6 device memory and stream order for hosts
+/// without a GPU runtime (`o2a_device`, `o2a_device_alloc`, `o2a_device_free`, `o2a_stream_wait`).
+pub const ABI_VERSION: i32 = 6;
 
 /// Status codes of the C API (the `O2A_ERR_*` of model.h / common.cuh).
 fn status_name(code: c_int) -> &'static str {
@@ -72,6 +81,11 @@ type FnShape = unsafe extern "C" fn(*const c_void, c_int, *const i64, *mut i64) 
 type FnRunHost = unsafe extern "C" fn(*mut c_void, *const i64, *const *const c_void, *const *mut c_void) -> c_int;
 type FnBench = unsafe extern "C" fn(*mut c_void, *const i64, c_int, c_int, c_int, *mut f32) -> c_int;
 type FnKernelTimes = unsafe extern "C" fn(*mut c_void, *const i64, c_int, c_int, *mut f32) -> c_int;
+type FnRun =
+    unsafe extern "C" fn(*mut c_void, *const i64, *const *const c_void, *const *mut c_void, *mut c_void) -> c_int;
+type FnDeviceAlloc = unsafe extern "C" fn(c_int, u64, *mut *mut c_void) -> c_int;
+type FnDeviceFree = unsafe extern "C" fn(c_int, *mut c_void) -> c_int;
+type FnStreamWait = unsafe extern "C" fn(c_int, *mut c_void, *mut c_void) -> c_int;
 
 /// The C API's entry points, resolved once. Valid while the `libloading::Library` they come
 /// from is loaded (the owning [`Library`] keeps it).
@@ -97,12 +111,17 @@ struct Api {
     dim_min: FnIndexI64,
     dim_max: FnIndexI64,
     batch_dim: FnModelInt,
+    run: FnRun,
     run_host: FnRunHost,
     bench: FnBench,
     num_kernels: FnModelInt,
     kernel_name: FnIndexStr,
     kernel_node: FnIndexStr,
     kernel_times: FnKernelTimes,
+    device: FnModelInt,
+    device_alloc: FnDeviceAlloc,
+    device_free: FnDeviceFree,
+    stream_wait: FnStreamWait,
 }
 
 /// A graph input or output as the library describes it.
@@ -127,6 +146,8 @@ pub struct KernelInfo {
 pub struct Library {
     dir: PathBuf,
     path: PathBuf,
+    /// `--symbol-prefix` with its `_` ("resnet_"), empty without one.
+    prefix: String,
     api: Api,
     model_name: String,
     inputs: Vec<IoInfo>,
@@ -157,26 +178,46 @@ unsafe fn load_local(path: &Path) -> std::result::Result<libloading::Library, li
     }
 }
 
-/// Copies one entry point out of the library.
+/// Copies one entry point out of the library: `name` (`o2a_create`) with the library's
+/// `--symbol-prefix` (`prefix`, "resnet_" or "").
 ///
 /// # Safety
 /// `T` must be the function type the C API declares for `name`.
-unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str, path: &Path) -> Result<T> {
-    let cname = format!("{name}\0");
+unsafe fn symbol<T: Copy>(lib: &libloading::Library, prefix: &str, name: &str, path: &Path) -> Result<T> {
+    let cname = format!("{prefix}{name}\0");
     match lib.get::<T>(cname.as_bytes()) {
         Ok(s) => Ok(*s),
         Err(e) => Err(Error::Other(format!(
-            "{}: not an onnx2ait model library, or one built by another version (missing {name}: {e}); \
+            "{}: not an onnx2ait model library, or one built by another version (missing {prefix}{name}: {e}); \
              build it again with `onnx2ait MODEL -o OUT`",
             path.display()
         ))),
     }
 }
 
+/// The `--symbol-prefix` a build's C API names start with, with its `_` ("resnet_"; "" for none),
+/// from `OUT/build.json` (no build.json, or one without the field: none).
+fn symbol_prefix(dir: &Path) -> Result<String> {
+    let path = dir.join("build.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(Error::Other(format!("{}: cannot read: {e}", path.display()))),
+    };
+    let meta: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::Other(format!("{}: not the build.json of onnx2ait: {e}", path.display())))?;
+    match &meta["symbol_prefix"] {
+        serde_json::Value::Null => Ok(String::new()),
+        serde_json::Value::String(p) if crate::codegen::check_symbol_prefix(p).is_ok() => Ok(format!("{p}_")),
+        other => Err(Error::Other(format!("{}: symbol_prefix {other} is not a valid prefix", path.display()))),
+    }
+}
+
 /// Refuses a library beside the header, weights or manifest of another build: `model.h`'s
 /// `O2A_BUILD_HASH`, the trailer of `weights.bin` and the manifest's hash (each when present) must
 /// be the library's `build_hash`.
-fn check_same_build(dir: &Path, build_hash: &str) -> Result<()> {
+fn check_same_build(dir: &Path, prefix: &str, build_hash: &str) -> Result<()> {
+    let hash_macro = format!("#define {}O2A_BUILD_HASH", prefix.to_ascii_uppercase());
     let mixed = |what: &str, theirs: &str| {
         Error::Other(format!(
             "{}: {LIB_NAME} is build {build_hash} but {what} is {theirs}: the folder mixes two builds; \
@@ -186,7 +227,7 @@ fn check_same_build(dir: &Path, build_hash: &str) -> Result<()> {
     };
     if let Ok(header) = std::fs::read_to_string(dir.join("model.h")) {
         let found = header.lines().find_map(|l| {
-            let rest = l.trim().strip_prefix("#define O2A_BUILD_HASH")?.trim();
+            let rest = l.trim().strip_prefix(hash_macro.as_str())?.trim();
             Some(rest.trim_matches('"').to_string())
         });
         match found {
@@ -264,12 +305,13 @@ impl Library {
             };
             return Err(Error::Other(format!("{}: not found; {hint}", path.display())));
         }
+        let prefix = symbol_prefix(dir)?;
         // SAFETY: the library is onnx2ait's own output (see the doc comment); its initialisers
         // are those of the statically linked GPU runtime.
         let lib =
             unsafe { load_local(&path) }.map_err(|e| Error::Other(format!("cannot load {}: {e}", path.display())))?;
         // SAFETY: each type below is the signature model.h declares for that name.
-        let version: FnVersion = unsafe { symbol(&lib, "o2a_abi_version", &path)? };
+        let version: FnVersion = unsafe { symbol(&lib, &prefix, "o2a_abi_version", &path)? };
         let abi = unsafe { version() };
         if abi != ABI_VERSION {
             return Err(Error::Other(format!(
@@ -279,43 +321,49 @@ impl Library {
             )));
         }
         // SAFETY: o2a_build_hash returns a static string.
-        let build_hash: FnBuildHash = unsafe { symbol(&lib, "o2a_build_hash", &path)? };
+        let build_hash: FnBuildHash = unsafe { symbol(&lib, &prefix, "o2a_build_hash", &path)? };
         let build_hash = unsafe { c_str(build_hash()) }.unwrap_or_default();
-        check_same_build(dir, &build_hash)?;
+        check_same_build(dir, &prefix, &build_hash)?;
         let api = unsafe {
             Api {
-                create: symbol(&lib, "o2a_create", &path)?,
-                create_from_memory: symbol(&lib, "o2a_create_from_memory", &path)?,
-                destroy: symbol(&lib, "o2a_destroy", &path)?,
-                last_error: symbol(&lib, "o2a_last_error", &path)?,
-                model_name: symbol(&lib, "o2a_model_name", &path)?,
-                device_name: symbol(&lib, "o2a_device_name", &path)?,
-                num_inputs: symbol(&lib, "o2a_num_inputs", &path)?,
-                num_outputs: symbol(&lib, "o2a_num_outputs", &path)?,
-                input_name: symbol(&lib, "o2a_input_name", &path)?,
-                output_name: symbol(&lib, "o2a_output_name", &path)?,
-                input_dtype: symbol(&lib, "o2a_input_dtype", &path)?,
-                output_dtype: symbol(&lib, "o2a_output_dtype", &path)?,
-                input_rank: symbol(&lib, "o2a_input_rank", &path)?,
-                output_rank: symbol(&lib, "o2a_output_rank", &path)?,
-                input_shape: symbol(&lib, "o2a_input_shape", &path)?,
-                output_shape: symbol(&lib, "o2a_output_shape", &path)?,
-                num_dims: symbol(&lib, "o2a_num_dims", &path)?,
-                dim_name: symbol(&lib, "o2a_dim_name", &path)?,
-                dim_min: symbol(&lib, "o2a_dim_min", &path)?,
-                dim_max: symbol(&lib, "o2a_dim_max", &path)?,
-                batch_dim: symbol(&lib, "o2a_batch_dim", &path)?,
-                run_host: symbol(&lib, "o2a_run_host", &path)?,
-                bench: symbol(&lib, "o2a_bench", &path)?,
-                num_kernels: symbol(&lib, "o2a_num_kernels", &path)?,
-                kernel_name: symbol(&lib, "o2a_kernel_name", &path)?,
-                kernel_node: symbol(&lib, "o2a_kernel_node", &path)?,
-                kernel_times: symbol(&lib, "o2a_kernel_times", &path)?,
+                create: symbol(&lib, &prefix, "o2a_create", &path)?,
+                create_from_memory: symbol(&lib, &prefix, "o2a_create_from_memory", &path)?,
+                destroy: symbol(&lib, &prefix, "o2a_destroy", &path)?,
+                last_error: symbol(&lib, &prefix, "o2a_last_error", &path)?,
+                model_name: symbol(&lib, &prefix, "o2a_model_name", &path)?,
+                device_name: symbol(&lib, &prefix, "o2a_device_name", &path)?,
+                num_inputs: symbol(&lib, &prefix, "o2a_num_inputs", &path)?,
+                num_outputs: symbol(&lib, &prefix, "o2a_num_outputs", &path)?,
+                input_name: symbol(&lib, &prefix, "o2a_input_name", &path)?,
+                output_name: symbol(&lib, &prefix, "o2a_output_name", &path)?,
+                input_dtype: symbol(&lib, &prefix, "o2a_input_dtype", &path)?,
+                output_dtype: symbol(&lib, &prefix, "o2a_output_dtype", &path)?,
+                input_rank: symbol(&lib, &prefix, "o2a_input_rank", &path)?,
+                output_rank: symbol(&lib, &prefix, "o2a_output_rank", &path)?,
+                input_shape: symbol(&lib, &prefix, "o2a_input_shape", &path)?,
+                output_shape: symbol(&lib, &prefix, "o2a_output_shape", &path)?,
+                num_dims: symbol(&lib, &prefix, "o2a_num_dims", &path)?,
+                dim_name: symbol(&lib, &prefix, "o2a_dim_name", &path)?,
+                dim_min: symbol(&lib, &prefix, "o2a_dim_min", &path)?,
+                dim_max: symbol(&lib, &prefix, "o2a_dim_max", &path)?,
+                batch_dim: symbol(&lib, &prefix, "o2a_batch_dim", &path)?,
+                run: symbol(&lib, &prefix, "o2a_run", &path)?,
+                run_host: symbol(&lib, &prefix, "o2a_run_host", &path)?,
+                bench: symbol(&lib, &prefix, "o2a_bench", &path)?,
+                num_kernels: symbol(&lib, &prefix, "o2a_num_kernels", &path)?,
+                kernel_name: symbol(&lib, &prefix, "o2a_kernel_name", &path)?,
+                kernel_node: symbol(&lib, &prefix, "o2a_kernel_node", &path)?,
+                kernel_times: symbol(&lib, &prefix, "o2a_kernel_times", &path)?,
+                device: symbol(&lib, &prefix, "o2a_device", &path)?,
+                device_alloc: symbol(&lib, &prefix, "o2a_device_alloc", &path)?,
+                device_free: symbol(&lib, &prefix, "o2a_device_free", &path)?,
+                stream_wait: symbol(&lib, &prefix, "o2a_stream_wait", &path)?,
             }
         };
         let mut library = Library {
             dir: dir.to_path_buf(),
             path,
+            prefix,
             api,
             model_name: String::new(),
             inputs: Vec::new(),
@@ -426,6 +474,37 @@ impl Library {
     /// `OUT/libmodel.so`.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The build's `--symbol-prefix` (its C API is `<prefix>_o2a_*`); `None`: `o2a_*`.
+    pub fn symbol_prefix(&self) -> Option<&str> {
+        self.prefix.strip_suffix('_')
+    }
+
+    /// Allocates `bytes` of device memory on GPU `device` through the library's GPU runtime,
+    /// freed when the buffer drops (which keeps the library loaded until then).
+    pub fn device_alloc(self: &Arc<Self>, device: i32, bytes: u64) -> Result<DeviceBuffer> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `ptr` receives the allocation (NULL for 0 bytes).
+        let rc = unsafe { (self.api.device_alloc)(device, bytes, &mut ptr) };
+        if rc != 0 {
+            return Err(self.call_error(&format!("allocating {bytes} bytes on GPU {device}"), rc));
+        }
+        Ok(DeviceBuffer { ptr, bytes, device, lib: Arc::clone(self) })
+    }
+
+    /// Makes stream `waiting` of GPU `device` wait, on the device, for the work enqueued on
+    /// `stream` so far (handles as the GPU runtime takes them; 0 is the default stream).
+    ///
+    /// # Safety
+    /// Both must be streams of that device's current context (or 0, or the runtime's special
+    /// handles 1 and 2: the legacy and the per-thread default stream).
+    pub unsafe fn stream_wait(&self, device: i32, waiting: usize, stream: usize) -> Result<()> {
+        let rc = (self.api.stream_wait)(device, waiting as *mut c_void, stream as *mut c_void);
+        if rc != 0 {
+            return Err(self.call_error("ordering two streams", rc));
+        }
+        Ok(())
     }
 
     pub fn model_name(&self) -> &str {
@@ -689,10 +768,49 @@ fn dims_text(s: &[usize]) -> String {
     fmt_shape(&dims)
 }
 
+/// Device memory from a library's GPU runtime ([`Library::device_alloc`]); freed on drop.
+pub struct DeviceBuffer {
+    ptr: *mut c_void,
+    bytes: u64,
+    device: i32,
+    // Keeps the library, whose runtime frees the memory, loaded.
+    lib: Arc<Library>,
+}
+
+// SAFETY: a device pointer is a number to the host; the library's free may be called from any
+// thread.
+unsafe impl Send for DeviceBuffer {}
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// The device address (NULL for 0 bytes).
+    pub fn ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The GPU it lives on.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from o2a_device_alloc on this device and is freed once. The
+        // free waits for the device's outstanding work (cudaFree), so no kernel still reads it.
+        // A failure cannot be reported from a drop; the memory is then lost, not reused.
+        let _ = unsafe { (self.lib.api.device_free)(self.device, self.ptr) };
+    }
+}
+
 /// A model instance on the GPU: its arena, workspace and weights.
 pub struct Model {
     ptr: NonNull<c_void>,
-    lib: Library,
+    lib: Arc<Library>,
 }
 
 // SAFETY: the C API may be called from any thread as long as calls on one model do not overlap,
@@ -713,7 +831,7 @@ impl Model {
         }
         let ptr = NonNull::new(ptr)
             .ok_or_else(|| Error::Other(format!("{}: o2a_create succeeded without a model", lib.dir.display())))?;
-        Ok(Model { ptr, lib })
+        Ok(Model { ptr, lib: Arc::new(lib) })
     }
 
     /// [`Model::create`] with the weights from memory: `weights` holds what the build wrote to
@@ -729,7 +847,7 @@ impl Model {
         let ptr = NonNull::new(ptr).ok_or_else(|| {
             Error::Other(format!("{}: o2a_create_from_memory succeeded without a model", lib.dir.display()))
         })?;
-        Ok(Model { ptr, lib })
+        Ok(Model { ptr, lib: Arc::new(lib) })
     }
 
     /// [`Library::open`] and [`Model::create`].
@@ -739,6 +857,53 @@ impl Model {
 
     pub fn library(&self) -> &Library {
         &self.lib
+    }
+
+    /// The library, shared: what [`DeviceBuffer`]s of it hold on to.
+    pub fn library_arc(&self) -> &Arc<Library> {
+        &self.lib
+    }
+
+    /// The ordinal of the GPU the model lives on (the current device when it was created).
+    pub fn device(&self) -> i32 {
+        // SAFETY: the model is alive.
+        unsafe { (self.lib.api.device)(self.ptr.as_ptr()) }
+    }
+
+    /// Runs the model at the run-time dims `dims` on device buffers: `inputs[i]` / `outputs[i]`
+    /// hold input / output i at those dims (its dtype, dense row-major) on the model's GPU. The
+    /// kernels are enqueued on `stream` (a GPU runtime stream handle; 0 is the default stream)
+    /// and the call returns without waiting for them.
+    ///
+    /// # Safety
+    /// Every pointer must address at least its tensor's bytes on the model's device and stay
+    /// valid until the work on `stream` is done; `stream` must be a stream of that device (or
+    /// 0, 1 or 2: the default, legacy default and per-thread default streams).
+    pub unsafe fn run_device(
+        &mut self,
+        dims: &[i64],
+        inputs: &[*const c_void],
+        outputs: &[*mut c_void],
+        stream: usize,
+    ) -> Result<()> {
+        let lib = &self.lib;
+        lib.check_dims(dims)?;
+        if inputs.len() != lib.inputs.len() || outputs.len() != lib.outputs.len() {
+            return Err(Error::Other(format!(
+                "{}: {} input and {} output buffer(s) given, the model has {} and {}",
+                lib.dir.display(),
+                inputs.len(),
+                outputs.len(),
+                lib.inputs.len(),
+                lib.outputs.len()
+            )));
+        }
+        let rc =
+            (lib.api.run)(self.ptr.as_ptr(), dims.as_ptr(), inputs.as_ptr(), outputs.as_ptr(), stream as *mut c_void);
+        if rc != 0 {
+            return Err(lib.call_error(&format!("running the model {}", lib.dims_text(dims)), rc));
+        }
+        Ok(())
     }
 
     /// The name of the GPU the model lives on.

@@ -229,7 +229,7 @@ fn templates_render_tables_and_run_sequence() {
         "int o2a_run(o2a_model* m, const int64_t* dims, const void* const* inputs, void* const* outputs, void* stream);"
     ));
     assert!(!h.contains("cuda_runtime.h"), "model.h needs no CUDA header");
-    assert!(h.contains("#define O2A_ABI_VERSION 5") && ABI_VERSION == 5, "{h}");
+    assert!(h.contains("#define O2A_ABI_VERSION 6") && ABI_VERSION == 6, "{h}");
     assert!(h.contains(" *   dims[0] = N, 1 to 8"), "{h}");
     assert!(h.contains(&format!("#define O2A_BUILD_HASH \"{TINY_HASH}\"")), "{h}");
     assert!(cu.contains("const char* o2a_build_hash(void) { return O2A_BUILD_HASH; }"), "{cu}");
@@ -324,8 +324,8 @@ fn build_tiny(dir: &Path, p: &Program) -> Option<PathBuf> {
 }
 
 /// Two libraries with the same C API symbols live in one process: each is opened privately
-/// (`RTLD_LOCAL`), so every call reaches its own library. (A process that links two libraries
-/// into one executable would need per-model symbol names, which the C API does not have.)
+/// (`RTLD_LOCAL`), so every call reaches its own library. (Linking two libraries into one
+/// executable needs per-model names: `--symbol-prefix`, `two_prefixed_models_link_into_one_program`.)
 #[test]
 fn two_libraries_live_in_one_process() {
     let mut other = tiny_program(false);
@@ -531,4 +531,152 @@ fn run_on_gpu(m: &mut Model, dir: &Path) {
     other[n - 2] ^= 1;
     let e = Model::create_from_memory(Library::open(dir).unwrap(), &other).err().unwrap().to_string();
     assert!(e.contains("the weights buffer belongs to another build"), "{e}");
+}
+
+/// The C program of `two_prefixed_models_link_into_one_program`: both headers in one
+/// translation unit, both libraries linked, each API reached under its own prefix. Prints what
+/// each library says, then creates and runs both (or prints why creating fails: no GPU).
+const TWO_MODELS_MAIN: &str = r#"
+#include "unary/model.h"
+#include "binary/model.h"
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  if (unary_o2a_abi_version() != UNARY_O2A_ABI_VERSION || binary_o2a_abi_version() != BINARY_O2A_ABI_VERSION) {
+    return 3;
+  }
+  if (strcmp(unary_o2a_build_hash(), UNARY_O2A_BUILD_HASH) != 0 || strcmp(binary_o2a_build_hash(), BINARY_O2A_BUILD_HASH) != 0) {
+    return 4;
+  }
+  printf("unary: %s, %d input(s), first '%s'\n", unary_o2a_model_name(NULL), unary_o2a_num_inputs(NULL),
+         unary_o2a_input_name(NULL, 0));
+  printf("binary: %s, %d input(s), second '%s'\n", binary_o2a_model_name(NULL), binary_o2a_num_inputs(NULL),
+         binary_o2a_input_name(NULL, 1));
+  unary_o2a_model* u = NULL;
+  binary_o2a_model* b = NULL;
+  if (unary_o2a_create(argv[1], &u) != UNARY_O2A_OK) {
+    printf("unary create: %s\n", unary_o2a_last_error());
+    return 0;
+  }
+  if (binary_o2a_create(argv[2], &b) != BINARY_O2A_OK) {
+    printf("binary create: %s\n", binary_o2a_last_error());
+    return 5;
+  }
+  /* unary: x [2,3,4,5] -> relu_0 first; binary: a [2,3,4], b [3,1] -> add_0 first. */
+  static float x[120], outs_u[10][120], a[24], bb[3], outs_b[6][24];
+  for (int i = 0; i < 120; ++i) x[i] = (float)(i % 7) - 3.0f;
+  for (int i = 0; i < 24; ++i) a[i] = (float)i;
+  for (int i = 0; i < 3; ++i) bb[i] = 100.0f * (float)(i + 1);
+  const void* in_u[1] = {x};
+  void* out_u[10];
+  for (int i = 0; i < 10; ++i) out_u[i] = outs_u[i];
+  const void* in_b[2] = {a, bb};
+  void* out_b[6];
+  for (int i = 0; i < 6; ++i) out_b[i] = outs_b[i];
+  if (unary_o2a_run_host(u, NULL, in_u, out_u) != UNARY_O2A_OK) {
+    printf("unary run: %s\n", unary_o2a_last_error());
+    return 6;
+  }
+  if (binary_o2a_run_host(b, NULL, in_b, out_b) != BINARY_O2A_OK) {
+    printf("binary run: %s\n", binary_o2a_last_error());
+    return 7;
+  }
+  printf("ran: relu %g %g, add %g %g\n", outs_u[0][0], outs_u[0][3], outs_b[0][0], outs_b[0][23]);
+  unary_o2a_destroy(u);
+  binary_o2a_destroy(b);
+  return 0;
+}
+"#;
+
+/// Two models compiled by the real pipeline with `--symbol-prefix` live in one process: loaded
+/// side by side through the runtime, and linked together into one C program (both headers in
+/// one translation unit). Each library exports its prefixed C API and nothing else: no
+/// unprefixed `o2a_*` name, no kernel launcher or internal helper another library's calls could
+/// bind to.
+#[test]
+fn two_prefixed_models_link_into_one_program() {
+    const TEST: &str = "runtime::tests::two_prefixed_models_link_into_one_program";
+    if nvcc().is_none() {
+        gpu_part_skipped(TEST, "no nvcc to build the test libraries");
+        return;
+    }
+    let root = temp_dir("prefixed");
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models");
+    let build = |prefix: &str, model: &str| {
+        let opts = crate::compile::CompileOptions {
+            symbol_prefix: Some(prefix.into()),
+            kernel_choice: crate::compile::KernelChoice::Heuristic,
+            arch: Arch::Sm90,
+            jobs: Some(2),
+            ..Default::default()
+        };
+        let out = root.join(prefix);
+        crate::compile::compile(&models.join(model), &out, &opts).unwrap_or_else(|e| panic!("{model}: {e}"));
+        out
+    };
+    let (u, b) = (build("unary", "activation_unary.onnx"), build("binary", "arithmetic_binary_broadcast.onnx"));
+    let header = std::fs::read_to_string(u.join("model.h")).unwrap();
+    assert!(header.contains("int unary_o2a_create(const char* out_dir, unary_o2a_model** out);"), "{header}");
+    assert!(header.contains("#define UNARY_O2A_ABI_VERSION 6") && !header.contains(" o2a_"), "{header}");
+
+    // Through the runtime, in this process.
+    let (lu, lb) = (Library::open(&u).unwrap(), Library::open(&b).unwrap());
+    assert_eq!((lu.symbol_prefix(), lb.symbol_prefix()), (Some("unary"), Some("binary")));
+    assert_eq!((lu.model_name(), lb.model_name()), ("activation_unary", "arithmetic_binary_broadcast"));
+    assert_eq!((lu.inputs().len(), lb.inputs().len()), (1, 2));
+    for (dir, prefix) in [(&u, "unary"), (&b, "binary")] {
+        // SAFETY: the library is the pipeline's output; only symbol lookups follow.
+        let lib = unsafe { load_local(&dir.join(LIB_NAME)) }.unwrap();
+        let has = |name: &str| unsafe { lib.get::<unsafe extern "C" fn()>(format!("{name}\0").as_bytes()).is_ok() };
+        assert!(has(&format!("{prefix}_o2a_create")) && has(&format!("{prefix}_o2a_stream_wait")));
+        assert!(!has("o2a_create") && !has("o2a_run"), "{prefix}: an unprefixed C API name is exported");
+        assert!(!has("_Z13o2a_set_errorPKcz"), "{prefix}: the internal o2a_set_error is exported");
+        // Every exported name is the C API's (nm lists the dynamic symbol table).
+        if let Ok(out) = Command::new("nm").args(["-D", "--defined-only"]).arg(dir.join(LIB_NAME)).output() {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let foreign: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(2))
+                .filter(|s| !s.starts_with(&format!("{prefix}_o2a_")))
+                .collect();
+            assert!(out.status.success() && foreign.is_empty(), "{prefix}: exports {foreign:?}");
+        }
+    }
+
+    // One C program linking both.
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    std::fs::write(root.join("main.c"), TWO_MODELS_MAIN).unwrap();
+    let exe = root.join("two_models");
+    let out = Command::new(&cc)
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(&root)
+        .arg(root.join("main.c"))
+        .arg(u.join(LIB_NAME))
+        .arg(b.join(LIB_NAME))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("running the host C compiler {cc}: {e}"));
+    assert!(out.status.success(), "{cc} main.c:\n{}", String::from_utf8_lossy(&out.stderr));
+    let run = Command::new(&exe).arg(&u).arg(&b).output().unwrap();
+    let text = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "two_models exited with {}: {text}{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(text.contains("unary: activation_unary, 1 input(s), first 'x'"), "{text}");
+    assert!(text.contains("binary: arithmetic_binary_broadcast, 2 input(s), second 'b'"), "{text}");
+    if text.contains("unary create: ") {
+        assert!(text.contains("no CUDA device"), "{text}");
+        gpu_part_skipped(TEST, text.lines().last().unwrap_or_default());
+    } else {
+        // x[0] = -3 -> relu 0, x[3] = 0 -> 0; a[0] + b[0] = 100, a[23] + b[2] = 323.
+        assert!(text.contains("ran: relu 0 0, add 100 323"), "{text}");
+    }
+    drop((lu, lb));
+    let _ = std::fs::remove_dir_all(&root);
 }

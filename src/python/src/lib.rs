@@ -6,6 +6,9 @@
 //!
 //! The GIL is released while the pipeline or the model runs, so other Python threads go on.
 
+mod dlpack;
+
+use dlpack::{DeviceTensor, Imported, Storage, KDL_CUDA};
 use numpy::{Element, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use onnx2ait::compile::{checks, CompileOptions, KernelChoice};
 use onnx2ait::ir::{DType, Tensor};
@@ -18,7 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 create_exception!(
     onnx2ait,
@@ -28,7 +31,7 @@ create_exception!(
 );
 
 /// An onnx2ait error as the Python exception the package raises.
-fn err(e: onnx2ait::Error) -> PyErr {
+pub(crate) fn err(e: onnx2ait::Error) -> PyErr {
     Error::new_err(e.to_string())
 }
 
@@ -52,6 +55,7 @@ fn options(
     build: bool,
     force: bool,
     progress: bool,
+    symbol_prefix: Option<String>,
 ) -> PyResult<CompileOptions> {
     let value_err = |m: String| PyValueError::new_err(m);
     let arch: Arch = arch.parse().map_err(|e: onnx2ait::Error| value_err(format!("arch: {e}")))?;
@@ -153,13 +157,21 @@ fn options(
         build,
         force,
         progress,
+        symbol_prefix: match symbol_prefix {
+            Some(p) => {
+                onnx2ait::codegen::check_symbol_prefix(&p)
+                    .map_err(|e| value_err(e.to_string().replacen("--symbol-prefix", "symbol_prefix", 1)))?;
+                Some(p)
+            }
+            None => None,
+        },
     })
 }
 
 /// onnx2ait.compile's native part: returns a dict of the Build's fields.
 #[pyfunction]
 #[pyo3(signature = (model_path, out_dir, *, arch, max_batch, max_memory, dims, precision, attention, squeeze_excite,
-    profile, profile_cache, no_profile, profile_gpu, reuse_within, jobs, cache_dir, build, force, progress))]
+    profile, profile_cache, no_profile, profile_gpu, reuse_within, jobs, cache_dir, build, force, progress, symbol_prefix=None))]
 #[allow(clippy::too_many_arguments)]
 fn compile<'py>(
     py: Python<'py>,
@@ -182,6 +194,7 @@ fn compile<'py>(
     build: bool,
     force: bool,
     progress: bool,
+    symbol_prefix: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let opts = options(
         arch,
@@ -201,6 +214,7 @@ fn compile<'py>(
         build,
         force,
         progress,
+        symbol_prefix,
     )?;
     if !model_path.is_file() {
         return Err(PyFileNotFoundError::new_err(format!("{}: no such model file", model_path.display())));
@@ -453,6 +467,96 @@ impl NativeModel {
         }
         Ok(list)
     }
+
+    /// The CUDA device ordinal the model lives on.
+    fn device(&self) -> PyResult<i32> {
+        let m = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
+        Ok(m.device())
+    }
+
+    /// Runs the model on GPU tensors taken from DLPack capsules (`dlpack_import`), one per input
+    /// in input order, each dense row-major, of the input's dtype, on the model's device;
+    /// the run-time dims come from their shapes. The kernels are enqueued on `stream` (a CUDA
+    /// stream handle, 0 the default stream) and the call returns without waiting. Returns the
+    /// outputs as DeviceTensors in device memory allocated through the library, each holding the
+    /// inputs until it is freed (see `dlpack::Storage`).
+    fn run_device<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Bound<'py, Imported>>,
+        stream: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let mut guard = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
+        let model: &mut Model = &mut guard;
+        let lib = Arc::clone(model.library_arc());
+        let device = model.device();
+        if inputs.len() != lib.inputs().len() {
+            let names: Vec<&str> = lib.inputs().iter().map(|i| i.name.as_str()).collect();
+            return Err(PyTypeError::new_err(format!(
+                "{} input(s) given, the model takes {} ({})",
+                inputs.len(),
+                names.len(),
+                names.join(", ")
+            )));
+        }
+        // What memory safety needs before pointers go to the library (the Python side checks
+        // first, with more advice): the model's device and dtype, dense, and shapes the library
+        // takes at some run-time dims (so every buffer holds the bytes the kernels read).
+        let mut shapes = Vec::with_capacity(inputs.len());
+        for (t, info) in inputs.iter().zip(lib.inputs()) {
+            let t = t.get();
+            let name = &info.name;
+            if t.device != (KDL_CUDA, device) {
+                return Err(PyValueError::new_err(format!(
+                    "input '{name}' is on DLPack device {:?}, the model on cuda:{device} ({KDL_CUDA}, {device})",
+                    t.device
+                )));
+            }
+            if dlpack::imported_dtype(t) != Some(info.dtype) {
+                return Err(PyTypeError::new_err(format!(
+                    "input '{name}' is {}, the model takes {}",
+                    t.dtype_name(),
+                    info.dtype.name()
+                )));
+            }
+            if !t.is_contiguous() {
+                return Err(PyValueError::new_err(format!("input '{name}' is not contiguous (row-major)")));
+            }
+            shapes.push(
+                t.shape_usize().ok_or_else(|| PyValueError::new_err(format!("input '{name}' has a negative dim")))?,
+            );
+        }
+        let given: Vec<Option<&[usize]>> = shapes.iter().map(|s| Some(s.as_slice())).collect();
+        let dims = lib.infer_dims(&given).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut buffers = Vec::with_capacity(lib.outputs().len());
+        let mut out_shapes = Vec::with_capacity(lib.outputs().len());
+        for (i, info) in lib.outputs().iter().enumerate() {
+            let shape = lib.output_shape(i, &dims).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            let bytes = shape.iter().product::<usize>() as u64 * info.dtype.size_bytes() as u64;
+            // One byte at least: the library refuses a NULL output, which an empty one would get.
+            buffers.push(lib.device_alloc(device, bytes.max(1)).map_err(err)?);
+            out_shapes.push(shape.iter().map(|&d| d as i64).collect::<Vec<i64>>());
+        }
+        let in_ptrs: Vec<usize> = inputs.iter().map(|t| t.get().data_ptr).collect();
+        let out_ptrs: Vec<usize> = buffers.iter().map(|b| b.ptr() as usize).collect();
+        py.detach(|| {
+            let ins: Vec<*const std::ffi::c_void> = in_ptrs.iter().map(|&p| p as *const std::ffi::c_void).collect();
+            let outs: Vec<*mut std::ffi::c_void> = out_ptrs.iter().map(|&p| p as *mut std::ffi::c_void).collect();
+            // SAFETY: every input is a live DLPack tensor of the model's device, dtype and shape
+            // at `dims`, dense (checked above), held until the outputs are freed; every output a
+            // fresh buffer of its bytes on that device. `stream` is the caller's, of that device.
+            unsafe { model.run_device(&dims, &ins, &outs, stream) }
+        })
+        .map_err(err)?;
+        drop(guard);
+        let held: Vec<Py<Imported>> = inputs.iter().map(|t| t.clone().unbind()).collect();
+        let list = PyList::empty(py);
+        for ((buf, shape), info) in buffers.into_iter().zip(out_shapes).zip(lib.outputs()) {
+            let storage = Arc::new(Storage { buf, inputs: held.iter().map(|t| t.clone_ref(py)).collect() });
+            list.append(DeviceTensor::new(storage, info.dtype, shape, stream, Arc::clone(&lib)))?;
+        }
+        Ok(list)
+    }
 }
 
 #[pymodule]
@@ -463,5 +567,8 @@ fn _onnx2ait(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add_class::<NativeModel>()?;
+    m.add_class::<Imported>()?;
+    m.add_class::<DeviceTensor>()?;
+    m.add_function(wrap_pyfunction!(dlpack::dlpack_import, m)?)?;
     Ok(())
 }

@@ -10,6 +10,7 @@ ONNX2AIT_REQUIRE_NVCC, as the cargo tests do.
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import onnx2ait
-from onnx2ait import _host_array, _spec, IOSpec
+from onnx2ait import _check_device_tensor, _device_input, _dlpack_import, _host_array, _spec, _stream_handle, IOSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "onnx_models"
@@ -102,6 +103,14 @@ class Compile(unittest.TestCase):
         other = onnx2ait.compile(CONVNET, out, build=False, no_profile=True, max_batch=8, precision="fp32")
         self.assertNotEqual(other.build_hash, b.build_hash)
 
+    def test_symbol_prefix(self):
+        """symbol_prefix names the C API of the sources (model.h, exports.map, build.json)."""
+        onnx2ait.compile(CONVNET, self.tmp / "out", build=False, symbol_prefix="convnet")
+        header = (self.tmp / "out" / "model.h").read_text()
+        self.assertIn("int convnet_o2a_create(const char* out_dir, convnet_o2a_model** out);", header)
+        self.assertIn("#define CONVNET_O2A_BUILD_HASH", header)
+        self.assertIn("convnet_o2a_*;", (self.tmp / "out" / "exports.map").read_text())
+
     def test_dims_fix_a_symbol(self):
         b = onnx2ait.compile(CONVNET, self.tmp / "out", build=False, no_profile=True, dims={"N": 2})
         self.assertIn("model:", b.summary)
@@ -133,6 +142,7 @@ class Compile(unittest.TestCase):
             ({"reuse_within": 150.0}, ValueError, "reuse_within"),
             ({"profile": True, "no_profile": True}, ValueError, "no_profile"),
             ({"no_profile": True, "profile_cache": "p.json"}, ValueError, "profile_cache"),
+            ({"symbol_prefix": "Bad-Name"}, ValueError, "symbol_prefix 'Bad-Name'"),
         ]
         for opts, kind, word in bad:
             with self.subTest(opts=opts):
@@ -237,7 +247,8 @@ class Inputs(unittest.TestCase):
         self.assertTrue(_host_array(self.F32, strided).flags.c_contiguous)
         self.assertEqual(_host_array(IOSpec("i", "int64", (3,)), np.arange(3, dtype=np.int32)).dtype, np.int64)
 
-    def test_gpu_tensors_are_refused_not_copied(self):
+    def test_gpu_tensors_are_never_copied_to_the_host(self):
+        """A GPU tensor runs on the device (Module._run) and never reaches the host conversion."""
         class CudaTensor:
             def __dlpack__(self, stream=None):
                 raise AssertionError("must not be exported")
@@ -245,15 +256,14 @@ class Inputs(unittest.TestCase):
             def __dlpack_device__(self):
                 return (2, 1)  # kDLCUDA, device 1
 
-        with self.assertRaises(NotImplementedError) as e:
+        with self.assertRaises(TypeError) as e:
             _host_array(self.F32, CudaTensor())
         self.assertIn("cuda:1", str(e.exception))
-        self.assertIn("not implemented", str(e.exception))
 
         class CupyLike:
             __cuda_array_interface__ = {"shape": (2, 4), "typestr": "<f4", "data": (0, False), "version": 3}
 
-        with self.assertRaises(NotImplementedError):
+        with self.assertRaises(TypeError):
             _host_array(self.F32, CupyLike())
 
     def test_host_dlpack_tensors_are_taken(self):
@@ -273,6 +283,127 @@ class Inputs(unittest.TestCase):
     def test_symbolic_shapes(self):
         self.assertEqual(_spec(("x", "float32", ["N", 3])).shape, ("N", 3))
         self.assertEqual(_spec(("x", "float32", ["4*N", "seq"])).shape, ("4*N", "seq"))
+
+
+class FakeCuda:
+    """A DLPack producer that claims to live on cuda:`index` and exports a NumPy array's capsule
+    (the host memory of a test): what the device path checks before and after exporting can be
+    tried without a GPU. Records the keywords __dlpack__ was called with."""
+
+    def __init__(self, a, index=0, versioned=True):
+        self.a, self.index, self.versioned, self.calls = a, index, versioned, []
+
+    def __dlpack__(self, stream=None, **kw):
+        if not self.versioned and "max_version" in kw:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        self.calls.append(dict(stream=stream, **kw))
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return (2, self.index)
+
+
+class DLPack(unittest.TestCase):
+    """GPU tensors through DLPack, as far as a machine without a GPU can check: capsule parsing,
+    the checks of every input and the stream protocol's numbers."""
+
+    F32 = IOSpec("x", "float32", ("N", 4))
+
+    def test_capsules_are_parsed_and_released(self):
+        import sys
+
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        refs = sys.getrefcount(a)
+        for kw in ({}, {"max_version": (1, 0)}):
+            cap = a.__dlpack__(**kw)
+            t = _dlpack_import(cap)
+            self.assertEqual(t.device, (1, 0))  # kDLCPU
+            self.assertEqual((t.dtype, t.shape, t.contiguous), ("float32", [3, 4], True))
+            self.assertEqual(t.data_ptr, a.ctypes.data)
+            self.assertEqual(t.versioned, bool(kw))
+            self.assertGreater(sys.getrefcount(a), refs)  # the capsule's manager holds the array
+            with self.assertRaises(TypeError) as e:
+                _dlpack_import(cap)  # consumed: a capsule is taken once
+            self.assertIn("already consumed", str(e.exception))
+            del t, cap
+            self.assertEqual(sys.getrefcount(a), refs)  # the producer's deleter ran
+        # A read-only array says so in a DLPack 1.x capsule.
+        ro = np.zeros(3, np.int64)
+        ro.flags.writeable = False
+        self.assertTrue(_dlpack_import(ro.__dlpack__(max_version=(1, 0))).readonly)
+        with self.assertRaises(TypeError) as e:
+            _dlpack_import(object())
+        self.assertIn("not a DLPack capsule", str(e.exception))
+
+    def test_dtypes_shapes_and_strides_are_checked(self):
+        ok = _dlpack_import(np.zeros((2, 4), np.float32).__dlpack__())
+        _check_device_tensor(self.F32, ok)
+        cases = [
+            (np.zeros((2, 4), np.float64), TypeError, ["'x' is float64, the model takes float32", "not converted"]),
+            (np.zeros((2, 5), np.float32), ValueError, ["shape (2, 5)", "[N, 4]"]),
+            (np.zeros((2, 4, 1), np.float32), ValueError, ["rank 2"]),
+            (np.zeros((2, 8), np.float32)[:, ::2], ValueError, ["not contiguous", "strides (8, 2)", "x.contiguous()"]),
+            (np.zeros((4, 2), np.float32).T, ValueError, ["not contiguous"]),
+        ]
+        for a, kind, parts in cases:
+            with self.assertRaises(kind, msg=str(parts)) as e:
+                _check_device_tensor(self.F32, _dlpack_import(a.__dlpack__()))
+            for p in parts:
+                self.assertIn(p, str(e.exception))
+        # A size-1 axis may have any stride (here 8 elements where a dense row has 4).
+        single = np.zeros((2, 4), np.float32)[::2]
+        self.assertEqual(single.strides, (32, 4))
+        _check_device_tensor(IOSpec("c", "float32", (1, 4)), _dlpack_import(single.__dlpack__()))
+        self.assertEqual(_dlpack_import(np.zeros(2, bool).__dlpack__()).dtype, "bool")
+
+    def test_device_inputs_are_checked_before_and_after_export(self):
+        a = np.zeros((2, 4), np.float32)
+        other = FakeCuda(a, index=1)
+        with self.assertRaises(ValueError) as e:
+            _device_input(self.F32, other, 0, 0)
+        self.assertIn("'x' is on cuda:1, the model on cuda:0", str(e.exception))
+        self.assertEqual(other.calls, [])  # refused before exporting anything
+
+        class Rocm(FakeCuda):
+            def __dlpack_device__(self):
+                return (10, 0)
+
+        with self.assertRaises(TypeError) as e:
+            _device_input(self.F32, Rocm(a), 0, 0)
+        self.assertIn("rocm:0", str(e.exception))
+
+        class NoDLPack:
+            __cuda_array_interface__ = {}
+
+        with self.assertRaises(TypeError) as e:
+            _device_input(self.F32, NoDLPack(), 0, 0)
+        self.assertIn("without the DLPack protocol", str(e.exception))
+
+        # The producer is asked for DLPack 1.x on the run's stream: 1 for the legacy default
+        # stream (handle 0), the handle itself otherwise; an older producer without max_version
+        # is asked again without it. The capsule then turns out to hold host memory: refused.
+        for versioned, handle, want in ((True, 0, 1), (False, 0x5555, 0x5555)):
+            fake = FakeCuda(a, versioned=versioned)
+            with self.assertRaises(ValueError) as e:
+                _device_input(self.F32, fake, 0, handle)
+            self.assertIn("its DLPack tensor is on cpu:0", str(e.exception))
+            self.assertEqual(fake.calls, [dict(stream=want, max_version=(1, 0))] if versioned else [dict(stream=want)])
+
+    def test_stream_handles(self):
+        class TorchLike:
+            cuda_stream = 0x1234
+
+        class CupyLike:
+            ptr = 0x42
+
+        self.assertEqual(_stream_handle(7, 0), 7)
+        self.assertEqual(_stream_handle(TorchLike(), 0), 0x1234)
+        self.assertEqual(_stream_handle(CupyLike(), 0), 0x42)
+        if "torch" not in sys.modules:
+            self.assertEqual(_stream_handle(None, 0), 0)  # the legacy default stream
+        for bad in (-1, True, "s", 1.5):
+            with self.assertRaises(TypeError):
+                _stream_handle(bad, 0)
 
 
 @unittest.skipUnless(HAS_GPU, NO_GPU)
@@ -319,6 +450,107 @@ class Run(unittest.TestCase):
         self.assertIn("1 to 16", str(e.exception))
         self.assertEqual(self.m.input_shape("h", 7), (7, 2, 3))
         self.assertIn("tiny", repr(self.m))
+
+
+class RunTorch(unittest.TestCase):
+    """PyTorch CUDA tensors in and out through DLPack (no host copy), on the default and on a
+    side stream; the refusals. Needs a GPU and PyTorch with CUDA: skipped, saying which is
+    missing, otherwise (ONNX2AIT_REQUIRE_GPU=1 makes a missing torch a failure too)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not HAS_GPU:
+            raise unittest.SkipTest(NO_GPU)
+        try:
+            import torch
+        except ImportError:
+            if os.environ.get("ONNX2AIT_REQUIRE_GPU"):
+                raise
+            raise unittest.SkipTest("PyTorch is not installed: the DLPack tests with torch tensors are skipped")
+        if not torch.cuda.is_available():
+            raise unittest.SkipTest("PyTorch has no CUDA here: the DLPack tests with torch tensors are skipped")
+        cls.torch = torch
+        cls.tmp = Path(tempfile.mkdtemp(prefix="onnx2ait-py-torch-"))
+        cls.model = tiny_model(cls.tmp / "tiny.onnx")
+        onnx2ait.compile(cls.model, cls.tmp / "out", no_profile=True, max_batch=16)
+        cls.m = onnx2ait.load(cls.tmp / "out")
+
+    @classmethod
+    def tearDownClass(cls):
+        del cls.m
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def inputs(self, batch, seed=0):
+        g = self.torch.Generator(device="cuda").manual_seed(seed)
+        x = self.torch.randn(batch, 4, device="cuda", generator=g)
+        h = self.torch.randn(batch, 2, 3, device="cuda", generator=g).half()
+        return x, h
+
+    def test_torch_tensors_in_and_out(self):
+        torch = self.torch
+        for batch in (1, 5, 16):
+            x, h = self.inputs(batch, batch)
+            y, z = self.m(x, h=h)
+            self.assertIsInstance(y, torch.Tensor)
+            self.assertEqual((y.device.type, y.dtype, tuple(y.shape)), ("cuda", torch.float32, (batch, 4)))
+            self.assertEqual((z.dtype, tuple(z.shape)), (torch.float16, (batch, 2, 3)))
+            torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)
+            torch.testing.assert_close(z, h * 2, rtol=1e-3, atol=1e-3)
+            # The same numbers as the host path.
+            hy, hz = self.m(x.cpu().numpy(), h.cpu().numpy())
+            np.testing.assert_allclose(y.cpu().numpy(), hy, rtol=1e-6)
+            np.testing.assert_array_equal(z.cpu().numpy(), hz)
+
+    def test_side_stream(self):
+        torch = self.torch
+        x, h = self.inputs(8, 3)
+        s = torch.cuda.Stream()
+        # Inputs written on the current stream, the run on s: the producer's __dlpack__(stream=s)
+        # makes s wait for them; torch.from_dlpack makes the current stream wait for the run.
+        for _ in range(3):
+            x.mul_(1.5)
+            y, z = self.m.call({"x": x, "h": h}, stream=s)
+            torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)
+        with torch.cuda.stream(s):
+            y, _ = self.m(x, h)  # the current stream (s) by default
+        s.synchronize()
+        torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)
+
+    def test_device_tensors_for_any_consumer(self):
+        torch = self.torch
+        x, h = self.inputs(2)
+        native = self.m._native
+        outs = native.run_device([onnx2ait._dlpack_import(x.__dlpack__()), onnx2ait._dlpack_import(h.__dlpack__())], 0)
+        self.assertIsInstance(outs[0], onnx2ait.DeviceTensor)
+        self.assertEqual((outs[0].shape, outs[0].dtype, outs[0].device), ([2, 4], "float32", 0))
+        self.assertEqual(outs[0].__dlpack_device__(), (2, 0))
+        y = torch.from_dlpack(outs[0])
+        self.assertEqual(y.data_ptr(), outs[0].data_ptr)  # no copy
+        torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)
+        with self.assertRaises(BufferError):
+            outs[0].__dlpack__(copy=True)
+        with self.assertRaises(BufferError):
+            outs[0].__dlpack__(dl_device=(1, 0))
+        del outs
+        torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)  # y keeps its memory
+
+    def test_refusals(self):
+        torch = self.torch
+        x, h = self.inputs(4)
+        with self.assertRaises(TypeError) as e:
+            self.m(x.double(), h)
+        self.assertIn("'x' is float64, the model takes float32", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            self.m(torch.zeros(4, 8, device="cuda")[:, ::2], h)
+        self.assertIn("not contiguous", str(e.exception))
+        with self.assertRaises(TypeError) as e:
+            self.m(x, h.cpu())
+        self.assertIn("input(s) h are host arrays and x GPU tensors", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            self.m(torch.zeros(17, 4, device="cuda"), torch.zeros(17, 2, 3, device="cuda").half())
+        self.assertIn("1 to 16", str(e.exception))
+        with self.assertRaises(TypeError):
+            self.m.call([x.cpu().numpy(), h.cpu().numpy()], stream=0)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,25 @@ through its C API and instantiates the model on the current GPU. Failures raise
 `onnx2ait.Error` (a RuntimeError) with the library's message; bad options raise ValueError or
 TypeError.
 
-Not implemented yet: CUDA tensors through DLPack (a tensor whose DLPack device is a GPU raises
-NotImplementedError: copy it to the host first), and loading weights from memory.
+GPU tensors go in and come out through DLPack, without a host copy:
+
+    import torch
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    (logits,) = model(x)                      # a torch tensor on the same GPU
+    (logits,) = model.call([x], stream=s)     # on the stream s (torch.cuda.Stream or a handle)
+
+Any object with `__dlpack__`/`__dlpack_device__` on the model's GPU (kDLCUDA) is taken, dense
+(row-major) and of the input's exact dtype; outputs are torch tensors when PyTorch is imported
+and an input is a torch tensor, else `DeviceTensor`s for any DLPack consumer
+(`cupy.from_dlpack`, `jax.dlpack.from_dlpack`, ...). The run is asynchronous on its stream:
+PyTorch's current stream of the model's device when torch is imported, else the legacy default
+stream. Not implemented yet: loading weights from memory.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +41,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._onnx2ait import DEFAULT_MAX_BATCH, VERSION, Error
+from ._onnx2ait import DEFAULT_MAX_BATCH, VERSION, DeviceTensor, Error
 from ._onnx2ait import NativeModel as _NativeModel
+from ._onnx2ait import dlpack_import as _dlpack_import
 from ._onnx2ait import compile as _compile
 from ._onnx2ait import describe as _describe
 
-__all__ = ["compile", "load", "inspect", "Build", "Module", "LibraryInfo", "IOSpec", "Error", "DEFAULT_MAX_BATCH"]
+__all__ = ["compile", "load", "inspect", "Build", "Module", "LibraryInfo", "IOSpec", "DeviceTensor", "Error",
+           "DEFAULT_MAX_BATCH"]
 __version__ = VERSION
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -81,6 +95,7 @@ def compile(
     build: bool = True,
     force: bool = False,
     progress: bool = False,
+    symbol_prefix: Optional[str] = None,
 ) -> Build:
     """Compiles an ONNX model into `out_dir` and builds `out_dir/libmodel.so`, as
     `onnx2ait MODEL -o OUT` with the same options:
@@ -104,6 +119,9 @@ def compile(
     build          False writes the sources only (--no-build)
     force          write into a non-empty folder onnx2ait did not write (--force)
     progress       print profiling and nvcc progress on stderr
+    symbol_prefix  prefix of the library's C API names, e.g. "resnet" gives resnet_o2a_create and
+                   RESNET_O2A_BUILD_HASH (--symbol-prefix); None keeps o2a_*. `load` finds them
+                   either way; the prefix is for C programs that link several models
 
     The GIL is released while it runs. Without nvcc (and build=True) OUT gets the sources and
     the error says what is missing.
@@ -130,6 +148,7 @@ def compile(
         build=bool(build),
         force=bool(force),
         progress=bool(progress),
+        symbol_prefix=symbol_prefix,
     )
     for w in done["warnings"]:
         warnings.warn(f"{model_path}: {w}", stacklevel=2)
@@ -189,8 +208,8 @@ def _info(out: Path, d: Tuple[Any, ...]) -> LibraryInfo:
                        tuple(tuple(k) for k in kernels))
 
 
-# DLPack device types (dlpack.h DLDeviceType) whose memory the host cannot read.
-_DLPACK_DEVICES = {2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm",
+# DLPack device types (dlpack.h DLDeviceType), for messages.
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm",
                    11: "rocm_host", 13: "cuda_managed", 14: "oneapi"}
 
 
@@ -203,6 +222,12 @@ class Module:
     Arrays of another dtype are converted when that is exact (int32 to int64, float16 to
     float32); otherwise it is a TypeError (convert them yourself if the rounding is acceptable).
     Lists and scalars are converted to the input's dtype.
+
+    Called on GPU tensors (DLPack, every input on the model's GPU), it runs on their memory and
+    returns GPU tensors (torch tensors for torch inputs, else `DeviceTensor`s), asynchronously on
+    PyTorch's current stream (torch imported) or the legacy default stream; `call` takes another
+    stream. GPU tensors must have the input's exact dtype and be dense; they are not converted.
+    Each output is new device memory that keeps the run's inputs alive until it is freed.
     """
 
     def __init__(self, out_dir: PathLike):
@@ -235,12 +260,48 @@ class Module:
         given by name."""
         return tuple(self._native.shape(True, self._index(self.outputs, output, "output"), batch, dims))
 
-    def __call__(self, *arrays: Any, **named: Any) -> List[np.ndarray]:
-        if any(s.dtype == "bfloat16" for s in self.outputs):
-            _bfloat16()  # before running: the outputs could not be returned as bfloat16
-        ins = [_host_array(spec, x) for spec, x in zip(self.inputs, self._bind(arrays, named))]
-        outs = self._native.run(ins)
-        return [o.view(_bfloat16()) if s.dtype == "bfloat16" else o for s, o in zip(self.outputs, outs)]
+    def __call__(self, *arrays: Any, **named: Any) -> List[Any]:
+        return self._run(self._bind(arrays, named), None)
+
+    def call(self, inputs: Union[Sequence[Any], Mapping[str, Any]], *, stream: Any = None) -> List[Any]:
+        """Runs the model on `inputs` (a sequence in input order, or a mapping by name), GPU
+        tensors on `stream`: a CUDA stream handle (int; 0 is the default stream) or an object
+        with one (torch.cuda.Stream's `cuda_stream`, cupy's `ptr`). The inputs' producers are
+        asked (`__dlpack__(stream=...)`) to order their pending work before the run, and outputs
+        handed to a consumer are ordered after it on the consumer's stream. `stream` is for GPU
+        inputs only."""
+        if isinstance(inputs, Mapping):
+            bound = self._bind((), dict(inputs))
+        elif isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+            raise TypeError(f"inputs: expected a sequence or a mapping of the model's inputs, got {type(inputs).__name__}")
+        else:
+            bound = self._bind(tuple(inputs), {})
+        return self._run(bound, stream)
+
+    def _run(self, bound: List[Any], stream: Any) -> List[Any]:
+        on_gpu = [_on_device(x) for x in bound]
+        if not any(on_gpu):
+            if stream is not None:
+                raise TypeError("stream= orders GPU work; the inputs are host arrays (their run is synchronous)")
+            if any(s.dtype == "bfloat16" for s in self.outputs):
+                _bfloat16()  # before running: the outputs could not be returned as bfloat16
+            ins = [_host_array(spec, x) for spec, x in zip(self.inputs, bound)]
+            outs = self._native.run(ins)
+            return [o.view(_bfloat16()) if s.dtype == "bfloat16" else o for s, o in zip(self.outputs, outs)]
+        if not all(on_gpu):
+            host = [s.name for s, g in zip(self.inputs, on_gpu) if not g]
+            gpu = [s.name for s, g in zip(self.inputs, on_gpu) if g]
+            raise TypeError(f"input(s) {', '.join(host)} are host arrays and {', '.join(gpu)} GPU tensors: pass every "
+                            "input on the GPU (one run on the device, no copy) or every input on the host")
+        device = self._native.device()
+        handle = _stream_handle(stream, device)
+        imported = [_device_input(spec, x, device, handle) for spec, x in zip(self.inputs, bound)]
+        outs = self._native.run_device(imported, handle)
+        torch = sys.modules.get("torch")
+        if torch is not None and any(isinstance(x, torch.Tensor) for x in bound):
+            # Consumed on PyTorch's current stream, which waits for the run when it is another.
+            return [torch.from_dlpack(o) for o in outs]
+        return list(outs)
 
     def run_dict(self, *arrays: Any, **named: Any) -> Dict[str, np.ndarray]:
         """As calling the module, with the outputs by name."""
@@ -271,20 +332,34 @@ class Module:
             raise TypeError(f"missing input(s): {', '.join(missing)} (the model takes {', '.join(names)})")
         return [bound[n] for n in names]
 
+def _on_device(x: Any) -> bool:
+    """Whether `x` is a tensor in GPU memory (DLPack device other than the CPU, or only the CUDA
+    array interface)."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return False
+    if hasattr(x, "__dlpack_device__"):
+        return int(x.__dlpack_device__()[0]) != _KDL_CPU
+    return hasattr(x, "__cuda_array_interface__")
+
+
+_KDL_CPU = 1
+_KDL_CUDA = 2
+
+
 def _host_array(spec: IOSpec, x: Any) -> np.ndarray:
     """`x` as the C-contiguous host array of `spec`'s dtype the native side takes."""
-    # A tensor on a GPU (DLPack or the CUDA array interface) is refused rather than copied to
-    # the host behind the caller's back: the device path (o2a_run on the caller's buffers and
-    # stream) is not implemented yet.
+    # A GPU tensor never gets here from a call (it runs on the device); copying one to the host
+    # behind the caller's back would hide a slow path, so it is refused.
     if not isinstance(x, np.ndarray):
-        if hasattr(x, "__cuda_array_interface__"):
-            raise NotImplementedError(_gpu_message(spec.name, "cuda"))
         if hasattr(x, "__dlpack_device__"):
             kind, index = x.__dlpack_device__()
             kind = int(kind)
-            if kind != 1:  # kDLCPU
-                raise NotImplementedError(_gpu_message(spec.name, f"{_DLPACK_DEVICES.get(kind, kind)}:{index}"))
+            if kind != _KDL_CPU:
+                raise TypeError(f"input {spec.name!r} is on the device {_device_name(kind, index)}, "
+                                "not host memory")
             x = np.from_dlpack(x)
+        elif hasattr(x, "__cuda_array_interface__"):
+            raise TypeError(f"input {spec.name!r} is GPU memory (__cuda_array_interface__), not host memory")
     want = _bfloat16() if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
     if isinstance(x, np.ndarray) or isinstance(x, np.generic):
         a = np.asarray(x)
@@ -301,10 +376,80 @@ def _host_array(spec: IOSpec, x: Any) -> np.ndarray:
     return a.view(np.uint16) if spec.dtype == "bfloat16" else a
 
 
-def _gpu_message(name: str, device: str) -> str:
-    return (f"input {name!r} lives on the device {device}: onnx2ait's Python package does not take GPU tensors "
-            f"yet (DLPack device input/output is not implemented); pass a host array instead, e.g. "
-            f"tensor.cpu().numpy()")
+def _device_name(kind: int, index: int) -> str:
+    return f"{_DLPACK_DEVICES.get(kind, f'DLPack device type {kind}')}:{index}"
+
+
+def _stream_handle(stream: Any, device: int) -> int:
+    """The CUDA stream handle a device run is enqueued on (see `Module.call`)."""
+    if stream is None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return int(torch.cuda.current_stream(device).cuda_stream)
+        return 0  # the legacy default stream
+    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        if not isinstance(stream, (int, np.integer)) and hasattr(stream, attr):
+            stream = getattr(stream, attr)
+            break
+    if isinstance(stream, bool) or not isinstance(stream, (int, np.integer)) or int(stream) < 0:
+        raise TypeError(f"stream: expected a CUDA stream handle (an int >= 0) or a stream object with .cuda_stream "
+                        f"or .ptr (torch.cuda.Stream, cupy.cuda.Stream), got {stream!r}")
+    return int(stream)
+
+
+def _export(x: Any, dlpack_stream: int) -> Any:
+    """`x.__dlpack__` for the consumer stream `dlpack_stream`, asking for DLPack 1.x and falling
+    back to the keywords of producers that predate it."""
+    try:
+        return x.__dlpack__(stream=dlpack_stream, max_version=(1, 0))
+    except TypeError:
+        return x.__dlpack__(stream=dlpack_stream)
+
+
+def _device_input(spec: IOSpec, x: Any, device: int, stream: int) -> Any:
+    """Takes the GPU tensor `x` for input `spec` of a model on cuda:`device` whose run goes on
+    `stream`: checks where it lives before exporting it, then what the capsule says."""
+    if not hasattr(x, "__dlpack__") or not hasattr(x, "__dlpack_device__"):
+        raise TypeError(f"input {spec.name!r} is GPU memory without the DLPack protocol (__dlpack__, "
+                        "__dlpack_device__): pass it through a library that has it (cupy >= 10, PyTorch, JAX)")
+    kind, index = x.__dlpack_device__()
+    kind, index = int(kind), int(index)
+    if kind != _KDL_CUDA:
+        raise TypeError(f"input {spec.name!r} is on the device {_device_name(kind, index)}; the model runs on "
+                        f"cuda:{device} and takes CUDA device memory (or host arrays)")
+    if index != device:
+        raise ValueError(f"input {spec.name!r} is on cuda:{index}, the model on cuda:{device}: move it there "
+                         f"(tensor.to('cuda:{device}')) or load the model with cuda:{index} current")
+    # The DLPack stream number of the run's stream: 1 for the legacy default (0 is ambiguous in
+    # the protocol); other handles are themselves.
+    t = _dlpack_import(_export(x, stream if stream != 0 else 1))
+    if t.device != (_KDL_CUDA, device):
+        raise ValueError(f"input {spec.name!r}: its __dlpack_device__ says cuda:{index} but its DLPack tensor is on "
+                         f"{_device_name(*t.device)}; the producer is inconsistent")
+    _check_device_tensor(spec, t)
+    return t
+
+
+def _check_device_tensor(spec: IOSpec, t: Any) -> None:
+    """Refuses an imported DLPack tensor that input `spec` cannot take as it is: no conversion or
+    copy happens on the device."""
+    if t.dtype != spec.dtype:
+        raise TypeError(f"input {spec.name!r} is {t.dtype}, the model takes {spec.dtype}; GPU tensors are not "
+                        f"converted: convert it first (e.g. x.to(torch.{spec.dtype}))")
+    if len(t.shape) != len(spec.shape):
+        raise ValueError(f"input {spec.name!r} has shape {tuple(t.shape)}, the model takes rank {len(spec.shape)} "
+                         f"{_shape_text(spec.shape)}")
+    for got, want in zip(t.shape, spec.shape):
+        if isinstance(want, int) and got != want:
+            raise ValueError(f"input {spec.name!r} has shape {tuple(t.shape)}, the model takes "
+                             f"{_shape_text(spec.shape)}")
+    if not t.contiguous:
+        raise ValueError(f"input {spec.name!r} is not contiguous (shape {tuple(t.shape)}, strides "
+                         f"{tuple(t.strides)} in elements): make it dense first (x.contiguous())")
+
+
+def _shape_text(shape: Sequence[Union[int, str]]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _bfloat16() -> np.dtype:
