@@ -238,6 +238,13 @@ fn bert_generates_with_a_run_time_sequence_range() {
                 .filter(|t| t.contains("dims.v[1]"))
                 .count();
             assert!(seq_readers > 5, "{what}: {seq_readers} files read the sequence length");
+            // The padding mask is a view of attention_mask with batch and seq both run-time
+            // (ir::index_views): no Range, shape or mask gather kernels run, and the `And` with
+            // `arange(seq) >= 0` is gone. The gathers left are the word, token-type and position
+            // embeddings and the pooler's first token.
+            let count = |t: &str| p.kernels.iter().filter(|k| k.template == t).count();
+            assert_eq!(count("range") + count("shape_values"), 0, "{what}");
+            assert_eq!(count("gather"), 4, "{what}");
             // Planned at the largest dims: an activation [8, 64, 64] of fp16 fits the arena.
             assert!(p.memory.arena_bytes >= 8 * 64 * 64 * 2, "{what}: arena {}", p.memory.arena_bytes);
             if fused {
