@@ -622,6 +622,22 @@ fn validate_refuses_sizes_that_overflow_or_cannot_fit() {
     assert!(err.contains("no symbolic dim 'nosuch'"), "{err}");
 }
 
+/// `profile --dim` takes compile's run-time ranges (issue 14): checked against the model and sized
+/// at their largest values before anything is built.
+#[test]
+fn profile_takes_run_time_ranges() {
+    let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+    let m = bert.to_str().unwrap();
+    let (_, err) = expect_code(&run(&["profile", m, "--dim", "seq=1..100000000000000", "--build-only"]), 1);
+    assert!(err.contains("the largest values of the --dim ranges") && err.contains("H200"), "{err}");
+    let (_, err) = expect_code(&run(&["profile", m, "--dim", "nosuch=1..8", "--build-only"]), 1);
+    assert!(err.contains("--dim nosuch=1..8") && err.contains("no symbolic dim 'nosuch'"), "{err}");
+    let (_, err) = expect_code(&run(&["profile", m, "--dim", "seq=8..4", "--build-only"]), 1);
+    assert!(err.contains("1 ≤ MIN ≤ MAX"), "{err}");
+    let (_, err) = expect_code(&run(&["profile", m, "--dim", "seq=4", "--dim", "seq=1..8", "--build-only"]), 1);
+    assert!(err.contains("--dim seq is given more than once"), "{err}");
+}
+
 /// Point 3: a misspelled subcommand gets clap's suggestion instead of being taken for a model.
 #[test]
 fn misspelled_subcommands_get_a_suggestion() {

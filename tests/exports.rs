@@ -238,6 +238,13 @@ fn bert_generates_with_a_run_time_sequence_range() {
                 .filter(|t| t.contains("dims.v[1]"))
                 .count();
             assert!(seq_readers > 5, "{what}: {seq_readers} files read the sequence length");
+            // The padding mask is a view of attention_mask with batch and seq both run-time
+            // (ir::index_views): no Range, shape or mask gather kernels run, and the `And` with
+            // `arange(seq) >= 0` is gone. The gathers left are the word, token-type and position
+            // embeddings and the pooler's first token.
+            let count = |t: &str| p.kernels.iter().filter(|k| k.template == t).count();
+            assert_eq!(count("range") + count("shape_values"), 0, "{what}");
+            assert_eq!(count("gather"), 4, "{what}");
             // Planned at the largest dims: an activation [8, 64, 64] of fp16 fits the arena.
             assert!(p.memory.arena_bytes >= 8 * 64 * 64 * 2, "{what}: arena {}", p.memory.arena_bytes);
             if fused {
@@ -247,6 +254,46 @@ fn bert_generates_with_a_run_time_sequence_range() {
             let _ = std::fs::remove_dir_all(&out);
         }
     }
+}
+
+/// With a run-time batch (1..64) and sequence length (1..512), a product whose rows are
+/// batch · seq gets library instances per range of both: 64 sequences of 8 tokens are a small
+/// problem, 64 of 512 a large one, and the node tests both dims to pick.
+#[test]
+fn bert_chooses_library_instances_per_batch_and_sequence_range() {
+    let stem = "bert_tiny_torchscript";
+    let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
+    let (opt, _) = optimize(&g, &OptimizeOptions::pipeline(true).unwrap()).unwrap();
+    let lower = LowerOptions {
+        ranges: BTreeMap::from([("seq".to_string(), (1, 512))]),
+        max_batch: 64,
+        ..LowerOptions::default()
+    };
+    let out = std::env::temp_dir().join(format!("onnx2ait-exports-buckets-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let gen = generate_cuda(&opt, &lower, onnx2ait::lower::cuda::Arch::Sm90a, &out).unwrap();
+    let p = &gen.program;
+    assert_eq!(p.dims.index_of("seq"), Some(1));
+    let mut both = 0;
+    for k in p.kernels.iter().filter(|k| k.template == "gemm_library") {
+        let entries = k.context["dispatch"].as_array().unwrap();
+        let configs: std::collections::BTreeSet<&str> = entries.iter().map(|e| e["config"].as_str().unwrap()).collect();
+        let seq_tested = entries.iter().any(|e| e["when"].as_str().unwrap().contains("dims.v[1] <= "));
+        if seq_tested {
+            // The condition tests the batch and the sequence length, and the generated node does.
+            let e = entries.iter().find(|e| e["when"].as_str().unwrap().contains("dims.v[1] <= ")).unwrap();
+            let when = e["when"].as_str().unwrap();
+            assert!(when.starts_with("dims.v[0] <= ") && when.contains(" && "), "{}: {when}", k.name);
+            assert!(e["dims"]["seq"].as_i64().is_some(), "{}: {e}", k.name);
+            let cu = std::fs::read_to_string(out.join(format!("{}.cu", k.name))).unwrap();
+            assert!(cu.contains(&format!("if ({when}) return ")), "{}", k.name);
+            assert!(configs.len() > 1, "{}: {configs:?}", k.name);
+            both += 1;
+        }
+    }
+    // The projections and feed-forward products (rows = batch · seq) of both layers.
+    assert!(both >= 4, "{both} products choose by sequence length");
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// The export optimised as `compile --dim seq=16 --max-batch 8` does it (seq bound before

@@ -1,6 +1,7 @@
 //! What the commands share about a model: loading it with its warnings printed, and the option
 //! checks of `onnx2ait::compile::checks` (`--dim` names, sizes, the GPU memory bound).
 
+use super::validate::DimSpec;
 use super::Failure;
 use onnx2ait::ir::{DType, Graph};
 use std::collections::BTreeMap;
@@ -35,6 +36,27 @@ pub fn check_dims_given<T: Copy>(pairs: &[(String, T)]) -> Result<BTreeMap<Strin
         }
     }
     Ok(m)
+}
+
+/// `--dim` given as values or ranges (compile, profile): the fixed values and the run-time ranges
+/// by name; a name given twice is an error. Names are checked against the model later
+/// ([`check_dims`], `check_ranges`).
+pub fn split_dims(
+    given: &[(String, DimSpec)],
+) -> Result<(BTreeMap<String, i64>, BTreeMap<String, (i64, i64)>), Failure> {
+    let mut fixed = BTreeMap::new();
+    let mut ranges = BTreeMap::new();
+    for (name, spec) in check_dims_given(given)? {
+        match spec {
+            DimSpec::Fixed(n) => {
+                fixed.insert(name, n);
+            }
+            DimSpec::Range(lo, hi) => {
+                ranges.insert(name, (lo, hi));
+            }
+        }
+    }
+    Ok((fixed, ranges))
 }
 
 /// Bytes of an element of `t` as the host stores it.

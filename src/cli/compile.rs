@@ -18,7 +18,6 @@ use super::{Failure, ModelArg};
 use clap::Args;
 use onnx2ait::compile::{CompileOptions, GpuTarget, KernelChoice, LIB_NAME};
 use onnx2ait::lower::Precision;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -170,19 +169,7 @@ impl CompileArgs {
                 (GpuTarget::Rocm(self.arch.as_deref().unwrap_or("gfx942").parse()?), CompileOptions::default().arch)
             }
         };
-        let given = super::checks::check_dims_given(&self.dims)?;
-        let mut fixed = BTreeMap::new();
-        let mut ranges = BTreeMap::new();
-        for (name, spec) in given {
-            match spec {
-                DimSpec::Fixed(n) => {
-                    fixed.insert(name, n);
-                }
-                DimSpec::Range(lo, hi) => {
-                    ranges.insert(name, (lo, hi));
-                }
-            }
-        }
+        let (fixed, ranges) = super::checks::split_dims(&self.dims)?;
         Ok(CompileOptions {
             target,
             arch,

@@ -2,9 +2,12 @@
 //! and matrix products on this machine's GPU and store the times in the profile cache, which
 //! `onnx2ait compile` then uses to pick instances (see `onnx2ait::profile`).
 
+use super::validate::DimSpec;
 use super::{Failure, ModelArg};
 use clap::Args;
 use onnx2ait::build::BuildOptions;
+use onnx2ait::egraph::OptimizeOptions;
+use onnx2ait::ir::Graph;
 use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::LowerOptions;
 use onnx2ait::profile::{self, ProfileOptions};
@@ -20,9 +23,12 @@ pub struct ProfileArgs {
     /// Largest run-time batch: problems are profiled at batch 1, 8, 64 and this (those below it).
     #[arg(long = "max-batch", default_value_t = 64, value_parser = super::validate::parse_batch)]
     pub max_batch: i64,
-    /// Fixes a symbolic dim at compile time (repeatable): --dim seq=128.
-    #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim)]
-    pub dims: Vec<(String, i64)>,
+    /// As compile's --dim (repeatable): fixes a symbolic dim (--dim seq=128), or makes it a
+    /// run-time dim with a range (--dim seq=1..512): products whose sizes depend on it are then
+    /// profiled at each of its ranges' largest values (1, 8, 64 and 512), for each batch range,
+    /// as compile with the same --dim chooses them.
+    #[arg(long = "dim", value_name = "NAME=N|NAME=MIN..MAX", value_parser = super::validate::parse_dim_spec)]
+    pub dims: Vec<(String, DimSpec)>,
     /// Profile cache file (default: $ONNX2AIT_PROFILE_CACHE or ~/.cache/onnx2ait/profile.json).
     #[arg(long = "cache", value_name = "FILE")]
     pub cache: Option<PathBuf>,
@@ -41,6 +47,13 @@ pub struct ProfileArgs {
     /// Timed runs per candidate (the median is kept).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub iters: u32,
+    /// As compile's --attention: the products of the graph compile optimises with it are the
+    /// ones to profile (fused attention packs the q, k and v projections into one product).
+    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    pub attention: super::compile::AttentionMode,
+    /// As compile's --squeeze-excite.
+    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    pub squeeze_excite: super::compile::SqueezeExciteMode,
     /// Build the profiler library and stop (no GPU needed); a later run times the candidates
     /// without compiling anything.
     #[arg(long = "build-only")]
@@ -61,27 +74,43 @@ pub fn cache_path(given: Option<&PathBuf>) -> Result<PathBuf, Failure> {
         .ok_or_else(|| Failure::new(1, "no profile cache location: pass --cache FILE or set ONNX2AIT_PROFILE_CACHE"))
 }
 
-pub fn run(a: &ProfileArgs) -> Result<u8, Failure> {
-    a.model.check()?;
-    let arch: Arch = a.arch.parse()?;
-    let g = super::checks::load_model(&a.model.model)?;
-    let dims = super::checks::check_dims(&g, &a.dims)?;
-    // The profiled problems run on this GPU at --max-batch: their sizes must fit the largest GPU
-    // of the architecture, computed without overflow.
+/// The model as compile with the same `--dim` optimises it (fixed dims bound, so what reads them
+/// folds as in the build the profile is for) and the lowering options: fixed dims, run-time
+/// ranges, `--max-batch`. Checks the dims against the model and every tensor's size at the
+/// largest values (ranges at their largest, the batch at `--max-batch`) against the largest GPU
+/// of `arch`, with checked arithmetic: the profiled problems run at those sizes.
+fn model_and_options(a: &ProfileArgs, arch: Arch) -> Result<(Graph, LowerOptions), Failure> {
+    let mut g = super::checks::load_model(&a.model.model)?;
+    let (fixed, ranges) = super::checks::split_dims(&a.dims)?;
+    let pairs: Vec<(String, i64)> = fixed.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let dims = super::checks::check_dims(&g, &pairs)?;
+    onnx2ait::compile::checks::check_ranges(&g, &ranges, &dims)?;
+    onnx2ait::ir::specialize::bind_dims(&mut g, &dims)?;
     let mut env = dims.clone();
-    let free: Vec<String> = super::checks::symbols(&g).into_iter().filter(|s| !dims.contains_key(s)).collect();
+    env.extend(ranges.iter().map(|(k, &(_, hi))| (k.clone(), hi)));
+    let free: Vec<String> = super::checks::symbols(&g).into_iter().filter(|s| !env.contains_key(s)).collect();
     if let [batch] = free.as_slice() {
         env.insert(batch.clone(), a.max_batch);
     }
     let bound = super::checks::gpu_memory_bound(arch);
-    let context = format!("at --max-batch {}", a.max_batch);
+    let ranged = if ranges.is_empty() { "" } else { " and the largest values of the --dim ranges" };
+    let context = format!("at --max-batch {}{ranged}", a.max_batch);
     super::checks::check_sizes(&g, &env, None, super::checks::host_bytes, &bound, &context)?;
+    Ok((g, LowerOptions { dims, ranges, max_batch: a.max_batch, ..LowerOptions::default() }))
+}
+
+pub fn run(a: &ProfileArgs) -> Result<u8, Failure> {
+    a.model.check()?;
+    let arch: Arch = a.arch.parse()?;
+    let (g, lower) = model_and_options(a, arch)?;
     let cache = cache_path(a.cache.as_ref())?;
     let work_dir = a.work_dir.clone().unwrap_or_else(|| profile::default_work_dir(&cache));
     let cache_dir = a.cache_dir.clone().or_else(|| std::env::var_os("ONNX2AIT_CACHE_DIR").map(PathBuf::from));
+    let optimize = OptimizeOptions::pipeline(a.attention.fused())?.with_squeeze_excite(a.squeeze_excite.fused())?;
     let opts = ProfileOptions {
         arch,
-        lower: LowerOptions { dims, max_batch: a.max_batch, ..LowerOptions::default() },
+        lower,
+        optimize,
         cache,
         work_dir,
         build: BuildOptions { jobs: a.jobs, cache_dir, progress: true, ..Default::default() },

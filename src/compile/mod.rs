@@ -242,18 +242,18 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
             profile_summary: None,
         });
     }
-    let (target, choice, profile_summary) = kernel_choice(opts, &graph, &lower)?;
+    let (target, choice, profile_summary) = kernel_choice(opts, &graph, &lower, &optimize_opts)?;
     // With profiled times, extraction prices convs and gemms by them (at the largest batch, the
     // range that dominates throughput), so fusion and layout choices follow measurements.
     let (optimised, report) = if target.has_measurements() {
-        crate::profile::cost::optimize_measured(&graph, &optimize_opts, &target, opts.max_batch, &lower.dims)?
+        crate::profile::cost::optimize_measured(&graph, &optimize_opts, &target, opts.max_batch, &lower.pricing_dims())?
     } else {
         (optimised, report)
     };
     let (target, sharing) = crate::lower::sharing::share(target, &optimised, &lower, opts.reuse_within)?;
     let sharing = sharing.map(|plan| {
         let by_batch: Vec<String> =
-            plan.slowdown_by_batch.iter().map(|(b, r)| format!("+{:.2}% at batch {b}", (r - 1.0) * 100.0)).collect();
+            plan.slowdown_by_range.iter().map(|(b, r)| format!("+{:.2}% at {b}", (r - 1.0) * 100.0)).collect();
         format!(
             "sharing:   {} instances serve the measured choices, the fastest-each choice needs {} (--reuse-within {}%: modelled library time {}; no choice more than {:.1}% slower than its fastest)",
             plan.instances.len(),
@@ -533,6 +533,7 @@ fn kernel_choice(
     opts: &CompileOptions,
     graph: &Graph,
     lower: &LowerOptions,
+    optimize: &OptimizeOptions,
 ) -> Result<(CudaTarget, String, Option<String>)> {
     let target = CudaTarget::new(opts.arch).with_max_batch(opts.max_batch);
     let (file, explicit) = match &opts.kernel_choice {
@@ -552,6 +553,7 @@ fn kernel_choice(
         let popts = ProfileOptions {
             arch: opts.arch,
             lower: lower.clone(),
+            optimize: optimize.clone(),
             cache: cache_file.clone(),
             work_dir: crate::profile::default_work_dir(&cache_file),
             build: BuildOptions {

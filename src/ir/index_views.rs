@@ -20,6 +20,13 @@
 //! row-major order: offset 0 and coefficients equal to the row-major strides of the index
 //! shape's non-unit axes, whose product is the gathered extent. Anything else is left alone:
 //! the pass only ever replaces a node by an equal view, it never guesses.
+//!
+//! With batch and seq both run-time dims (`--dim seq=1..512`) nothing folds into constants: the
+//! Reshape's constant target writes each symbolic dim as `0` (copy the source's dim) or the one
+//! `-1`, reading the source from under the views the gather's data came through; `arange(seq)
+//! >= 0` is recognised as all true from the index's smallest value (as is a boolean
+//! `ConstantOfShape` of a run-time shape), and `And` with such a value of a symbolic shape
+//! becomes an `Expand` to `Shape` of it, which the lowering takes from the type.
 
 use super::dim::Dim;
 use super::graph::{Graph, Node, Value, ValueId};
@@ -27,11 +34,11 @@ use super::infer::infer_graph;
 use super::op::ValueType;
 use super::ops::arithmetic::{BinaryKind, BinaryOp};
 use super::ops::cast::CastOp;
-use super::ops::generator::Range;
+use super::ops::generator::{ConstantOfShape, Range};
 use super::ops::indexing::{Concat, Gather};
-use super::ops::logical::{CompareOp, LogicKind, LogicOp, WhereOp};
+use super::ops::logical::{CompareKind, CompareOp, LogicKind, LogicOp, WhereOp};
 use super::ops::scatter::GatherNd;
-use super::ops::shape::{Expand, Reshape};
+use super::ops::shape::{Expand, Reshape, Shape};
 use super::tensor::Tensor;
 use super::DType;
 use crate::error::Result;
@@ -109,6 +116,11 @@ pub fn simplify(g: &mut Graph) -> Result<IndexViewStats> {
     let mut stats = IndexViewStats::default();
     let mut known: BTreeMap<ValueId, Index> = BTreeMap::new();
     let mut renames: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    // Boolean values known to be all true or all false without being constants (a comparison of
+    // `arange(seq)` with 0, a `ConstantOfShape` of a run-time shape).
+    let mut truth: BTreeMap<ValueId, bool> = BTreeMap::new();
+    // `Shape` nodes to insert before the node at the index (after the loop: indices stay valid).
+    let mut inserts: Vec<(usize, Node)> = Vec::new();
     for n in 0..g.nodes.len() {
         for i in 0..g.nodes[n].inputs.len() {
             if let Some(v) = g.nodes[n].inputs[i] {
@@ -132,7 +144,10 @@ pub fn simplify(g: &mut Graph) -> Result<IndexViewStats> {
             stats.gathers += 1;
             continue;
         }
-        if let Some(rewrite) = neutral_logic(g, &g.nodes[n]) {
+        if let Some(t) = truth_of_node(g, &g.nodes[n], &known, &truth) {
+            truth.insert(g.nodes[n].outputs[0], t);
+        }
+        if let Some(rewrite) = neutral_logic(g, &g.nodes[n], &truth) {
             match rewrite {
                 Neutral::Same(x) => {
                     let out = g.nodes[n].outputs[0];
@@ -145,9 +160,33 @@ pub fn simplify(g: &mut Graph) -> Result<IndexViewStats> {
                     }
                 }
                 Neutral::Broadcast(x, shape) => expand_node(g, n, x, shape),
+                Neutral::BroadcastLike(x, c) => {
+                    // Expand to `Shape(c)`: symbolic like `[1, 1, seq, 1]`, so no constant can
+                    // hold it. Expand kernels take their shape from the output type, so the
+                    // device never computes this Shape, nor `c` for it (`lower::dead`).
+                    let name = format!("{}/index_view_shape", g.nodes[n].name);
+                    let shape_v = new_value(g, name.clone());
+                    let shape_node = Node {
+                        name,
+                        op_type: "Shape".into(),
+                        domain: String::new(),
+                        op: Box::new(Shape { start: 0, end: None }),
+                        inputs: vec![Some(c)],
+                        outputs: vec![shape_v],
+                    };
+                    inserts.push((n, shape_node));
+                    let node = &mut g.nodes[n];
+                    node.op = Box::new(Expand);
+                    node.op_type = "Expand".into();
+                    node.domain = String::new();
+                    node.inputs = vec![Some(x), Some(shape_v)];
+                }
             }
             stats.logic += 1;
         }
+    }
+    for (n, node) in inserts.into_iter().rev() {
+        g.nodes.insert(n, node);
     }
     for o in g.outputs.iter_mut() {
         if let Some(&to) = renames.get(o) {
@@ -478,8 +517,8 @@ fn row_major_run(a: &Affine, shape: &[Dim], extent: &Dim) -> Option<Vec<usize>> 
     (stride == *extent).then_some(run)
 }
 
-/// `(data, target shape)` when node is a Gather / GatherND that reads its data in row-major
-/// order; the target shape is a constant with at most one `-1` (a Reshape's shape input).
+/// `(source, target shape)` when node is a Gather / GatherND that reads its data in row-major
+/// order: the node is `Reshape(source, target)`, see [`reshape_of`].
 fn gather_as_reshape(g: &Graph, node: &Node, known: &BTreeMap<ValueId, Index>) -> Option<(ValueId, Vec<i64>)> {
     let (data, idx) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
     let dshape = shape(g, data)?.to_vec();
@@ -509,25 +548,59 @@ fn gather_as_reshape(g: &Graph, node: &Node, known: &BTreeMap<ValueId, Index>) -
     } else {
         return None;
     }
-    Some((data, reshape_target(&out_shape)?))
+    reshape_of(g, data, &out_shape)
 }
 
-/// A Reshape shape input for `shape`: known dims as numbers, at most one symbolic dim as `-1`
-/// (a zero would mean "copy the input's dim" to Reshape, so a zero-sized dim is left alone).
-fn reshape_target(shape: &[Dim]) -> Option<Vec<i64>> {
+/// `Reshape(source, target)` equal to a reshape of `data` to `out`, with a constant `target` (a
+/// Reshape's shape input): `source` is `data`, or the tensor a chain of views (`Reshape`,
+/// `Flatten`, `Squeeze`, `Unsqueeze`) made `data` from, which holds the same elements in the
+/// same row-major order. Looking through the views matters with several run-time dims: the
+/// TorchScript export gathers BERT's mask `[batch, seq]` from its flattened `[batch·seq]`, and
+/// only the unflattened source lets both dims of the `[batch, 1, 1, seq]` result be written
+/// (batch as `0`, seq as `-1`; see [`reshape_target`]).
+fn reshape_of(g: &Graph, data: ValueId, out: &[Dim]) -> Option<(ValueId, Vec<i64>)> {
+    let mut src = data;
+    // Each step goes to an earlier node of a finite graph; the bound only guards a malformed one.
+    for _ in 0..=g.nodes.len() {
+        if let Some(t) = reshape_target(shape(g, src)?, out) {
+            return Some((src, t));
+        }
+        let producer = g.nodes.iter().find(|n| n.outputs.first() == Some(&src))?;
+        let is_view = matches!(producer.op_type.as_str(), "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze")
+            && producer.domain.is_empty();
+        if !is_view || producer.outputs.len() != 1 {
+            return None;
+        }
+        src = producer.inputs.first().copied().flatten()?;
+    }
+    None
+}
+
+/// A Reshape shape input that takes `input` to `shape`: known dims as numbers; a symbolic dim as
+/// `0` ("copy the input's dim") where the input has the same dim at that position, else as the
+/// one `-1`. None when that needs two `-1`s, for a zero-sized dim (whose `0` would copy), or
+/// when Reshape would not infer exactly `shape` from it.
+fn reshape_target(input: &[Dim], shape: &[Dim]) -> Option<Vec<i64>> {
     let mut unknown = 0;
     let t: Vec<i64> = shape
         .iter()
-        .map(|d| match d.as_known() {
+        .enumerate()
+        .map(|(i, d)| match d.as_known() {
             Some(0) => None,
             Some(v) => Some(v),
+            None if input.get(i) == Some(d) => Some(0),
             None => {
                 unknown += 1;
                 Some(-1)
             }
         })
         .collect::<Option<_>>()?;
-    (unknown <= 1).then_some(t)
+    if unknown > 1 {
+        return None;
+    }
+    let target: Vec<Dim> = t.iter().map(|&v| Dim::known(v)).collect();
+    let inferred = super::ops::shape::reshape_dims(input, &target, false).ok()?;
+    (inferred == shape).then_some(t)
 }
 
 enum Neutral {
@@ -535,10 +608,105 @@ enum Neutral {
     Same(ValueId),
     /// The node is its operand broadcast by `Expand(x, shape)`.
     Broadcast(ValueId, Vec<i64>),
+    /// The node is its operand `x` broadcast to the shape of its neutral operand `c`, a symbolic
+    /// one: `Expand(x, Shape(c))`.
+    BroadcastLike(ValueId, ValueId),
+}
+
+/// The one value every element of a boolean value has, when the graph fixes it: a constant, or
+/// what [`truth_of_node`] found (`truth`).
+fn truth_of(g: &Graph, v: ValueId, truth: &BTreeMap<ValueId, bool>) -> Option<bool> {
+    if let Some(&t) = truth.get(&v) {
+        return Some(t);
+    }
+    let k = g.values[v].konst.as_ref()?;
+    let b = k.as_bool()?;
+    let first = *b.iter().next()?;
+    b.iter().all(|&e| e == first).then_some(first)
+}
+
+/// The smallest value of an affine index (every coordinate is ≥ 0): its offset, when that and
+/// every coefficient are numbers and no coefficient is negative.
+fn affine_min(a: &Affine) -> Option<i64> {
+    let coeffs_nonneg = a.coeffs.iter().all(|c| c.as_known().is_some_and(|v| v >= 0));
+    coeffs_nonneg.then_some(())?;
+    a.offset.as_known()
+}
+
+/// Whether every element of the boolean output of `node` is the same value, without it being a
+/// constant: `ConstantOfShape` of a boolean (its shape may be run-time), a comparison of an index
+/// with a number that its smallest value decides (`arange(seq) >= 0`, which BERT's mask `And`s
+/// with the padding mask; with a run-time seq it never folds), and views, casts to bool and
+/// `And`/`Or` of such values.
+fn truth_of_node(
+    g: &Graph,
+    node: &Node,
+    known: &BTreeMap<ValueId, Index>,
+    truth: &BTreeMap<ValueId, bool>,
+) -> Option<bool> {
+    if node.outputs.len() != 1 || !node.domain.is_empty() {
+        return None;
+    }
+    if g.values[node.outputs[0]].ty.as_ref()?.dtype != DType::Bool {
+        return None;
+    }
+    let input = |i: usize| node.inputs.get(i).copied().flatten();
+    if let Some(c) = node.op.downcast_ref::<ConstantOfShape>() {
+        let b = c.value.as_bool()?;
+        return (b.len() == 1).then(|| b.iter().next().copied()).flatten();
+    }
+    if let Some(cmp) = node.op.downcast_ref::<CompareOp>() {
+        let (x, y) = (input(0)?, input(1)?);
+        let (ax, ay) = (affine_of(g, x, known)?, affine_of(g, y, known)?);
+        // `lo` is the smallest value of the index side, `c` the number on the other side.
+        let decide = |lo: i64, c: i64, kind: CompareKind| -> Option<bool> {
+            match kind {
+                CompareKind::GreaterOrEqual => (lo >= c).then_some(true),
+                CompareKind::Greater => (lo > c).then_some(true),
+                CompareKind::Less => (lo >= c).then_some(false),
+                CompareKind::LessOrEqual => (lo > c).then_some(false),
+                CompareKind::Equal => (lo > c).then_some(false),
+            }
+        };
+        if ay.is_uniform() {
+            if let (Some(lo), Some(c)) = (affine_min(&ax), ay.offset.as_known()) {
+                return decide(lo, c, cmp.kind);
+            }
+        }
+        if ax.is_uniform() {
+            // `c op index` is `index op' c` with the comparison mirrored.
+            let mirrored = match cmp.kind {
+                CompareKind::Less => CompareKind::Greater,
+                CompareKind::LessOrEqual => CompareKind::GreaterOrEqual,
+                CompareKind::Greater => CompareKind::Less,
+                CompareKind::GreaterOrEqual => CompareKind::LessOrEqual,
+                CompareKind::Equal => CompareKind::Equal,
+            };
+            if let (Some(lo), Some(c)) = (affine_min(&ay), ax.offset.as_known()) {
+                return decide(lo, c, mirrored);
+            }
+        }
+        return None;
+    }
+    if let Some(l) = node.op.downcast_ref::<LogicOp>() {
+        let (a, b) = (truth_of(g, input(0)?, truth)?, truth_of(g, input(1)?, truth)?);
+        return match l.kind {
+            LogicKind::And => Some(a && b),
+            LogicKind::Or => Some(a || b),
+            LogicKind::Xor => Some(a != b),
+        };
+    }
+    let x = input(0)?;
+    let from_bool = g.values[x].ty.as_ref()?.dtype == DType::Bool;
+    let is_view = matches!(node.op_type.as_str(), "Unsqueeze" | "Squeeze" | "Reshape" | "Identity" | "Expand");
+    if from_bool && (is_view || node.op.downcast_ref::<CastOp>().is_some()) {
+        return truth_of(g, x, truth);
+    }
+    None
 }
 
 /// `And(x, all-true)` / `Or(x, all-false)` in either order.
-fn neutral_logic(g: &Graph, node: &Node) -> Option<Neutral> {
+fn neutral_logic(g: &Graph, node: &Node, truth: &BTreeMap<ValueId, bool>) -> Option<Neutral> {
     let op = node.op.downcast_ref::<LogicOp>()?;
     let neutral = match op.kind {
         LogicKind::And => true,
@@ -546,12 +714,7 @@ fn neutral_logic(g: &Graph, node: &Node) -> Option<Neutral> {
         LogicKind::Xor => return None,
     };
     let (a, b) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
-    let is_neutral = |v: ValueId| {
-        g.values[v]
-            .konst
-            .as_ref()
-            .is_some_and(|k| k.dtype() == DType::Bool && k.as_bool().is_some_and(|t| t.iter().all(|&e| e == neutral)))
-    };
+    let is_neutral = |v: ValueId| truth_of(g, v, truth) == Some(neutral);
     let (x, c) = if is_neutral(b) {
         (a, b)
     } else if is_neutral(a) {
@@ -563,8 +726,11 @@ fn neutral_logic(g: &Graph, node: &Node) -> Option<Neutral> {
     if shape(g, x)? == out {
         return Some(Neutral::Same(x));
     }
-    let cshape: Vec<i64> = g.values[c].konst.as_ref()?.shape().iter().map(|&d| d as i64).collect();
-    Some(Neutral::Broadcast(x, cshape))
+    let cshape: Option<Vec<i64>> = shape(g, c)?.iter().map(Dim::as_known).collect();
+    match cshape {
+        Some(cshape) => Some(Neutral::Broadcast(x, cshape)),
+        None => Some(Neutral::BroadcastLike(x, c)),
+    }
 }
 
 #[cfg(test)]
@@ -607,8 +773,13 @@ mod tests {
     /// `arange(B)[:, None, None, None] * S + arange(S)` as the TorchScript export of Hugging Face
     /// BERT builds it, with the row factor `times` and the first batch index `from`.
     fn torchscript_mask(times_plus: i64, from: i64) -> GraphBuilder {
+        torchscript_mask_of("B,5", times_plus, from)
+    }
+
+    /// [`torchscript_mask`] of a mask with the shape `dims` (`B,S`: both run-time dims).
+    fn torchscript_mask_of(dims: &str, times_plus: i64, from: i64) -> GraphBuilder {
         let mut b = GraphBuilder::new(17);
-        let m = b.input("mask", DType::I64, "B,5");
+        let m = b.input("mask", DType::I64, dims);
         let cast = b.node("Cast", vec![("to", Attr::Int(9))], &[m], 1)[0];
         let flat = b.node("Flatten", vec![("axis", Attr::Int(2))], &[cast], 1)[0];
         let shape = b.node("Shape", vec![], &[m], 1)[0];
@@ -641,6 +812,25 @@ mod tests {
             "the index arithmetic is gone: {ops:?}"
         );
         assert!(ops.iter().any(|o| o == "Reshape"), "{ops:?}");
+    }
+
+    #[test]
+    fn a_gather_with_batch_and_sequence_both_symbolic_reshapes_the_unflattened_mask() {
+        // The result [B,1,1,S,1] has two symbolic dims: the flattened [B·S,1] data cannot say
+        // both, the mask [B,S] under the Flatten can (B copied as 0, S as the one -1).
+        let (stats, ops) = simplified(torchscript_mask_of("B,S", 0, 0));
+        assert_eq!(stats.gathers, 1, "{ops:?}");
+        assert!(!ops.iter().any(|o| o == "Gather" || o == "Range" || o == "Mul"), "{ops:?}");
+        let mut b = torchscript_mask_of("B,S", 0, 0);
+        infer_graph(&mut b.g).unwrap();
+        simplify(&mut b.g).unwrap();
+        let reshape = b.g.nodes.iter().find(|n| n.op_type == "Reshape").unwrap();
+        let target = b.g.values[reshape.inputs[1].unwrap()].konst.as_ref().unwrap().to_i64_vec();
+        assert_eq!(target, [0, 1, 1, -1, 1]);
+        // Shifted rows stay gathers with symbolic dims too.
+        let mut b = torchscript_mask_of("B,S", 0, 1);
+        infer_graph(&mut b.g).unwrap();
+        assert_eq!(simplify(&mut b.g).unwrap().gathers, 0);
     }
 
     #[test]
@@ -726,6 +916,53 @@ mod tests {
         let xor = g.nodes.iter_mut().find(|n| n.op_type == "And").unwrap();
         xor.op = Box::new(LogicOp { kind: LogicKind::Xor });
         assert_eq!(simplify(&mut g).unwrap().logic, 0);
+    }
+
+    /// BERT's mask with a run-time seq: `And(ConstantOfShape(true, [1,1,S,1]), arange(S)[:,None]
+    /// >= 0)` is all true without being a constant, so `And` of it with the mask `[B,1,1,S]` is
+    /// the mask broadcast to `[B,1,S,S]`: an Expand to that value's (symbolic) shape.
+    #[test]
+    fn logic_with_a_provably_neutral_run_time_operand_is_a_broadcast() {
+        for (cmp, k, neutral) in [("GreaterOrEqual", 0, true), ("Less", 0, false), ("Greater", -1, true)] {
+            let mut b = GraphBuilder::new(17);
+            let m = b.input("mask", DType::I64, "B,S");
+            let cast = b.node("Cast", vec![("to", Attr::Int(9))], &[m], 1)[0];
+            let axes = b.konst("axes", ints(&[1, 2]));
+            let m4 = b.node("Unsqueeze", vec![], &[cast, axes], 1)[0];
+            let shape = b.node("Shape", vec![], &[m], 1)[0];
+            let (k0, k1) = (b.konst("k0", scalar(0)), b.konst("k1", scalar(1)));
+            let seq = b.node("Gather", vec![], &[shape, k1], 1)[0];
+            let cols = b.node("Range", vec![], &[k0, seq, k1], 1)[0];
+            let a013 = b.konst("a013", ints(&[0, 1, 3]));
+            let cols = b.node("Unsqueeze", vec![], &[cols, a013], 1)[0];
+            let bound = b.konst("bound", scalar(k));
+            let test = b.node(cmp, vec![], &[cols, bound], 1)[0];
+            let fill = b.node("Shape", vec![], &[test], 1)[0];
+            let value = Tensor::from_i64s(&[1], vec![neutral as i64]).cast(DType::Bool);
+            let filled = b.node("ConstantOfShape", vec![("value", Attr::Tensor(value))], &[fill], 1)[0];
+            let logic = if neutral { "And" } else { "Or" };
+            let both = b.node(logic, vec![], &[filled, test], 1)[0];
+            let out = b.node(logic, vec![], &[both, m4], 1)[0];
+            let out = b.node("Cast", vec![("to", Attr::Int(1))], &[out], 1)[0];
+            b.g.outputs.push(out);
+            let (stats, ops) = simplified(b);
+            assert_eq!(stats.logic, 2, "{cmp}: {ops:?}");
+            assert!(!ops.iter().any(|o| o == logic), "{cmp}: {ops:?}");
+            assert!(ops.iter().any(|o| o == "Expand"), "{cmp}: {ops:?}");
+        }
+        // A comparison the index's smallest value does not decide stays.
+        let mut b = GraphBuilder::new(17);
+        let m = b.input("mask", DType::I64, "B,S");
+        let cast = b.node("Cast", vec![("to", Attr::Int(9))], &[m], 1)[0];
+        let shape = b.node("Shape", vec![], &[m], 1)[0];
+        let (k0, k1) = (b.konst("k0", scalar(0)), b.konst("k1", scalar(1)));
+        let seq = b.node("Gather", vec![], &[shape, k1], 1)[0];
+        let cols = b.node("Range", vec![], &[k0, seq, k1], 1)[0];
+        let test = b.node("GreaterOrEqual", vec![], &[cols, k1], 1)[0];
+        let out = b.node("And", vec![], &[cast, test], 1)[0];
+        b.g.outputs.push(out);
+        let (stats, ops) = simplified(b);
+        assert_eq!(stats.logic, 0, "{ops:?}");
     }
 
     #[test]

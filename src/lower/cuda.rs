@@ -29,11 +29,16 @@
 //!   per output column; when bias and residual are both present, beta == 1 (the sm80
 //!   residual-block epilogue adds the bias unscaled). Everything else → `gemm_generic`.
 //!
-//! Choice per batch range. A model with a run-time batch gets one instance per batch range
+//! Choice per range. A model with a run-time batch gets one instance per batch range
 //! ([`CudaTarget::batch_buckets`]: up to 1, 8, 64 and `--max-batch`), since the best tile at batch
-//! 1 is rarely the best at 256; the node kernel dispatches on the run-time batch. For each range:
+//! 1 is rarely the best at 256; the node kernel dispatches on the run-time batch. A matrix product
+//! whose sizes depend on another run-time dim (`--dim seq=1..512`: the rows of a projection are
+//! batch · seq) is also chosen per range of that dim, split the same way (up to 1, 8, 64 and its
+//! largest value), for each batch range (`GemmProblem::choice_points`, at most
+//! [`super::target::MAX_CHOICE_POINTS`] points); the node then tests both dims. For each range:
 //! 1. measured: the fastest candidate the profiler timed (and checked against a reference) for
-//!    this exact problem at the range's largest batch ([`CudaTarget::with_measurements`]);
+//!    this exact problem at the range's bounds (largest batch, largest sequence length)
+//!    ([`CudaTarget::with_measurements`]);
 //! 2. otherwise the heuristic: on sm_90a, a convolution takes the largest sm90 conv tile whose
 //!    grid covers two thirds of the SMs, or, for a smaller problem, the sm90 128x64 tile (K ≤ 64)
 //!    or 64x128 tile: on the H200 those beat the sm80 tiles on every small ResNet-50 problem (the
@@ -72,7 +77,10 @@
 use super::ops::act::act_call;
 pub use super::ops::conv::DEPTHWISE_TEMPLATE;
 use super::problem::{BiasKind, ConvProblem, GemmProblem};
-use super::target::{Dispatch, Instance, LibraryInstance, Measurements, ProfileProblem, ProfiledTarget, Target};
+use super::target::{
+    choice_grid, dispatch_over, range_buckets, Dispatch, Instance, LibraryInstance, Measurements, Point,
+    ProfileProblem, ProfiledTarget, Target,
+};
 use crate::error::{Error, Result};
 use crate::ir::ops::kernel::Act;
 use crate::ir::Dim;
@@ -548,10 +556,7 @@ impl CudaTarget {
     /// at 1, 8, 64 and `max_batch` (those below it), each serving the batches from the previous
     /// bound up to its own.
     pub fn with_max_batch(mut self, max_batch: i64) -> CudaTarget {
-        let max = max_batch.max(1);
-        let mut b: Vec<i64> = [1, 8, 64].into_iter().filter(|&v| v < max).collect();
-        b.push(max);
-        self.buckets = b;
+        self.buckets = range_buckets(1, max_batch);
         self
     }
 
@@ -621,30 +626,14 @@ impl CudaTarget {
         d.eval(&env).as_known().unwrap_or(batch).max(1)
     }
 
-    /// The batch values to choose at: every bucket when one of `dims` depends on the batch, else
-    /// one choice.
-    fn choice_points(&self, dims: &[&Dim]) -> Vec<i64> {
-        if dims.iter().any(|d| d.as_known().is_none()) {
-            self.buckets.clone()
-        } else {
-            vec![*self.buckets.last().unwrap_or(&1)]
+    /// The points to choose a convolution's instance at: every batch bucket when the batch `n`
+    /// is the run-time batch, else one choice (a convolution's other sizes are compile-time).
+    fn conv_points(&self, n: &Dim) -> Vec<Point> {
+        let largest = *self.buckets.last().unwrap_or(&1);
+        match n.as_known() {
+            None => choice_grid(&self.buckets, &[]),
+            Some(_) => vec![Point::batch(largest)],
         }
-    }
-
-    /// One dispatch entry per choice point, adjacent equal choices merged.
-    fn dispatch(&self, points: &[i64], mut choose: impl FnMut(i64) -> (LibraryInstance, bool)) -> Vec<Dispatch> {
-        let mut out: Vec<Dispatch> = Vec::new();
-        for &b in points {
-            let (instance, measured) = choose(b);
-            match out.last_mut() {
-                Some(last) if last.instance == instance => {
-                    last.max_batch = b;
-                    last.measured &= measured;
-                }
-                _ => out.push(Dispatch { max_batch: b, instance, measured }),
-            }
-        }
-        out
     }
 
     /// The fastest measured candidate for `signature`, if the profile has one.
@@ -926,13 +915,13 @@ impl CudaTarget {
         out
     }
 
-    /// The gemm's sizes at batch `b`: (batch_count, m, n, k).
-    fn gemm_dims(p: &GemmProblem, b: i64) -> [i64; 4] {
-        p.judged_sizes().map(|d| Self::at(&d, b))
+    /// The gemm's sizes at `point`: (batch_count, m, n, k).
+    fn gemm_dims(p: &GemmProblem, point: &Point) -> [i64; 4] {
+        p.judged_at(&point.dims).map(|d| Self::at(&d, point.batch))
     }
 
-    fn gemm_signature(p: &GemmProblem, b: i64, epi: &Epilogue) -> String {
-        let [bc, m, n, k] = Self::gemm_dims(p, b);
+    fn gemm_signature(p: &GemmProblem, point: &Point, epi: &Epilogue) -> String {
+        let [bc, m, n, k] = Self::gemm_dims(p, point);
         format!(
             "gemm b{bc} m{m} n{n} k{k} abatch{} bbatch{} alpha{} beta{} {}",
             p.a_batched as u8, p.b_batched as u8, p.alpha, p.beta, epi.tag
@@ -941,8 +930,8 @@ impl CudaTarget {
 
     /// The problem's fields for the profiler, with the leading dims and batch strides the gemm
     /// lowering passes (packed operands, per-column bias, residual shaped like the output).
-    fn gemm_fields(p: &GemmProblem, b: i64, epi: &Epilogue) -> Map<String, Json> {
-        let [bc, m, n, k] = Self::gemm_dims(p, b);
+    fn gemm_fields(p: &GemmProblem, point: &Point, epi: &Epilogue) -> Map<String, Json> {
+        let [bc, m, n, k] = Self::gemm_dims(p, point);
         let mut f = epi.fields.clone();
         let a_rows_stride = if p.trans_a { m } else { k };
         let b_rows_stride = if p.trans_b { k } else { n };
@@ -978,8 +967,8 @@ impl CudaTarget {
         f
     }
 
-    fn gemm_heuristic(&self, p: &GemmProblem, b: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
-        let [bc, m, n, _] = Self::gemm_dims(p, b);
+    fn gemm_heuristic(&self, p: &GemmProblem, point: &Point, candidates: &[LibraryInstance]) -> LibraryInstance {
+        let [bc, m, n, _] = Self::gemm_dims(p, point);
         let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
         if self.hopper() {
             // Below a wave, the smallest data-parallel sm90 tile (ping-pong 64x64): on the H200
@@ -1028,13 +1017,14 @@ impl CudaTarget {
         self.fastest_measured_ms(&signature, &candidates)
     }
 
-    /// [`CudaTarget::conv_signature_at`] for a matrix product (every symbol of its dims set to
-    /// `batch`); None when the generic kernel computes it.
+    /// [`CudaTarget::conv_signature_at`] for a matrix product: the batch set to `batch`, the
+    /// other run-time dims of `p.dim_ranges` at their largest (any symbol left set to `batch`);
+    /// None when the generic kernel computes it.
     pub fn gemm_signature_at(&self, p: &GemmProblem, batch: i64) -> Option<String> {
         if Target::gemm(self, p).template != GEMM_NODE_TEMPLATE {
             return None;
         }
-        Some(Self::gemm_signature(p, batch, &Self::gemm_epilogue(p)))
+        Some(Self::gemm_signature(p, &Point::batch(batch), &Self::gemm_epilogue(p)))
     }
 
     /// [`CudaTarget::conv_time`] for a matrix product.
@@ -1105,8 +1095,9 @@ impl Target for CudaTarget {
         if candidates.is_empty() {
             return self.conv_direct(p);
         }
-        let points = self.choice_points(&[&p.n]);
-        let dispatch = self.dispatch(&points, |b| {
+        let points = self.conv_points(&p.n);
+        let dispatch = dispatch_over(&points, |point| {
+            let b = point.batch;
             let n = Self::at(&p.n, b);
             let signature = Self::conv_signature(p, n, &epi);
             // Each output sums R·S·C/group products.
@@ -1119,14 +1110,15 @@ impl Target for CudaTarget {
                 candidates: candidates.clone(),
                 flops,
                 heuristic: heuristic.config.clone(),
-                batch: b,
+                point: point.clone(),
                 uses: 0,
             });
-            match self.measured_choice(&signature, &candidates) {
+            Some(match self.measured_choice(&signature, &candidates) {
                 Some(c) => (c, true),
                 None => (heuristic, false),
-            }
-        });
+            })
+        })
+        .unwrap_or_default();
         Instance {
             template: CONV_NODE_TEMPLATE.into(),
             context: Map::new(),
@@ -1149,27 +1141,29 @@ impl Target for CudaTarget {
         }
         let epi = Self::gemm_epilogue(p);
         let candidates = self.gemm_candidates(&epi);
-        let judged = p.judged_sizes();
-        let points = self.choice_points(&judged.iter().collect::<Vec<_>>());
-        let dispatch = self.dispatch(&points, |b| {
-            let signature = Self::gemm_signature(p, b, &epi);
-            let [bc, m, n, k] = Self::gemm_dims(p, b);
-            let heuristic = self.gemm_heuristic(p, b, &candidates);
+        // One choice per range of the batch and of each other run-time dim the sizes depend on,
+        // each judged at its range's bound: the heuristic and a measured choice alike.
+        let points = p.choice_points(&self.buckets);
+        let dispatch = dispatch_over(&points, |point| {
+            let signature = Self::gemm_signature(p, point, &epi);
+            let [bc, m, n, k] = Self::gemm_dims(p, point);
+            let heuristic = self.gemm_heuristic(p, point, &candidates);
             self.record(ProfileProblem {
                 signature: signature.clone(),
                 kind: "gemm",
-                fields: Self::gemm_fields(p, b, &epi),
+                fields: Self::gemm_fields(p, point, &epi),
                 candidates: candidates.clone(),
                 flops: 2.0 * bc as f64 * m as f64 * n as f64 * k as f64,
                 heuristic: heuristic.config.clone(),
-                batch: b,
+                point: point.clone(),
                 uses: 0,
             });
-            match self.measured_choice(&signature, &candidates) {
+            Some(match self.measured_choice(&signature, &candidates) {
                 Some(c) => (c, true),
                 None => (heuristic, false),
-            }
-        });
+            })
+        })
+        .unwrap_or_default();
         Instance {
             template: GEMM_NODE_TEMPLATE.into(),
             context: Map::new(),
@@ -1249,7 +1243,7 @@ mod tests {
             bias: Some(BiasKind::PerColumn),
             residual: false,
             act: None,
-            sizes_at: Default::default(),
+            dim_ranges: Default::default(),
         }
     }
 
@@ -1374,7 +1368,7 @@ mod tests {
                 assert!(rec[0].signature.contains(" dil1,1 g32 bias1 "), "{}", rec[0].signature);
                 // Each output sums 3·3·C/32 products.
                 let at1_flops = 2.0 * (hw * hw * c) as f64 * (9 * c / 32) as f64;
-                let batch1 = rec.iter().find(|r| r.batch == 1).expect("batch 1");
+                let batch1 = rec.iter().find(|r| r.point.batch == 1).expect("batch 1");
                 assert_eq!(batch1.flops, at1_flops);
                 assert_eq!(batch1.fields["groups"], 32);
                 let d = &i.dispatch;
@@ -1626,11 +1620,68 @@ mod tests {
         // A node whose measured choice is a stream-K instance reserves its partial tiles.
         let d = |config: &str| Dispatch {
             max_batch: 1,
+            dims: BTreeMap::new(),
             instance: LibraryInstance { config: config.to_string(), ..c.clone() },
             measured: true,
         };
         assert_eq!(dispatch_workspace(&[d("gemm_sm90 128x64x64 c1x1 cooperative streamk")]), STREAM_K_WORKSPACE_BYTES);
         assert_eq!(dispatch_workspace(&[d("gemm_sm90 64x64x64 c1x1 pingpong")]), LIBRARY_WORKSPACE_BYTES);
+    }
+
+    #[test]
+    fn gemm_instances_per_batch_and_sequence_range() {
+        // A BERT-base projection with a run-time batch N (1..64) and sequence length seq
+        // (1..512): rows = N · seq. Each (batch, seq) range is judged at its bounds, by the
+        // heuristic and in the recorded problems the profiler times.
+        let t = CudaTarget::new(Arch::Sm90a).with_max_batch(64).recording();
+        let rows = Dim::sym("N").mul(&Dim::sym("seq"));
+        let mut p = gemm(rows, 768, 768);
+        p.dim_ranges = [("seq".to_string(), (1, 512))].into();
+        let i = t.gemm(&p);
+        let at = |b: i64, s: i64| {
+            let e = i.dispatch.iter().enumerate().find(|(j, e)| {
+                *j + 1 == i.dispatch.len() || (b <= e.max_batch && e.dims.get("seq").is_none_or(|&x| s <= x))
+            });
+            e.unwrap().1.instance.config.clone()
+        };
+        let pingpong = "gemm_sm90 64x64x64 c1x1 pingpong";
+        // 64 sequences of 512: 32768 rows fill the GPU with a large tile; of 8 tokens, 512 rows
+        // are below a wave. Judged at seq's largest value alone, both took the large tile.
+        assert_ne!(at(64, 512), pingpong, "{:?}", i.dispatch);
+        assert_eq!(at(64, 8), pingpong, "{:?}", i.dispatch);
+        assert_eq!(at(1, 512), pingpong, "{:?}", i.dispatch);
+        assert!(i.dispatch.iter().any(|e| e.dims.get("seq") == Some(&64)), "{:?}", i.dispatch);
+        // The profiler gets every (batch, seq) bound: rows 1 · 1 up to 64 · 512.
+        let recorded = t.recorded();
+        let sigs: BTreeSet<&str> = recorded.iter().map(|r| r.signature.as_str()).collect();
+        for m in [1, 8, 64, 512, 4096, 32768] {
+            assert!(sigs.iter().any(|s| s.starts_with(&format!("gemm b1 m{m} n768 k768 "))), "m{m}: {sigs:?}");
+        }
+        let largest = recorded.iter().find(|r| r.signature.contains(" m32768 ")).unwrap();
+        assert_eq!(largest.point, Point { batch: 64, dims: [("seq".to_string(), 512)].into() });
+        assert_eq!(largest.fields["m"], 32768);
+        // Measured times decide per range too: a time for rows 512 only (batch 64 with seq 8, and
+        // batch 1 with seq 512) changes those ranges.
+        let sig512 = recorded.iter().find(|r| r.signature.contains(" m512 ")).unwrap();
+        let fast = "gemm_sm80 128x128x32 w64x64x32 s4";
+        let m: Measurements = [(sig512.signature.clone(), [(fast.to_string(), 0.001)].into())].into();
+        let measured = CudaTarget::new(Arch::Sm90a).with_max_batch(64).with_measurements(m).gemm(&p);
+        let run = |b: i64, s: i64| {
+            let d = &measured.dispatch;
+            let e = d
+                .iter()
+                .enumerate()
+                .find(|(j, e)| *j + 1 == d.len() || (b <= e.max_batch && e.dims.get("seq").is_none_or(|&x| s <= x)));
+            let e = e.unwrap().1;
+            (e.instance.config.clone(), e.measured)
+        };
+        assert_eq!(run(64, 8), (fast.to_string(), true), "{:?}", measured.dispatch);
+        assert_eq!(run(1, 512), (fast.to_string(), true), "{:?}", measured.dispatch);
+        assert_eq!(run(64, 512), (at(64, 512), false), "{:?}", measured.dispatch);
+        // Sizes that do not depend on seq get no seq ranges.
+        let mut q = gemm(Dim::sym("N").mul(&Dim::known(128)), 768, 768);
+        q.dim_ranges = p.dim_ranges.clone();
+        assert!(t.gemm(&q).dispatch.iter().all(|e| e.dims.is_empty()));
     }
 
     #[test]
@@ -1736,8 +1787,8 @@ mod tests {
             // The classifier's lowering marks a batch of one as batched operands.
             let p = GemmProblem { a_batched: true, b_batched: true, ..gemm(Dim::known(dims[0]), dims[1], dims[2]) };
             let epi = CudaTarget::gemm_epilogue(&p);
-            assert_eq!(&CudaTarget::gemm_signature(&p, 1, &epi), sig, "the signature round-trips");
-            let heuristic = t.gemm_heuristic(&p, 1, &t.gemm_candidates(&epi));
+            assert_eq!(&CudaTarget::gemm_signature(&p, &Point::batch(1), &epi), sig, "the signature round-trips");
+            let heuristic = t.gemm_heuristic(&p, &Point::batch(1), &t.gemm_candidates(&epi));
             let ms = |c: &Json| c["ms"].as_f64().unwrap_or(f64::INFINITY);
             let best = candidates.as_object().expect("candidates").values().map(ms).fold(f64::INFINITY, f64::min);
             let chosen = ms(&candidates[heuristic.config.as_str()]);

@@ -77,6 +77,19 @@ impl Default for LowerOptions {
     }
 }
 
+impl LowerOptions {
+    /// The fixed dims and every run-time range at its largest value: where the optimiser's
+    /// measured extraction prices convolutions and matrix products (with the batch at
+    /// `--max-batch`). That is the last range the targets choose an instance for, so its
+    /// problems are the ones the profiler times; an unbound range would be priced at the batch's
+    /// value instead, a size no build chooses at.
+    pub fn pricing_dims(&self) -> BTreeMap<String, i64> {
+        let mut env = self.dims.clone();
+        env.extend(self.ranges.iter().map(|(s, &(_, max))| (s.clone(), max)));
+        env
+    }
+}
+
 /// How float tensors are stored on the device. Kernels compute in fp32 either way (fp32
 /// accumulation, fp32 epilogues); the precision decides the storage, and with it which kernels
 /// exist:
@@ -355,8 +368,9 @@ impl<'a> LowerCtx<'a> {
     }
 
     /// Emits the kernel of a target [`Instance`]: its fields are added to `context`, and for a
-    /// library choice the node kernel gets `dispatch` (`[{max_batch, when, fn, last}]`, ascending
-    /// batch ranges, `when` the C++ condition of the range) and
+    /// library choice the node kernel gets `dispatch` (`[{max_batch, dims, when, fn, last}]`,
+    /// ranges of the run-time dims in the order they are tested, `when` the C++ condition of the
+    /// range, `dims` the bounds of dims other than the batch when there are any) and
     /// `instances` (the distinct functions to declare), while the instances join the program's
     /// library (each rendered once).
     pub fn emit_instance(
@@ -372,21 +386,20 @@ impl<'a> LowerCtx<'a> {
         }
         if !inst.dispatch.is_empty() {
             let last = inst.dispatch.len() - 1;
-            // Entries are per batch range: the condition reads the batch's run-time value.
-            let batch = self.program.dims.batch;
-            let entries: Vec<Json> = inst
+            let entries = inst
                 .dispatch
                 .iter()
                 .enumerate()
                 .map(|(i, d)| {
-                    let when = match batch {
-                        Some(b) => format!("dims.v[{b}] <= {}", d.max_batch),
-                        None => "true".to_string(),
-                    };
-                    json!({ "max_batch": d.max_batch, "when": when, "fn": d.instance.name, "last": i == last,
-                            "config": d.instance.config, "measured": d.measured })
+                    let when = self.dispatch_condition(d)?;
+                    let mut e = json!({ "max_batch": d.max_batch, "when": when, "fn": d.instance.name, "last": i == last,
+                            "config": d.instance.config, "measured": d.measured });
+                    if !d.dims.is_empty() {
+                        e["dims"] = json!(d.dims);
+                    }
+                    Ok(e)
                 })
-                .collect();
+                .collect::<LowerResult<Vec<Json>>>()?;
             let mut names: Vec<&str> = inst.dispatch.iter().map(|d| d.instance.name.as_str()).collect();
             names.sort_unstable();
             names.dedup();
@@ -399,6 +412,24 @@ impl<'a> LowerCtx<'a> {
             }
         }
         self.emit(node, &inst.template, args, writes, context, inst.workspace_bytes)
+    }
+
+    /// The C++ condition under which a node runs dispatch entry `d`: the run-time batch at most
+    /// its `max_batch`, and each other run-time dim the entry bounds at most its bound (`true`
+    /// for a program with neither).
+    fn dispatch_condition(&self, d: &Dispatch) -> LowerResult<String> {
+        let mut tests: Vec<(usize, i64)> = self.program.dims.batch.map(|b| (b, d.max_batch)).into_iter().collect();
+        for (symbol, &bound) in &d.dims {
+            let i = self.program.dims.index_of(symbol).ok_or_else(|| {
+                LowerError::Invalid(format!("a library choice is bounded on '{symbol}', which is not a run-time dim"))
+            })?;
+            tests.push((i, bound));
+        }
+        tests.sort_unstable();
+        Ok(match tests.is_empty() {
+            true => "true".to_string(),
+            false => tests.iter().map(|(i, v)| format!("dims.v[{i}] <= {v}")).collect::<Vec<_>>().join(" && "),
+        })
     }
 
     /// Appends a kernel launch. `template` is the template stem (`conv2d_library`); the launcher

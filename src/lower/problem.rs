@@ -1,5 +1,6 @@
 //! Target-neutral descriptions of the problems a target picks library instances for.
 
+use super::target::{choice_grid, range_buckets, Point};
 use crate::ir::ops::kernel::Act;
 use crate::ir::Dim;
 use std::collections::BTreeMap;
@@ -82,22 +83,40 @@ pub struct GemmProblem {
     pub bias: Option<BiasKind>,
     pub residual: bool,
     pub act: Option<Act>,
-    /// Values at which a target judges the run-time dims other than the batch when it picks an
-    /// instance (their largest: `RunDims::others_at_max`); alignment is still judged on the
-    /// symbolic sizes, which hold for every value.
-    pub sizes_at: BTreeMap<String, i64>,
+    /// The run-time dims other than the batch and their ranges (`RunDims::other_ranges`): a
+    /// target chooses an instance per range of those the sizes depend on (see
+    /// [`GemmProblem::choice_points`]); alignment is still judged on the symbolic sizes, which
+    /// hold for every value.
+    pub dim_ranges: BTreeMap<String, (i64, i64)>,
 }
 
 impl GemmProblem {
-    /// `d` with the non-batch run-time dims at their judging values (`sizes_at`): what is left
-    /// symbolic depends on the batch only.
-    pub fn judged(&self, d: &Dim) -> Dim {
-        d.eval(&self.sizes_at)
+    /// `[batch_count, m, n, k]` with the run-time dims other than the batch at their values in
+    /// `dims` and the others of `dim_ranges` at their largest: what is left symbolic depends on
+    /// the batch only. A target picks an instance by these sizes.
+    pub fn judged_at(&self, dims: &BTreeMap<String, i64>) -> [Dim; 4] {
+        let env: BTreeMap<String, i64> =
+            self.dim_ranges.iter().map(|(s, &(_, max))| (s.clone(), dims.get(s).copied().unwrap_or(max))).collect();
+        [&self.batch_count, &self.m, &self.n, &self.k].map(|d| d.eval(&env))
     }
 
-    /// `[batch_count, m, n, k]` judged as [`judged`](Self::judged) does: what a target picks
-    /// an instance by.
-    pub fn judged_sizes(&self) -> [Dim; 4] {
-        [&self.batch_count, &self.m, &self.n, &self.k].map(|d| self.judged(d))
+    /// The points at which a target with batch buckets `batches` chooses an instance: the batch
+    /// buckets when a size depends on the batch (else only the largest), crossed with the
+    /// [`range_buckets`] of each other run-time dim a size depends on (seq of a `[batch·seq, 768]`
+    /// projection, of `[seq, seq]` attention scores), see [`choice_grid`].
+    pub fn choice_points(&self, batches: &[i64]) -> Vec<Point> {
+        let batch_dependent = self.judged_at(&BTreeMap::new()).iter().any(|d| d.as_known().is_none());
+        let batches = match batches.last() {
+            Some(&largest) if !batch_dependent => vec![largest],
+            _ => batches.to_vec(),
+        };
+        let sizes = [&self.batch_count, &self.m, &self.n, &self.k];
+        let others: Vec<(String, Vec<i64>)> = self
+            .dim_ranges
+            .iter()
+            .filter(|(s, _)| sizes.iter().any(|d| d.symbols().any(|x| x == s.as_str())))
+            .map(|(s, &(min, max))| (s.clone(), range_buckets(min, max)))
+            .collect();
+        choice_grid(&batches, &others)
     }
 }

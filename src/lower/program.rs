@@ -112,14 +112,14 @@ impl RunDims {
         self.dims.iter().map(|d| (d.symbol.clone(), d.max)).collect()
     }
 
-    /// Every dim but the batch at its largest value: the point at which a target judges problem
-    /// sizes for each batch range (the batch stays symbolic).
-    pub fn others_at_max(&self) -> BTreeMap<String, i64> {
+    /// Every dim but the batch and its range: the dims a target chooses library instances for
+    /// range by range, besides the batch (see `GemmProblem::choice_points`).
+    pub fn other_ranges(&self) -> BTreeMap<String, (i64, i64)> {
         self.dims
             .iter()
             .enumerate()
             .filter(|(i, _)| Some(*i) != self.batch)
-            .map(|(_, d)| (d.symbol.clone(), d.max))
+            .map(|(_, d)| (d.symbol.clone(), (d.min, d.max)))
             .collect()
     }
 

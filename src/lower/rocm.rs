@@ -40,7 +40,7 @@
 use super::cuda::{act_expr, act_name, instance_name, multiple_of};
 use super::ops::conv::DEPTHWISE_TEMPLATE;
 use super::problem::{BiasKind, ConvProblem, GemmProblem};
-use super::target::{Dispatch, Instance, LibraryInstance, Target};
+use super::target::{choice_grid, dispatch_over, range_buckets, Instance, LibraryInstance, Point, Target};
 use crate::error::{Error, Result};
 use crate::ir::Dim;
 use serde_json::{json, Map, Value as Json};
@@ -276,10 +276,7 @@ impl RocmTarget {
 
     /// Instances are chosen at batch 1, 8, 64 and `max_batch` (those below it), as on CUDA.
     pub fn with_max_batch(mut self, max_batch: i64) -> RocmTarget {
-        let max = max_batch.max(1);
-        let mut b: Vec<i64> = [1, 8, 64].into_iter().filter(|&v| v < max).collect();
-        b.push(max);
-        self.buckets = b;
+        self.buckets = range_buckets(1, max_batch);
         self
     }
 
@@ -292,26 +289,13 @@ impl RocmTarget {
         d.eval(&env).as_known().unwrap_or(batch).max(1)
     }
 
-    fn choice_points(&self, dims: &[&Dim]) -> Vec<i64> {
-        if dims.iter().any(|d| d.as_known().is_none()) {
-            self.buckets.clone()
-        } else {
-            vec![*self.buckets.last().unwrap_or(&1)]
+    /// The points to choose a convolution's instance at, as on CUDA: every batch bucket when
+    /// `n` is the run-time batch, else one.
+    fn conv_points(&self, n: &Dim) -> Vec<Point> {
+        match n.as_known() {
+            None => choice_grid(&self.buckets, &[]),
+            Some(_) => vec![Point::batch(*self.buckets.last().unwrap_or(&1))],
         }
-    }
-
-    /// One entry per batch range, adjacent equal choices merged; None when a range has no
-    /// instance that passes the checks.
-    fn dispatch(points: &[i64], mut choose: impl FnMut(i64) -> Option<LibraryInstance>) -> Option<Vec<Dispatch>> {
-        let mut out: Vec<Dispatch> = Vec::new();
-        for &b in points {
-            let instance = choose(b)?;
-            match out.last_mut() {
-                Some(last) if last.instance == instance => last.max_batch = b,
-                _ => out.push(Dispatch { max_batch: b, instance, measured: false }),
-            }
-        }
-        Some(out)
     }
 
     fn epilogue(bias: bool, residual: bool, pre_act: &str, act: &str) -> Map<String, Json> {
@@ -396,13 +380,14 @@ impl Target for RocmTarget {
             return Self::conv_own(p);
         }
         let spec = conv_spec(p);
-        let points = self.choice_points(&[&p.n]);
-        let dispatch = Self::dispatch(&points, |b| {
-            let n = Self::at(&p.n, b);
+        let points = self.conv_points(&p.n);
+        // None when a range has no instance that passes the checks.
+        let dispatch = dispatch_over(&points, |point| {
+            let n = Self::at(&p.n, point.batch);
             let allowed: Vec<CkTile> =
                 CK_TILES.iter().copied().filter(|t| ck_conv_check(t, spec, p, n).is_ok()).collect();
             let tile = pick_ck_tile(&allowed, n * p.p * p.q, p.k, 1, self.arch.compute_units())?;
-            Some(self.conv_instance(p, &tile, spec))
+            Some((self.conv_instance(p, &tile, spec), false))
         });
         match dispatch {
             Some(dispatch) => Instance {
@@ -422,14 +407,14 @@ impl Target for RocmTarget {
         if !(layout_ok && aligned) {
             return Instance::own("gemm_generic", Map::new());
         }
-        let judged = p.judged_sizes();
-        let points = self.choice_points(&judged.iter().collect::<Vec<_>>());
-        let dispatch = Self::dispatch(&points, |b| {
-            let [bc, m, n, k] = judged.clone().map(|d| Self::at(&d, b));
+        // Per range of the batch and of the other run-time dims the sizes depend on, as on CUDA.
+        let points = p.choice_points(&self.buckets);
+        let dispatch = dispatch_over(&points, |point| {
+            let [bc, m, n, k] = p.judged_at(&point.dims).map(|d| Self::at(&d, point.batch));
             let allowed: Vec<CkTile> =
                 CK_TILES.iter().copied().filter(|t| ck_gemm_check(t, m, n, k, !p.trans_b).is_ok()).collect();
             let tile = pick_ck_tile(&allowed, m, n, bc, self.arch.compute_units())?;
-            Some(self.gemm_instance(p, &tile))
+            Some((self.gemm_instance(p, &tile), false))
         });
         match dispatch {
             Some(dispatch) => Instance {

@@ -1,16 +1,17 @@
 //! Instance sharing: fewer library instances for a model that is modelled to be barely slower.
 //!
-//! With profiled times every (node, batch range) takes its fastest candidate, and near-ties go
-//! whichever way the timing noise tips them: ResNet-50 on the H200 ends up with 20 distinct sm90
-//! instances for 136 choices. Each sm90 instance costs about a minute of nvcc (and 3 GB while it
+//! With profiled times every (node, range of the run-time dims) takes its fastest candidate, and
+//! near-ties go whichever way the timing noise tips them: ResNet-50 on the H200 ends up with 20
+//! distinct sm90 instances for 136 choices. Each sm90 instance costs about a minute of nvcc (and 3 GB while it
 //! compiles), so a build on 16 cores runs two waves of them. Many choices have another candidate
 //! within a few percent, often one that other nodes need anyway.
 //!
 //! [`plan`] starts from the fastest instance of every problem (plus the heuristic's instance of
 //! every unmeasured one, which is built regardless) and removes instances one at a time while the
-//! model stays within budget: for every batch range, the sum over its library problems (each
-//! weighted by the nodes that use it) of the fastest time among the remaining instances may grow
-//! by at most `tolerance` over the all-fastest sum. Each step removes the instance whose removal
+//! model stays within budget: for every range (of the batch, and of the other run-time dims the
+//! problems depend on), the sum over its library problems (each weighted by the nodes that use
+//! it) of the fastest time among the remaining instances may grow by at most `tolerance` over the
+//! all-fastest sum. Each step removes the instance whose removal
 //! costs least (ties: the name), so the result is deterministic. The target then gives every
 //! problem the fastest instance of the set (see `ProfiledTarget::with_shared_instances`, whose
 //! per-choice limit is the largest slowdown of the plan).
@@ -18,7 +19,7 @@
 //! The budget is on the library kernels' modelled time alone: the model's own time (other kernels,
 //! launch gaps) is larger, so the whole model is slowed by less than `tolerance`.
 
-use super::target::{Measurements, ProfileProblem, ProfiledTarget};
+use super::target::{Measurements, Point, ProfileProblem, ProfiledTarget};
 use super::LowerOptions;
 use crate::error::Result;
 use crate::ir::Graph;
@@ -54,13 +55,14 @@ pub struct SharingPlan {
     /// The largest slowdown of one problem against its fastest (1.0 = none): the per-choice limit
     /// the target applies.
     pub worst_slowdown: f64,
-    /// Per batch range: the modelled library time with the plan over the all-fastest time.
-    pub slowdown_by_batch: BTreeMap<i64, f64>,
+    /// Per range of the run-time dims (the batch's, and with other run-time dims theirs): the
+    /// modelled library time with the plan over the all-fastest time.
+    pub slowdown_by_range: BTreeMap<Point, f64>,
 }
 
-/// A measured problem: its batch range, weight, and time per instance name.
+/// A measured problem: its range, weight, and time per instance name.
 struct Timed {
-    batch: i64,
+    point: Point,
     uses: f64,
     times: BTreeMap<String, f64>,
     /// The fastest instance and its time.
@@ -77,7 +79,7 @@ impl Timed {
             .collect();
         let (name, t) = times.iter().min_by(|a, b| a.1.total_cmp(b.1))?;
         let fastest = (name.clone(), *t);
-        Some(Timed { batch: p.batch, uses: p.uses.max(1) as f64, times, fastest })
+        Some(Timed { point: p.point.clone(), uses: p.uses.max(1) as f64, times, fastest })
     }
 
     /// The fastest time among `set`, if `set` has a candidate of this problem.
@@ -86,18 +88,17 @@ impl Timed {
     }
 }
 
-/// Per batch range, the weighted library time with `set`; None when a problem has no instance in
-/// `set`.
-fn time_by_batch(problems: &[Timed], set: &BTreeSet<String>) -> Option<BTreeMap<i64, f64>> {
+/// Per range, the weighted library time with `set`; None when a problem has no instance in `set`.
+fn time_by_range(problems: &[Timed], set: &BTreeSet<String>) -> Option<BTreeMap<Point, f64>> {
     let mut out = BTreeMap::new();
     for p in problems {
-        *out.entry(p.batch).or_insert(0.0) += p.uses * p.best_in(set)?;
+        *out.entry(p.point.clone()).or_insert(0.0) += p.uses * p.best_in(set)?;
     }
     Some(out)
 }
 
 /// The instance set for `problems` (every library problem of one model, as a recording target
-/// collects them) under `tolerance` (0.01: each batch range's library time at most 1% above the
+/// collects them) under `tolerance` (0.01: each range's library time at most 1% above the
 /// all-fastest choice).
 pub fn plan(problems: &[ProfileProblem], m: &Measurements, tolerance: f64) -> SharingPlan {
     let limit = 1.0 + tolerance.max(0.0);
@@ -120,17 +121,17 @@ pub fn plan(problems: &[ProfileProblem], m: &Measurements, tolerance: f64) -> Sh
     }
     let unshared = kept.len();
     kept.extend(fixed.iter().cloned());
-    let Some(base) = time_by_batch(&timed, &kept) else {
+    let Some(base) = time_by_range(&timed, &kept) else {
         return SharingPlan::default();
     };
     loop {
-        // The removal that adds least (summed relative growth over the batch ranges) and keeps
+        // The removal that adds least (summed relative growth over the ranges) and keeps
         // every range within budget.
         let mut best: Option<(f64, String)> = None;
         for name in kept.difference(&fixed) {
             let mut trial = kept.clone();
             trial.remove(name);
-            let Some(t) = time_by_batch(&timed, &trial) else { continue };
+            let Some(t) = time_by_range(&timed, &trial) else { continue };
             let growth: Vec<f64> = base.iter().map(|(b, v)| t.get(b).copied().unwrap_or(0.0) / v).collect();
             if growth.iter().any(|g| *g > limit) {
                 continue;
@@ -153,9 +154,9 @@ pub fn plan(problems: &[ProfileProblem], m: &Measurements, tolerance: f64) -> Sh
             worst = worst.max(t / p.fastest.1);
         }
     }
-    let now = time_by_batch(&timed, &kept).unwrap_or_default();
-    let slowdown_by_batch = base.iter().map(|(b, v)| (*b, now.get(b).copied().unwrap_or(0.0) / v)).collect();
-    SharingPlan { instances: kept, unshared, worst_slowdown: worst, slowdown_by_batch }
+    let now = time_by_range(&timed, &kept).unwrap_or_default();
+    let slowdown_by_range = base.iter().map(|(b, v)| (b.clone(), now.get(b).copied().unwrap_or(0.0) / v)).collect();
+    SharingPlan { instances: kept, unshared, worst_slowdown: worst, slowdown_by_range }
 }
 
 #[cfg(test)]
@@ -177,7 +178,7 @@ mod tests {
             candidates: ["a", "b", "c"].iter().map(|c| inst(c)).collect(),
             flops: 1.0,
             heuristic: "a".into(),
-            batch,
+            point: Point::batch(batch),
             uses,
         }
     }
@@ -202,14 +203,14 @@ mod tests {
         let all = plan(&ps, &m, 0.0);
         assert_eq!(all.instances, names(&["a", "b", "c"]));
         assert_eq!((all.unshared, all.worst_slowdown), (3, 1.0));
-        assert_eq!(all.slowdown_by_batch, [(1, 1.0)].into());
+        assert_eq!(all.slowdown_by_range, [(Point::batch(1), 1.0)].into());
 
         // Dropping a costs p2 1% (+0.33% in all), dropping b costs p1 2% (+0.67%): a goes.
         let shared = plan(&ps, &m, 0.01);
         assert_eq!(shared.instances, names(&["b", "c"]));
         assert_eq!(shared.unshared, 3);
         assert!((shared.worst_slowdown - 1.01).abs() < 1e-12, "{}", shared.worst_slowdown);
-        assert!((shared.slowdown_by_batch[&1] - 3.01 / 3.0).abs() < 1e-12);
+        assert!((shared.slowdown_by_range[&Point::batch(1)] - 3.01 / 3.0).abs() < 1e-12);
         // Under the cost of either removal nothing goes.
         assert_eq!(plan(&ps, &m, 0.003).instances, names(&["a", "b", "c"]));
     }
@@ -221,8 +222,8 @@ mod tests {
         let m = times(&[("small", &[("a", 1.0), ("b", 1.5)]), ("large", &[("a", 101.0), ("b", 100.0)])]);
         let p = plan(&ps, &m, 0.03);
         assert_eq!(p.instances, names(&["a"]));
-        assert!((p.slowdown_by_batch[&256] - 1.01).abs() < 1e-12);
-        assert_eq!(p.slowdown_by_batch[&1], 1.0);
+        assert!((p.slowdown_by_range[&Point::batch(256)] - 1.01).abs() < 1e-12);
+        assert_eq!(p.slowdown_by_range[&Point::batch(1)], 1.0);
     }
 
     #[test]

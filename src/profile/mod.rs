@@ -41,6 +41,9 @@ pub const MISMATCH_TOLERANCE: f64 = 1e-2;
 pub struct ProfileOptions {
     pub arch: Arch,
     pub lower: LowerOptions,
+    /// The optimiser's options of the build the profile is for (`--attention fused` packs the q,
+    /// k and v projections into one product, whose problem only that graph has).
+    pub optimize: crate::egraph::OptimizeOptions,
     /// The profile cache file.
     pub cache: PathBuf,
     /// Where the profiler's sources and library are written.
@@ -134,16 +137,19 @@ impl ProfileReport {
 /// unprofiled alternative (say, a convolution without its fused activation) is optimistic and
 /// would win against the real time of the fused kernel.
 pub fn profile(graph: &Graph, opts: &ProfileOptions) -> Result<ProfileReport> {
+    profile_problems(&problems(graph, opts)?, opts)
+}
+
+/// The library problems [`profile`] times: those priced while optimising `graph` with measured
+/// costs, and those of lowering the result, each at every choice point of the run-time dims —
+/// the batch ranges, and the ranges of every other run-time dim (`opts.lower.ranges`) a problem's
+/// sizes depend on, each at its bound, as `compile` with these options chooses.
+pub fn problems(graph: &Graph, opts: &ProfileOptions) -> Result<Vec<ProfileProblem>> {
     let target = CudaTarget::new(opts.arch).with_max_batch(opts.lower.max_batch).recording();
-    let (optimised, _) = cost::optimize_measured(
-        graph,
-        &crate::egraph::OptimizeOptions::standard()?,
-        &target,
-        opts.lower.max_batch,
-        &opts.lower.dims,
-    )?;
+    let (optimised, _) =
+        cost::optimize_measured(graph, &opts.optimize, &target, opts.lower.max_batch, &opts.lower.pricing_dims())?;
     crate::lower::lower(&optimised, &target, &opts.lower)?;
-    profile_problems(&target.recorded(), opts)
+    Ok(target.recorded())
 }
 
 fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<ProfileReport> {
@@ -489,6 +495,49 @@ mod tests {
         let t = CudaTarget::new(Arch::Sm90a).with_max_batch(8).recording();
         crate::lower::Target::conv2d(&t, &p);
         t.recorded()
+    }
+
+    /// `profile --dim seq=1..64 --max-batch 4 --attention fused` of tiny BERT: every product is
+    /// timed at each (batch, seq) range bound the build chooses at, the packed q/k/v projection
+    /// included, and at no other size.
+    #[test]
+    fn run_time_ranges_are_profiled_at_each_range_bound() {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+        let g = crate::onnx::load_model(&model).unwrap();
+        let opts = ProfileOptions {
+            arch: Arch::Sm90a,
+            lower: LowerOptions { ranges: [("seq".to_string(), (1, 64))].into(), max_batch: 4, ..Default::default() },
+            optimize: crate::egraph::OptimizeOptions::pipeline(true).unwrap(),
+            cache: PathBuf::from("unused.json"),
+            work_dir: PathBuf::from("unused"),
+            build: BuildOptions::default(),
+            warmup: 0,
+            iters: 1,
+            progress: false,
+            build_only: true,
+        };
+        let all = super::problems(&g, &opts).unwrap();
+        let field = |p: &ProfileProblem, k: &str| p.fields[k].as_i64().unwrap();
+        // Projections and feed-forward products have batch · seq rows: one problem per bound.
+        let rows: std::collections::BTreeSet<i64> = all
+            .iter()
+            .filter(|p| field(p, "k") == 64 && field(p, "n") != 64 || field(p, "n") == 192)
+            .map(|p| field(p, "m"))
+            .collect();
+        assert_eq!(rows, [1, 4, 8, 32, 64, 256].into(), "batch 1 and 4 times seq 1, 8 and 64");
+        // Every problem is at a point of the grid: rows are a batch bound times a seq bound, or a
+        // batch bound (the pooler). Pricing seq at the batch (4) would have added 16 rows.
+        for p in &all {
+            let m = field(p, "m");
+            assert!([1, 4, 8, 32, 64, 256].contains(&m), "{}", p.signature);
+        }
+        // The packed q/k/v projection (N = 3 · 64) of fused attention is among them, per range.
+        let qkv: Vec<&ProfileProblem> = all.iter().filter(|p| field(p, "n") == 192).collect();
+        assert_eq!(qkv.len(), 6, "{:?}", qkv.iter().map(|p| &p.signature).collect::<Vec<_>>());
+        assert!(qkv
+            .iter()
+            .any(|p| p.point == crate::lower::target::Point { batch: 4, dims: [("seq".to_string(), 8)].into() }
+                && field(p, "m") == 32));
     }
 
     fn cache(name: &str) -> ProfileCache {

@@ -302,7 +302,7 @@ impl ProductGeometry {
             bias: self.bias_kind,
             residual: self.res_st.is_some(),
             act: op.act,
-            sizes_at: BTreeMap::new(),
+            dim_ranges: BTreeMap::new(),
         }
     }
 }
@@ -342,7 +342,7 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
         },
     )?;
     let mut problem = geo.problem(op, cx.konst(node, 1).is_some());
-    problem.sizes_at = cx.run_dims().others_at_max();
+    problem.dim_ranges = cx.run_dims().other_ranges();
     // The library instances store fp16: at fp32 precision the generic kernel computes everything.
     let inst = if geo.generic_only().is_none() && cx.precision() == Precision::Fp16 {
         cx.target.gemm(&problem)
