@@ -11,10 +11,11 @@
 # of the benchmarks it measured (scripts/gpu/bench_store.py).
 #
 #   scripts/gpu-transformers.sh [--seq 128] [--seq2 77] [--batches 1,8,32] [--max-batch 32]
-#                               [--exporters torchscript,dynamo] [--models bert,vit] [--budget 560]
+#                               [--exporters torchscript,dynamo] [--models bert,vit|none] [--budget 560]
 #                               [--size base|tiny]   (tiny: the small test configurations, for a dry run)
 #                               [--rowwise]          (also the softmax / layernorm bandwidth sweep of
-#                                                     scripts/gpu/bench_rowwise.py, K = 32..16384)
+#                                                     scripts/gpu/bench_rowwise.py, K = 32..16384; with
+#                                                     --models none, the sweep alone)
 #                               [--unfused-attention] (also build the first exporter's BERT with
 #                                                     `compile --attention unfused`, as
 #                                                     bert_<exporter>, validated and timed next to
@@ -90,6 +91,8 @@ within_budget() { (($(elapsed) + $1 < BUDGET)); }
 
 # 1. Exports, in parallel (CPU only).
 IFS=, read -ra MODEL_LIST <<<"$MODELS"
+# --models none: no model at all (with --rowwise, the bandwidth sweep alone).
+[[ $MODELS == none ]] && MODEL_LIST=()
 IFS=, read -ra EXPORTER_LIST <<<"$EXPORTERS"
 PIDS=()
 for m in "${MODEL_LIST[@]}"; do
@@ -100,7 +103,7 @@ for m in "${MODEL_LIST[@]}"; do
   done
 done
 # By pid: a bare `wait` would also wait for the log's `tee` process substitution, forever.
-wait "${PIDS[@]}"
+((${#PIDS[@]} == 0)) || wait "${PIDS[@]}"
 for m in "${MODEL_LIST[@]}"; do for e in "${EXPORTER_LIST[@]}"; do
   say "export $m/$e: $(grep export_transformers "$W/${m}_$e.export.log" | tail -1)"
   record "{\"kind\":\"export\",\"model\":\"$m\",\"exporter\":\"$e\",\"meta\":$(json_of "$W/${m}_$e.export.json")}"
