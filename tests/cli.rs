@@ -183,22 +183,30 @@ fn main_command_writes_graph_json_and_summary() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `--attention fused` makes one attention kernel of the bundled attention block; by default
-/// the block stays unfused (softmax and score products as their own kernels).
+/// `--attention fused` makes one attention kernel of the bundled attention block, `unfused`
+/// keeps the softmax and score products as their own kernels, and the default (`auto`) is fused
+/// for CUDA and unfused for ROCm, which has no fused kernel.
 #[test]
-fn attention_option_fuses_attention_on_request() {
+fn attention_option_fuses_attention_by_default_on_cuda() {
     let dir = scratch("attention");
     let m = bundled("pattern_attention.onnx");
-    let summary = |mode: &str| {
-        let out_dir = dir.join(mode);
-        let args = ["compile", m.to_str().unwrap(), "-o", out_dir.to_str().unwrap(), "--no-build", "--attention", mode];
+    let summary = |name: &str, extra: &[&str]| {
+        let out_dir = dir.join(name);
+        let mut args = vec!["compile", m.to_str().unwrap(), "-o", out_dir.to_str().unwrap(), "--no-build"];
+        args.extend_from_slice(extra);
         expect_code(&run(&args), 0);
         std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary.txt written")
     };
-    let fused = summary("fused");
-    assert!(fused.contains("attention 1") && !fused.contains("softmax"), "{fused}");
-    let unfused = summary("unfused");
-    assert!(!unfused.contains("attention 1") && unfused.contains("softmax 1"), "{unfused}");
+    let is_fused = |s: &str| s.contains("attention 1") && !s.contains("softmax");
+    let is_unfused = |s: &str| !s.contains("attention 1") && s.contains("softmax 1");
+    let fused = summary("fused", &["--attention", "fused"]);
+    assert!(is_fused(&fused), "{fused}");
+    let unfused = summary("unfused", &["--attention", "unfused"]);
+    assert!(is_unfused(&unfused), "{unfused}");
+    let default = summary("default", &[]);
+    assert!(is_fused(&default), "{default}");
+    let rocm = summary("rocm", &["--target", "rocm", "--arch", "gfx942"]);
+    assert!(is_unfused(&rocm), "{rocm}");
     let (_, err) = expect_code(&run(&["compile", m.to_str().unwrap(), "-o", "x", "--attention", "fast"]), 1);
     assert!(err.contains("fast"), "{err}");
     std::fs::remove_dir_all(&dir).ok();

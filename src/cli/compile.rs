@@ -91,13 +91,11 @@ pub struct CompileArgs {
     /// matrix products then run on the slower direct/generic kernels).
     #[arg(long, default_value = "fp16", value_name = "fp16|fp32")]
     pub precision: Precision,
-    /// Attention subgraphs: `unfused` (default: the score products, mask add, softmax and head
-    /// transposes as separate kernels) or `fused` (one kernel per attention, attention.cu.hbs,
-    /// reading q, k and v where their projection wrote them, q, k and v projections packed into
-    /// one product). Not yet the default: this version of the fused kernel (strided operands,
-    /// heads-first exports such as ViT) is checked on the CPU reference but not yet on a GPU
-    /// (README).
-    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    /// Attention subgraphs: `fused` (one kernel per attention, attention.cu.hbs, reading q, k and
+    /// v where their projection wrote them, q, k and v projections packed into one product),
+    /// `unfused` (the score products, mask add, softmax and head transposes as separate kernels)
+    /// or `auto` (default: fused for CUDA, unfused for ROCm, which has no fused kernel yet).
+    #[arg(long, default_value = "auto", value_name = "auto|unfused|fused")]
     pub attention: AttentionMode,
     /// Squeeze-and-excitation blocks (EfficientNet, MobileNetV3): `unfused` (default: a global
     /// pooling, two 1x1 convolution kernels and the scale product) or `fused` (the pooling, both
@@ -136,13 +134,25 @@ pub enum TargetName {
 /// How attention subgraphs are compiled (`--attention`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionMode {
+    Auto,
     Unfused,
     Fused,
 }
 
+impl From<AttentionMode> for onnx2ait::compile::Attention {
+    fn from(m: AttentionMode) -> Self {
+        match m {
+            AttentionMode::Auto => onnx2ait::compile::Attention::Auto,
+            AttentionMode::Unfused => onnx2ait::compile::Attention::Unfused,
+            AttentionMode::Fused => onnx2ait::compile::Attention::Fused,
+        }
+    }
+}
+
 impl AttentionMode {
-    pub fn fused(self) -> bool {
-        self == AttentionMode::Fused
+    /// For the commands that only know CUDA (explain, profile): `auto` is fused there.
+    pub fn fused_on_cuda(self) -> bool {
+        onnx2ait::compile::Attention::from(self).fused_on(onnx2ait::compile::GpuTarget::Cuda)
     }
 }
 
@@ -178,7 +188,7 @@ impl CompileArgs {
             dims: fixed,
             ranges,
             precision: self.precision,
-            fused_attention: self.attention.fused(),
+            attention: self.attention.into(),
             fused_squeeze_excite: self.squeeze_excite.fused(),
             kernel_choice,
             profile_gpu: self.profile_gpu.clone(),

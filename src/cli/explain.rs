@@ -68,9 +68,9 @@ pub struct ExplainArgs {
     /// Fixes a symbolic dim before pricing (repeatable), as compile's --dim: --dim seq=128.
     #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim, requires = "profile_cache")]
     pub dims: Vec<(String, i64)>,
-    /// Attention subgraphs unfused (default) or fused into one kernel each, as compile's
-    /// --attention.
-    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    /// Attention subgraphs fused into one kernel each or not, as compile's --attention (`auto`,
+    /// the default, is fused: explain prices the CUDA target).
+    #[arg(long, default_value = "auto", value_name = "auto|unfused|fused")]
     pub attention: super::compile::AttentionMode,
     /// Squeeze-and-excitation blocks unfused (default) or their scale computed by one kernel
     /// each, as compile's --squeeze-excite.
@@ -84,7 +84,7 @@ pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
     let dims = super::checks::check_dims(&g, &a.dims)?;
     // As compile does: the fixed dims are numbers before optimising.
     onnx2ait::ir::specialize::bind_dims(&mut g, &dims)?;
-    let opts = OptimizeOptions::pipeline(a.attention.fused())?.with_squeeze_excite(a.squeeze_excite.fused())?;
+    let opts = OptimizeOptions::pipeline(a.attention.fused_on_cuda())?.with_squeeze_excite(a.squeeze_excite.fused())?;
     let (optimised, report, costs) = match &a.profile_cache {
         None => {
             let (optimised, report) = optimize(&g, &opts)?;

@@ -49,7 +49,7 @@ pub struct ProfileArgs {
     pub iters: u32,
     /// As compile's --attention: the products of the graph compile optimises with it are the
     /// ones to profile (fused attention packs the q, k and v projections into one product).
-    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    #[arg(long, default_value = "auto", value_name = "auto|unfused|fused")]
     pub attention: super::compile::AttentionMode,
     /// As compile's --squeeze-excite.
     #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
@@ -106,7 +106,8 @@ pub fn run(a: &ProfileArgs) -> Result<u8, Failure> {
     let cache = cache_path(a.cache.as_ref())?;
     let work_dir = a.work_dir.clone().unwrap_or_else(|| profile::default_work_dir(&cache));
     let cache_dir = a.cache_dir.clone().or_else(|| std::env::var_os("ONNX2AIT_CACHE_DIR").map(PathBuf::from));
-    let optimize = OptimizeOptions::pipeline(a.attention.fused())?.with_squeeze_excite(a.squeeze_excite.fused())?;
+    let optimize =
+        OptimizeOptions::pipeline(a.attention.fused_on_cuda())?.with_squeeze_excite(a.squeeze_excite.fused())?;
     let opts = ProfileOptions {
         arch,
         lower,

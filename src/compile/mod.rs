@@ -69,6 +69,29 @@ pub enum GpuTarget {
     Rocm(RocmArch),
 }
 
+/// How attention subgraphs are compiled (`--attention`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Attention {
+    /// Fused where the target has the fused kernel (CUDA), unfused where it has not (ROCm).
+    #[default]
+    Auto,
+    /// The score products, mask add, softmax and head transposes as separate kernels.
+    Unfused,
+    /// One kernel per attention (attention.cu.hbs); see [`OptimizeOptions::pipeline`].
+    Fused,
+}
+
+impl Attention {
+    /// Whether attention blocks compile to the fused kernel for `target`.
+    pub fn fused_on(self, target: GpuTarget) -> bool {
+        match self {
+            Attention::Auto => matches!(target, GpuTarget::Cuda),
+            Attention::Unfused => false,
+            Attention::Fused => true,
+        }
+    }
+}
+
 /// Everything `compile` takes besides the model and OUT: the command line's options, and its
 /// defaults ([`Default`]; the command line takes its defaults from here).
 #[derive(Clone, Debug)]
@@ -90,8 +113,9 @@ pub struct CompileOptions {
     pub ranges: BTreeMap<String, (i64, i64)>,
     /// Storage type of float activations and weights (`--precision`).
     pub precision: Precision,
-    /// One kernel per attention block (`--attention fused`); see [`OptimizeOptions::pipeline`].
-    pub fused_attention: bool,
+    /// Attention blocks fused into one kernel each or not (`--attention`); see
+    /// [`OptimizeOptions::pipeline`].
+    pub attention: Attention,
     /// One kernel per squeeze-and-excitation scale (`--squeeze-excite fused`); see
     /// [`OptimizeOptions::with_squeeze_excite`].
     pub fused_squeeze_excite: bool,
@@ -128,7 +152,7 @@ impl Default for CompileOptions {
             dims: BTreeMap::new(),
             ranges: BTreeMap::new(),
             precision: Precision::Fp16,
-            fused_attention: false,
+            attention: Attention::Auto,
             fused_squeeze_excite: false,
             kernel_choice: KernelChoice::ProfileCache(None),
             profile_gpu: None,
@@ -224,8 +248,8 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
         precision: opts.precision,
         symbol_prefix: opts.symbol_prefix.clone(),
     };
-    let optimize_opts =
-        OptimizeOptions::pipeline(opts.fused_attention)?.with_squeeze_excite(opts.fused_squeeze_excite)?;
+    let optimize_opts = OptimizeOptions::pipeline(opts.attention.fused_on(opts.target))?
+        .with_squeeze_excite(opts.fused_squeeze_excite)?;
     let (optimised, report) = optimize(&graph, &optimize_opts)?;
     if let GpuTarget::Rocm(arch) = opts.target {
         let choice = rocm_kernel_choice(opts)?;

@@ -76,18 +76,19 @@ pub struct OptimizeOptions {
 
 impl OptimizeOptions {
     /// The standard pipeline: cleanup → layout → fusion → cleanup, rules from `rewrites/`,
-    /// attention left unfused (what `compile` does by default; see [`Self::pipeline`]).
+    /// attention left unfused, which every target can lower (`compile` fuses it for CUDA by
+    /// default; see [`Self::pipeline`]).
     pub fn standard() -> Result<OptimizeOptions> {
         Self::pipeline(false)
     }
 
     /// The standard pipeline with (`fused_attention`) or without the attention rules of
     /// fusion.rules (those named `attention-*`, which make the fused `kernel::Attention`).
-    /// Without them (`compile --attention unfused`, the default) the score products, softmax
-    /// and head transposes stay separate kernels, which the analytical cost model cannot weigh
-    /// against the fused kernel: the choice is the user's, measured (README, BENCHMARKS.md). The
-    /// default becomes `fused` once the strided fused kernel (packed projections, heads-first
-    /// operands) has been validated on a GPU; the unfused path is the validated one.
+    /// Without them (`compile --attention unfused`, and the default for ROCm, which has no fused
+    /// kernel) the score products, softmax and head transposes stay separate kernels. The
+    /// analytical cost model cannot weigh the two against each other, so the choice is made per
+    /// target from measurements (README, BENCHMARKS.md): on CUDA the fused kernel validates for
+    /// BERT-base and ViT-B/16 and runs them faster, so `--attention auto` fuses there.
     pub fn pipeline(fused_attention: bool) -> Result<OptimizeOptions> {
         let rule_err = |e: rules::RuleError| Error::Other(e.to_string());
         let mut phases = vec![

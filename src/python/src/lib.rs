@@ -107,10 +107,11 @@ fn options(
         }
     }
     let precision: Precision = precision.parse().map_err(|e| value_err(format!("precision: {e}")))?;
-    let fused_attention = match attention {
-        "unfused" => false,
-        "fused" => true,
-        other => return Err(value_err(format!("attention='{other}': expected 'unfused' or 'fused'"))),
+    let attention = match attention {
+        "auto" => onnx2ait::compile::Attention::Auto,
+        "unfused" => onnx2ait::compile::Attention::Unfused,
+        "fused" => onnx2ait::compile::Attention::Fused,
+        other => return Err(value_err(format!("attention='{other}': expected 'auto', 'unfused' or 'fused'"))),
     };
     let fused_squeeze_excite = match squeeze_excite {
         "unfused" => false,
@@ -146,7 +147,7 @@ fn options(
         dims: dim_map,
         ranges,
         precision,
-        fused_attention,
+        attention,
         fused_squeeze_excite,
         kernel_choice,
         profile_gpu,

@@ -83,7 +83,7 @@ def compile(
     max_memory: Union[int, str, None] = None,
     dims: Optional[Mapping[str, Union[int, Tuple[int, int]]]] = None,
     precision: str = "fp16",
-    attention: str = "unfused",
+    attention: str = "auto",
     squeeze_excite: str = "unfused",
     profile: bool = False,
     profile_cache: Optional[PathLike] = None,
@@ -107,7 +107,7 @@ def compile(
                    or (min, max) ranges of dims chosen at each run, e.g. {"seq": (1, 512)}
                    (--dim seq=1..512)
     precision      "fp16" or "fp32" storage of float values on the GPU (--precision)
-    attention      "unfused" (default) or "fused" attention kernels (--attention)
+    attention      "auto" (default: fused on CUDA), "fused" or "unfused" attention kernels (--attention)
     squeeze_excite "unfused" (default) or "fused" squeeze-and-excitation scales (--squeeze-excite)
     profile        profile the kernels on this machine's GPU first (--profile)
     profile_cache  the profile cache file to read (and write with profile=True) (--profile-cache)
