@@ -843,3 +843,40 @@ fn scripts_never_reopen_dev_stdout() {
     }
     assert!(offenders.is_empty(), "scripts writing to /dev/stdout: {offenders:?}");
 }
+
+/// An explicit range of the batch dim (`--dim batch=1..8`) bounds the batch: library instances
+/// are chosen for batches up to 8 (not `--max-batch`'s default 64), and a `--max-batch` that says
+/// otherwise is refused by compile and profile; one that agrees is accepted.
+#[test]
+fn a_range_of_the_batch_dim_governs_the_batch() {
+    let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+    let m = bert.to_str().unwrap();
+    for (extra, name) in [(&[][..], "range"), (&["--max-batch", "8"][..], "agreeing")] {
+        let out = scratch(&format!("batch-range-{name}"));
+        let o = out.to_str().unwrap();
+        let mut args = vec!["compile", m, "-o", o, "--no-build", "--dim", "seq=1..16", "--dim", "batch=1..8"];
+        args.extend_from_slice(extra);
+        let (stdout, _) = expect_code(&run(&args), 0);
+        assert!(stdout.contains("batch 'batch' from 1 to 8"), "{name}: {stdout}");
+        let build: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("build.json")).unwrap()).unwrap();
+        let mut bounds = Vec::new();
+        for k in build["kernels"].as_array().unwrap() {
+            for d in k["dispatch"].as_array().into_iter().flatten() {
+                bounds.push(d["max_batch"].as_i64().unwrap());
+            }
+        }
+        assert!(!bounds.is_empty(), "{name}: the products have library instances");
+        assert!(bounds.iter().all(|&b| b <= 8) && bounds.contains(&8), "{name}: {bounds:?}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let out = scratch("batch-range-contradiction");
+    let o = out.to_str().unwrap();
+    let args = ["compile", m, "-o", o, "--no-build", "--dim", "seq=1..16", "--dim", "batch=1..8", "--max-batch", "32"];
+    let (_, err) = expect_code(&run(&args), 1);
+    assert!(err.contains("--max-batch 32 contradicts --dim batch=1..8"), "{err}");
+    let args = ["profile", m, "--dim", "seq=1..16", "--dim", "batch=2..8", "--max-batch", "32", "--build-only"];
+    let (_, err) = expect_code(&run(&args), 1);
+    assert!(err.contains("--max-batch 32 contradicts --dim batch=2..8"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}

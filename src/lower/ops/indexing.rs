@@ -25,7 +25,7 @@ use crate::ir::ops::scatter::Reduction;
 use crate::ir::ops::scatter::{GatherNd, OneHot, ScatterElements, ScatterNd};
 use crate::ir::ops::shape::{Expand, Tile};
 use crate::ir::{DType, Dim, Node};
-use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
+use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, Storage, TensorId};
 use crate::lower_unsupported;
 use serde_json::json;
 
@@ -238,7 +238,39 @@ fn lower_slice(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         base = base.add(&first.mul(&strides[a]));
         out_axes[a].stride = strides[a].mul(&Dim::known(steps[k]));
     }
+    if is_weight_prefix(cx, x, &in_shape, &out_shape, &base, &out_axes, &strides) {
+        cx.alias_output(node, 0, x)?;
+        return Ok(());
+    }
     emit_strided_copy(cx, node, x, 0, base, out_axes)
+}
+
+/// Whether a slice is the first rows of a weight (its leading axis cut, every other axis
+/// whole, step 1): those rows are a row-major tensor at the weight's own address, so the
+/// output is a view and no kernel copies them. BERT's position embeddings with a run-time
+/// sequence length are `table[:seq]` (see `ir::index_views`). Only for weights: they are never
+/// written, so the view cannot see a later write; and only when the rows can never run past
+/// the table at any value of the run-time dims (else the copy stays, as before).
+fn is_weight_prefix(
+    cx: &LowerCtx,
+    x: TensorId,
+    in_shape: &[Dim],
+    out_shape: &[Dim],
+    base: &Dim,
+    out_axes: &[StridedAxis],
+    strides: &[Dim],
+) -> bool {
+    let weight = matches!(cx.tensor(cx.base_of(x)).storage, Storage::Weight { .. });
+    if !weight || *base != Dim::known(0) || in_shape.is_empty() || out_shape.len() != in_shape.len() {
+        return false;
+    }
+    let same_rows = out_axes.iter().zip(strides).all(|(a, s)| a.stride == *s);
+    let whole_rows = out_shape[1..] == in_shape[1..];
+    let fits = match (in_shape[0].as_known(), cx.upper_bound(&out_shape[0])) {
+        (Some(rows), Ok(most)) => most <= rows,
+        _ => false,
+    };
+    same_rows && whole_rows && fits
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -750,6 +782,36 @@ mod tests {
         assert_eq!(k["base"], "26");
         assert!(is_alias(&p, p.tensors.len() - 1));
         render_all("slice", &p);
+    }
+
+    /// `table[:N]` of a constant table, N the run-time batch (at most 8 here): the rows are the
+    /// weight's own bytes, so the slice is a view; a table with fewer rows than N can reach
+    /// keeps the copy, and so does a prefix that cuts the rows' inner axis.
+    #[test]
+    fn a_prefix_of_a_weight_is_a_view_when_it_fits_the_table() {
+        for (rows, cols, inner, view) in [(8usize, 3usize, 3i64, true), (6, 3, 3, false), (8, 3, 2, false)] {
+            // Opset 15: Shape's start/end.
+            let mut b = GraphBuilder::new(15);
+            let x = b.input("x", DType::F16, "N,4");
+            let table = b.konst("table", Tensor::from_f32s(&[rows, cols], vec![0.5; rows * cols]));
+            let n = b.node("Shape", vec![("start", Attr::Int(0)), ("end", Attr::Int(1))], &[x], 1)[0];
+            let z = b.konst("z", ints(&[0, 0]));
+            let inner_end = b.konst("inner", ints(&[inner]));
+            let ends = b.node("Concat", vec![("axis", Attr::Int(0))], &[n, inner_end], 1)[0];
+            let s = b.node("Slice", vec![], &[table, z, ends], 1)[0];
+            b.g.outputs.push(s);
+            infer_graph(&mut b.g).unwrap();
+            let (p, outs) = lower_with_outputs(&b.g).unwrap_or_else(|e| panic!("{e}"));
+            let what = format!("table [{rows}, {cols}], inner {inner}");
+            // (The shape kernels computing `ends` are removed later, by `lower::dead`: the slice
+            // takes its extent from its type.)
+            let copies = templates_of(&p).iter().filter(|t| **t == "strided_copy").count();
+            assert_eq!(copies, usize::from(!view), "{what}: {:?}", templates_of(&p));
+            assert_eq!(is_alias(&p, outs[0]), view, "{what}");
+            if view {
+                assert!(matches!(p.tensors[p.base(outs[0])].storage, crate::lower::Storage::Weight { .. }), "{what}");
+            }
+        }
     }
 
     #[test]
