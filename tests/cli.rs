@@ -880,3 +880,42 @@ fn a_range_of_the_batch_dim_governs_the_batch() {
     assert!(err.contains("--max-batch 32 contradicts --dim batch=2..8"), "{err}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `explain --profile-cache` takes compile's run-time ranges: a ranged dim is priced at its
+/// largest value (as compile prices it), a range of the batch dim sets the pricing batch, and a
+/// `--batch` contradicting it is refused.
+#[test]
+fn explain_prices_run_time_ranges_at_their_largest_values() {
+    let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+    let m = bert.to_str().unwrap();
+    let dir = scratch("explain-ranges");
+    // A cache without times: every cost is the analytical estimate, which follows the sizes.
+    let cache = dir.join("profile.json");
+    std::fs::write(&cache, r#"{"format_version":1,"devices":{}}"#).unwrap();
+    let c = cache.to_str().unwrap();
+    let priced = |dims: &[&str]| -> (i64, Vec<f64>) {
+        let mut args = vec!["explain", m, "--json", "--attention", "fused", "--profile-cache", c];
+        for d in dims {
+            args.extend(["--dim", d]);
+        }
+        let (out, _) = expect_code(&run(&args), 0);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let costs = &v["kernel_costs"];
+        let us = costs["kernels"].as_array().unwrap().iter().map(|k| k["us"].as_f64().unwrap()).collect();
+        (costs["batch"].as_i64().unwrap(), us)
+    };
+    let fixed = priced(&["seq=64"]);
+    assert!(!fixed.1.is_empty());
+    assert_eq!(priced(&["seq=1..64"]), fixed, "a range is priced at its largest value");
+    let short = priced(&["seq=1..16"]);
+    assert_eq!(short.0, 64);
+    assert_ne!(short.1, fixed.1, "shorter sequences cost less");
+    let (batch, _) = priced(&["seq=1..64", "batch=1..8"]);
+    assert_eq!(batch, 8, "the batch range sets the pricing batch");
+    let args = ["explain", m, "--profile-cache", c, "--dim", "seq=1..64", "--dim", "batch=1..8", "--batch", "4"];
+    let (_, err) = expect_code(&run(&args), 1);
+    assert!(err.contains("--batch 4 contradicts --dim batch=1..8"), "{err}");
+    let (_, err) = expect_code(&run(&["explain", m, "--profile-cache", c, "--dim", "seq=9..3"]), 1);
+    assert!(err.contains("1 ≤ MIN ≤ MAX"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

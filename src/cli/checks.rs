@@ -49,12 +49,25 @@ pub fn max_batch(
     given: Option<i64>,
     default: i64,
 ) -> Result<i64, Failure> {
+    batch_bound(g, fixed, ranges, given, default, "--max-batch")
+}
+
+/// [`max_batch`] for any option that gives the batch's largest value (`flag`, e.g. explain's
+/// `--batch`, the batch it prices at, which compile takes to be the largest).
+pub fn batch_bound(
+    g: &Graph,
+    fixed: &BTreeMap<String, i64>,
+    ranges: &BTreeMap<String, (i64, i64)>,
+    given: Option<i64>,
+    default: i64,
+    flag: &str,
+) -> Result<i64, Failure> {
     match (onnx2ait::lower::ranged_batch(g, fixed, ranges), given) {
         (Some((name, (_, max))), Some(m)) if m != max => Err(Failure::new(
             1,
             format!(
-                "--max-batch {m} contradicts --dim {name}={}..{max}: '{name}' is the batch dim, and its range \
-                 already bounds the batch; drop --max-batch (or make it {max})",
+                "{flag} {m} contradicts --dim {name}={}..{max}: '{name}' is the batch dim, and its range \
+                 already bounds the batch; drop {flag} (or make it {max})",
                 ranges[&name].0
             ),
         )),
