@@ -439,8 +439,13 @@ fn gather_of_table(g: &Graph, node: &Node, known: &BTreeMap<ValueId, Index>) -> 
         return None;
     }
     let mut target: Vec<i64> = ishape.iter().map(|d| if *d == one { 1 } else { -1 }).collect();
+    // A zero in a Reshape target copies the input's dim, and a -1 of an empty tensor is
+    // ambiguous: only tables with rows of known, positive extents.
     for d in &dshape[1..] {
-        target.push(d.as_known()?);
+        target.push(d.as_known().filter(|&v| v > 0)?);
+    }
+    if rows <= 0 {
+        return None;
     }
     Some(TableGather::Prefix(axis, target))
 }
