@@ -851,3 +851,79 @@ fn scripts_never_reopen_dev_stdout() {
     }
     assert!(offenders.is_empty(), "scripts writing to /dev/stdout: {offenders:?}");
 }
+
+/// An explicit range of the batch dim (`--dim batch=1..8`) bounds the batch: library instances
+/// are chosen for batches up to 8 (not `--max-batch`'s default 64), and a `--max-batch` that says
+/// otherwise is refused by compile and profile; one that agrees is accepted.
+#[test]
+fn a_range_of_the_batch_dim_governs_the_batch() {
+    let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+    let m = bert.to_str().unwrap();
+    for (extra, name) in [(&[][..], "range"), (&["--max-batch", "8"][..], "agreeing")] {
+        let out = scratch(&format!("batch-range-{name}"));
+        let o = out.to_str().unwrap();
+        let mut args = vec!["compile", m, "-o", o, "--no-build", "--dim", "seq=1..16", "--dim", "batch=1..8"];
+        args.extend_from_slice(extra);
+        let (stdout, _) = expect_code(&run(&args), 0);
+        assert!(stdout.contains("batch 'batch' from 1 to 8"), "{name}: {stdout}");
+        let build: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("build.json")).unwrap()).unwrap();
+        let mut bounds = Vec::new();
+        for k in build["kernels"].as_array().unwrap() {
+            for d in k["dispatch"].as_array().into_iter().flatten() {
+                bounds.push(d["max_batch"].as_i64().unwrap());
+            }
+        }
+        assert!(!bounds.is_empty(), "{name}: the products have library instances");
+        assert!(bounds.iter().all(|&b| b <= 8) && bounds.contains(&8), "{name}: {bounds:?}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let out = scratch("batch-range-contradiction");
+    let o = out.to_str().unwrap();
+    let args = ["compile", m, "-o", o, "--no-build", "--dim", "seq=1..16", "--dim", "batch=1..8", "--max-batch", "32"];
+    let (_, err) = expect_code(&run(&args), 1);
+    assert!(err.contains("--max-batch 32 contradicts --dim batch=1..8"), "{err}");
+    let args = ["profile", m, "--dim", "seq=1..16", "--dim", "batch=2..8", "--max-batch", "32", "--build-only"];
+    let (_, err) = expect_code(&run(&args), 1);
+    assert!(err.contains("--max-batch 32 contradicts --dim batch=2..8"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `explain --profile-cache` takes compile's run-time ranges: a ranged dim is priced at its
+/// largest value (as compile prices it), a range of the batch dim sets the pricing batch, and a
+/// `--batch` contradicting it is refused.
+#[test]
+fn explain_prices_run_time_ranges_at_their_largest_values() {
+    let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+    let m = bert.to_str().unwrap();
+    let dir = scratch("explain-ranges");
+    // A cache without times: every cost is the analytical estimate, which follows the sizes.
+    let cache = dir.join("profile.json");
+    std::fs::write(&cache, r#"{"format_version":1,"devices":{}}"#).unwrap();
+    let c = cache.to_str().unwrap();
+    let priced = |dims: &[&str]| -> (i64, Vec<f64>) {
+        let mut args = vec!["explain", m, "--json", "--attention", "fused", "--profile-cache", c];
+        for d in dims {
+            args.extend(["--dim", d]);
+        }
+        let (out, _) = expect_code(&run(&args), 0);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let costs = &v["kernel_costs"];
+        let us = costs["kernels"].as_array().unwrap().iter().map(|k| k["us"].as_f64().unwrap()).collect();
+        (costs["batch"].as_i64().unwrap(), us)
+    };
+    let fixed = priced(&["seq=64"]);
+    assert!(!fixed.1.is_empty());
+    assert_eq!(priced(&["seq=1..64"]), fixed, "a range is priced at its largest value");
+    let short = priced(&["seq=1..16"]);
+    assert_eq!(short.0, 64);
+    assert_ne!(short.1, fixed.1, "shorter sequences cost less");
+    let (batch, _) = priced(&["seq=1..64", "batch=1..8"]);
+    assert_eq!(batch, 8, "the batch range sets the pricing batch");
+    let args = ["explain", m, "--profile-cache", c, "--dim", "seq=1..64", "--dim", "batch=1..8", "--batch", "4"];
+    let (_, err) = expect_code(&run(&args), 1);
+    assert!(err.contains("--batch 4 contradicts --dim batch=1..8"), "{err}");
+    let (_, err) = expect_code(&run(&["explain", m, "--profile-cache", c, "--dim", "seq=9..3"]), 1);
+    assert!(err.contains("1 ≤ MIN ≤ MAX"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

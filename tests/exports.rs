@@ -240,11 +240,27 @@ fn bert_generates_with_a_run_time_sequence_range() {
             assert!(seq_readers > 5, "{what}: {seq_readers} files read the sequence length");
             // The padding mask is a view of attention_mask with batch and seq both run-time
             // (ir::index_views): no Range, shape or mask gather kernels run, and the `And` with
-            // `arange(seq) >= 0` is gone. The gathers left are the word, token-type and position
-            // embeddings and the pooler's first token.
+            // `arange(seq) >= 0` is gone. The token-type lookup of the all-zero buffer is one
+            // constant row, broadcast where it is added; the position lookup `table[arange(seq)]`
+            // is the first seq rows of the table, read in place: no slice of the buffers,
+            // GatherElements or their gathers run. The gathers left are the word embeddings and
+            // the pooler's first token.
             let count = |t: &str| p.kernels.iter().filter(|k| k.template == t).count();
             assert_eq!(count("range") + count("shape_values"), 0, "{what}");
-            assert_eq!(count("gather"), 4, "{what}");
+            assert_eq!(count("gather"), 2, "{what}");
+            assert_eq!(count("gather_elements") + count("strided_copy"), 0, "{what}");
+            // As many kernels as with the length fixed (`--dim seq=64`), where these fold.
+            let mut fixed = g.clone();
+            onnx2ait::ir::specialize::bind_dims(&mut fixed, &BTreeMap::from([("seq".to_string(), 64)])).unwrap();
+            let (fixed, _) = optimize(&fixed, &OptimizeOptions::pipeline(fused).unwrap()).unwrap();
+            let fixed_out = out.with_extension("fixed");
+            let _ = std::fs::remove_dir_all(&fixed_out);
+            let fixed_lower = LowerOptions { max_batch: 8, ..LowerOptions::default() };
+            let fixed_gen = generate_cuda(&fixed, &fixed_lower, onnx2ait::lower::cuda::Arch::Sm90a, &fixed_out)
+                .unwrap_or_else(|e| panic!("{what}, seq 64: {e}"));
+            let _ = std::fs::remove_dir_all(&fixed_out);
+            assert_eq!(p.kernels.len(), fixed_gen.program.kernels.len(), "{what}");
+            assert_eq!(p.kernels.len(), if fused { 23 } else { 41 }, "{what}");
             // Planned at the largest dims: an activation [8, 64, 64] of fp16 fits the arena.
             assert!(p.memory.arena_bytes >= 8 * 64 * 64 * 2, "{what}: arena {}", p.memory.arena_bytes);
             if fused {
@@ -256,17 +272,18 @@ fn bert_generates_with_a_run_time_sequence_range() {
     }
 }
 
-/// With a run-time batch (1..64) and sequence length (1..512), a product whose rows are
-/// batch · seq gets library instances per range of both: 64 sequences of 8 tokens are a small
-/// problem, 64 of 512 a large one, and the node tests both dims to pick.
+/// With a run-time batch (1..512) and sequence length (1..128, the tiny export's position
+/// table), a product whose rows are batch · seq gets library instances per range of both: 512
+/// sequences of 8 tokens are a small problem, 512 of 128 a large one, and the node tests both
+/// dims to pick.
 #[test]
 fn bert_chooses_library_instances_per_batch_and_sequence_range() {
     let stem = "bert_tiny_torchscript";
     let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
     let (opt, _) = optimize(&g, &OptimizeOptions::pipeline(true).unwrap()).unwrap();
     let lower = LowerOptions {
-        ranges: BTreeMap::from([("seq".to_string(), (1, 512))]),
-        max_batch: 64,
+        ranges: BTreeMap::from([("seq".to_string(), (1, 128))]),
+        max_batch: 512,
         ..LowerOptions::default()
     };
     let out = std::env::temp_dir().join(format!("onnx2ait-exports-buckets-{}", std::process::id()));
@@ -292,7 +309,7 @@ fn bert_chooses_library_instances_per_batch_and_sequence_range() {
         }
     }
     // The projections and feed-forward products (rows = batch · seq) of both layers.
-    assert!(both >= 4, "{both} products choose by sequence length");
+    assert!(both >= 4, "only {both} products choose by sequence length");
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -318,5 +335,32 @@ fn generate_snapshot(stem: &str, opts: &OptimizeOptions, suffix: &str) {
         insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
             insta::assert_snapshot!(format!("exports__{stem}{suffix}"), text);
         });
+    }
+}
+
+/// A sequence range beyond the model's position table (the tiny exports have 128 positions) is
+/// refused at compile time, naming the slice that would read past its axis, for both exporters:
+/// ONNX would clamp the slice there, so the graph's shapes would no longer hold, and the copy
+/// would read out of bounds.
+#[test]
+fn a_sequence_range_beyond_the_position_table_is_refused() {
+    for stem in ["bert_tiny_torchscript", "bert_tiny_dynamo"] {
+        let g = onnx2ait::onnx::load_model(&path(stem)).unwrap();
+        let (opt, _) = optimize(&g, &OptimizeOptions::pipeline(true).unwrap()).unwrap();
+        let lower = |max: i64| LowerOptions {
+            ranges: BTreeMap::from([("seq".to_string(), (1, max))]),
+            max_batch: 8,
+            ..LowerOptions::default()
+        };
+        let out = std::env::temp_dir().join(format!("onnx2ait-exports-positions-{stem}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let err = generate_cuda(&opt, &lower(129), onnx2ait::lower::cuda::Arch::Sm90a, &out)
+            .err()
+            .unwrap_or_else(|| panic!("{stem}: seq up to 129 compiled past a 128-row position table"))
+            .to_string();
+        assert!(err.contains("has 128 elements") && err.contains("seq 1..129"), "{stem}: {err}");
+        generate_cuda(&opt, &lower(128), onnx2ait::lower::cuda::Arch::Sm90a, &out)
+            .unwrap_or_else(|e| panic!("{stem}: seq up to 128 fits the table: {e}"));
+        let _ = std::fs::remove_dir_all(&out);
     }
 }

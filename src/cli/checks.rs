@@ -38,6 +38,44 @@ pub fn check_dims_given<T: Copy>(pairs: &[(String, T)]) -> Result<BTreeMap<Strin
     Ok(m)
 }
 
+/// The largest run-time batch of compile and profile: a range of the batch dim
+/// (`--dim batch=1..8`) governs; otherwise `--max-batch` (`given`), or `default`. A `--max-batch`
+/// other than the largest value of the batch dim's range is refused, naming both: the two would
+/// say different things about the same dim, and neither silently winning is what a user wants.
+pub fn max_batch(
+    g: &Graph,
+    fixed: &BTreeMap<String, i64>,
+    ranges: &BTreeMap<String, (i64, i64)>,
+    given: Option<i64>,
+    default: i64,
+) -> Result<i64, Failure> {
+    batch_bound(g, fixed, ranges, given, default, "--max-batch")
+}
+
+/// [`max_batch`] for any option that gives the batch's largest value (`flag`, e.g. explain's
+/// `--batch`, the batch it prices at, which compile takes to be the largest).
+pub fn batch_bound(
+    g: &Graph,
+    fixed: &BTreeMap<String, i64>,
+    ranges: &BTreeMap<String, (i64, i64)>,
+    given: Option<i64>,
+    default: i64,
+    flag: &str,
+) -> Result<i64, Failure> {
+    match (onnx2ait::lower::ranged_batch(g, fixed, ranges), given) {
+        (Some((name, (_, max))), Some(m)) if m != max => Err(Failure::new(
+            1,
+            format!(
+                "{flag} {m} contradicts --dim {name}={}..{max}: '{name}' is the batch dim, and its range \
+                 already bounds the batch; drop {flag} (or make it {max})",
+                ranges[&name].0
+            ),
+        )),
+        (Some((_, (_, max))), _) => Ok(max),
+        (None, m) => Ok(m.unwrap_or(default)),
+    }
+}
+
 /// `--dim` given as values or ranges (compile, profile): the fixed values and the run-time ranges
 /// by name; a name given twice is an error. Names are checked against the model later
 /// ([`check_dims`], `check_ranges`).

@@ -46,8 +46,10 @@ pub struct CompileArgs {
     #[arg(long)]
     pub arch: Option<String>,
     /// Largest run-time batch (when the model's batch dim is symbolic); sizes the activation arena.
-    #[arg(long = "max-batch", default_value_t = onnx2ait::compile::DEFAULT_MAX_BATCH, value_parser = super::validate::parse_batch)]
-    pub max_batch: i64,
+    /// [default: 64] A range of the batch dim (--dim batch=1..8) bounds the batch instead; a
+    /// --max-batch other than that range's largest value is an error.
+    #[arg(long = "max-batch", value_parser = super::validate::parse_batch)]
+    pub max_batch: Option<i64>,
     /// GPU memory the library may take (arena, workspace and weights at --max-batch), e.g. 40GiB;
     /// more is an error at compile time. Default: the largest GPU of --arch (sm_80: A100 80GB,
     /// 80 GiB; sm_90/sm_90a: H200, 141 GB).
@@ -55,7 +57,8 @@ pub struct CompileArgs {
     pub max_memory: Option<u64>,
     /// Fixes a symbolic dim at compile time (--dim seq=128), or makes it a run-time dim with a
     /// range (--dim seq=1..512: one build runs every value in the range; the arena is sized for
-    /// the largest). Repeatable. The one symbolic dim given neither is the run-time batch.
+    /// the largest). Repeatable. The one symbolic dim given neither is the run-time batch
+    /// (1..--max-batch); a range of the batch dim itself (--dim batch=1..8) bounds the batch.
     #[arg(long = "dim", value_name = "NAME=N|NAME=MIN..MAX", value_parser = super::validate::parse_dim_spec)]
     pub dims: Vec<(String, DimSpec)>,
     /// Write the sources only; do not run nvcc.
@@ -183,7 +186,7 @@ impl CompileArgs {
         Ok(CompileOptions {
             target,
             arch,
-            max_batch: self.max_batch,
+            max_batch: self.max_batch.unwrap_or(onnx2ait::compile::DEFAULT_MAX_BATCH),
             max_memory: self.max_memory,
             dims: fixed,
             ranges,
@@ -209,6 +212,9 @@ pub fn run(a: &CompileArgs) -> Result<u8, Failure> {
     ModelArg { model: a.model.clone() }.check()?;
     let opts = a.options()?;
     let g = super::checks::load_model(&a.model)?;
+    // Refuses a --max-batch that contradicts a range of the batch dim (the library lets the
+    // range govern).
+    super::checks::max_batch(&g, &opts.dims, &opts.ranges, a.max_batch, opts.max_batch)?;
     let prepared = onnx2ait::compile::prepare(g, &opts)?;
     if let Some(s) = &prepared.profile_summary {
         super::emit(s);

@@ -1,5 +1,5 @@
 //! `onnx2ait explain MODEL [--json] [--dot DIR] [--profile-cache FILE [--profile-gpu NAME]
-//! [--arch ARCH] [--batch B] [--dim NAME=N]]`: what the equality-saturation optimiser does to a
+//! [--arch ARCH] [--batch B] [--dim NAME=N|NAME=MIN..MAX]]`: what the equality-saturation optimiser does to a
 //! model — op counts before and kernel counts after, every fusion (which ONNX nodes became which
 //! kernel), e-graph statistics per phase (classes, nodes, iterations, time, stop reason, rules
 //! applied) and the estimated cost before and after.
@@ -8,7 +8,8 @@
 //! `onnx2ait compile` does; see `onnx2ait::profile::cost`), and the report adds every
 //! convolution and matrix product kernel with its cost and whether it was measured or
 //! estimated, and the line "N of M conv/gemm costs measured". Costs are taken at batch `--batch`
-//! (default 64, compile's default `--max-batch`, where compile prices them).
+//! (default 64, compile's default `--max-batch`, where compile prices them; or the largest value
+//! of a `--dim` range of the batch dim), and every ranged dim at its largest value.
 //!
 //! `--json` prints the report in its stable JSON form (documented in README.md, "Optimiser");
 //! with `--profile-cache` it has one more key, `kernel_costs` (see `profile::cost::CostReport`).
@@ -65,9 +66,11 @@ pub struct ExplainArgs {
     /// 8, 64 and its --max-batch. Default 64 (compile's default --max-batch).
     #[arg(long, requires = "profile_cache", value_parser = clap::value_parser!(i64).range(1..))]
     pub batch: Option<i64>,
-    /// Fixes a symbolic dim before pricing (repeatable), as compile's --dim: --dim seq=128.
-    #[arg(long = "dim", value_name = "NAME=N", value_parser = super::validate::parse_dim, requires = "profile_cache")]
-    pub dims: Vec<(String, i64)>,
+    /// As compile's --dim (repeatable): fixes a symbolic dim before optimising (--dim seq=128),
+    /// or makes it a run-time dim with a range (--dim seq=1..512), priced at its largest value as
+    /// compile prices it. A range of the batch dim sets the pricing batch (its largest value).
+    #[arg(long = "dim", value_name = "NAME=N|NAME=MIN..MAX", value_parser = super::validate::parse_dim_spec, requires = "profile_cache")]
+    pub dims: Vec<(String, super::validate::DimSpec)>,
     /// Attention subgraphs fused into one kernel each or not, as compile's --attention (`auto`,
     /// the default, is fused: explain prices the CUDA target).
     #[arg(long, default_value = "auto", value_name = "auto|unfused|fused")]
@@ -81,9 +84,16 @@ pub struct ExplainArgs {
 pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
     a.model.check()?;
     let mut g = super::checks::load_model(&a.model.model)?;
-    let dims = super::checks::check_dims(&g, &a.dims)?;
-    // As compile does: the fixed dims are numbers before optimising.
+    let (fixed, ranges) = super::checks::split_dims(&a.dims)?;
+    let pairs: Vec<(String, i64)> = fixed.into_iter().collect();
+    let dims = super::checks::check_dims(&g, &pairs)?;
+    onnx2ait::compile::checks::check_ranges(&g, &ranges, &dims)?;
+    // As compile does: the fixed dims are numbers before optimising; the ranged ones stay
+    // symbols, priced at their largest values (`LowerOptions::pricing_dims`).
     onnx2ait::ir::specialize::bind_dims(&mut g, &dims)?;
+    let batch = super::checks::batch_bound(&g, &dims, &ranges, a.batch, DEFAULT_PRICING_BATCH, "--batch")?;
+    let mut pricing = dims.clone();
+    pricing.extend(ranges.iter().map(|(s, &(_, max))| (s.clone(), max)));
     let opts = OptimizeOptions::pipeline(a.attention.fused_on_cuda())?.with_squeeze_excite(a.squeeze_excite.fused())?;
     let (optimised, report, costs) = match &a.profile_cache {
         None => {
@@ -93,8 +103,7 @@ pub fn run(a: &ExplainArgs) -> Result<u8, Failure> {
         Some(file) => {
             let arch: Arch = a.arch.parse()?;
             let (target, source) = measured_target(file, arch, a.profile_gpu.as_deref())?;
-            let batch = a.batch.unwrap_or(DEFAULT_PRICING_BATCH);
-            let cost = MeasuredCost::new(&target, batch).with_dims(dims.clone());
+            let cost = MeasuredCost::new(&target, batch).with_dims(pricing.clone());
             let (optimised, report) = optimize_with_cost(&g, &opts, &cost)?;
             let costs = CostReport { source, ..cost.kernel_costs(&optimised) };
             (optimised, report, Some(costs))

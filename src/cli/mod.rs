@@ -253,7 +253,7 @@ mod tests {
         ])
         .unwrap();
         let a = c.compile.expect("compile arguments");
-        assert!(a.no_build && a.arch.as_deref() == Some("sm_80") && a.max_batch == 8);
+        assert!(a.no_build && a.arch.as_deref() == Some("sm_80") && a.max_batch == Some(8));
         let c = Cli::try_parse_from(["onnx2ait", "compile", "m.onnx", "-o", "out"]).unwrap();
         assert!(matches!(c.command, Some(Command::Compile(_))));
         let c =

@@ -21,8 +21,10 @@ pub struct ProfileArgs {
     #[arg(long, default_value = "sm_90a")]
     pub arch: String,
     /// Largest run-time batch: problems are profiled at batch 1, 8, 64 and this (those below it).
-    #[arg(long = "max-batch", default_value_t = 64, value_parser = super::validate::parse_batch)]
-    pub max_batch: i64,
+    /// [default: 64] A range of the batch dim (--dim batch=1..8) bounds the batch instead, as
+    /// for compile; a --max-batch other than that range's largest value is an error.
+    #[arg(long = "max-batch", value_parser = super::validate::parse_batch)]
+    pub max_batch: Option<i64>,
     /// As compile's --dim (repeatable): fixes a symbolic dim (--dim seq=128), or makes it a
     /// run-time dim with a range (--dim seq=1..512): products whose sizes depend on it are then
     /// profiled at each of its ranges' largest values (1, 8, 64 and 512), for each batch range,
@@ -86,17 +88,18 @@ fn model_and_options(a: &ProfileArgs, arch: Arch) -> Result<(Graph, LowerOptions
     let dims = super::checks::check_dims(&g, &pairs)?;
     onnx2ait::compile::checks::check_ranges(&g, &ranges, &dims)?;
     onnx2ait::ir::specialize::bind_dims(&mut g, &dims)?;
+    let max_batch = super::checks::max_batch(&g, &dims, &ranges, a.max_batch, onnx2ait::compile::DEFAULT_MAX_BATCH)?;
     let mut env = dims.clone();
     env.extend(ranges.iter().map(|(k, &(_, hi))| (k.clone(), hi)));
     let free: Vec<String> = super::checks::symbols(&g).into_iter().filter(|s| !env.contains_key(s)).collect();
     if let [batch] = free.as_slice() {
-        env.insert(batch.clone(), a.max_batch);
+        env.insert(batch.clone(), max_batch);
     }
     let bound = super::checks::gpu_memory_bound(arch);
     let ranged = if ranges.is_empty() { "" } else { " and the largest values of the --dim ranges" };
-    let context = format!("at --max-batch {}{ranged}", a.max_batch);
+    let context = format!("at --max-batch {max_batch}{ranged}");
     super::checks::check_sizes(&g, &env, None, super::checks::host_bytes, &bound, &context)?;
-    Ok((g, LowerOptions { dims, ranges, max_batch: a.max_batch, ..LowerOptions::default() }))
+    Ok((g, LowerOptions { dims, ranges, max_batch, ..LowerOptions::default() }))
 }
 
 pub fn run(a: &ProfileArgs) -> Result<u8, Failure> {

@@ -100,7 +100,9 @@ pub struct CompileOptions {
     pub target: GpuTarget,
     /// CUDA GPU architecture (`--arch` with the CUDA target).
     pub arch: Arch,
-    /// Largest run-time batch when the batch dim is symbolic (`--max-batch`); sizes the arena.
+    /// Largest run-time batch when the batch dim is symbolic and left free (`--max-batch`); sizes
+    /// the arena. When `ranges` gives the batch dim a range, that range's largest value governs
+    /// instead (the command line refuses a `--max-batch` that contradicts it).
     pub max_batch: i64,
     /// GPU memory the library may take (arena, workspace, weights at `max_batch`); `None` is the
     /// largest GPU of `arch` ([`checks::gpu_memory_bound`]).
@@ -224,6 +226,17 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     // The fixed dims become numbers before optimising, so the shape and index subgraphs that
     // read them fold into constants (see ir::specialize).
     crate::ir::specialize::bind_dims(&mut graph, &dims)?;
+    // A range of the batch dim (`--dim batch=1..8`) governs its largest value: the targets'
+    // batch ranges, the pricing batch and the memory checks all read `max_batch`.
+    let ranged = crate::lower::ranged_batch(&graph, &dims, &opts.ranges);
+    let with_range;
+    let opts = match ranged {
+        Some((_, (_, max))) => {
+            with_range = CompileOptions { max_batch: max, ..opts.clone() };
+            &with_range
+        }
+        None => opts,
+    };
     if opts.max_batch < 1 {
         return Err(Error::Other(format!("--max-batch {}: must be at least 1", opts.max_batch)));
     }

@@ -35,7 +35,7 @@ use super::op::ValueType;
 use super::ops::arithmetic::{BinaryKind, BinaryOp};
 use super::ops::cast::CastOp;
 use super::ops::generator::{ConstantOfShape, Range};
-use super::ops::indexing::{Concat, Gather};
+use super::ops::indexing::{Concat, Gather, GatherElements, Slice};
 use super::ops::logical::{CompareKind, CompareOp, LogicKind, LogicOp, WhereOp};
 use super::ops::scatter::GatherNd;
 use super::ops::shape::{Expand, Reshape, Shape};
@@ -108,6 +108,12 @@ pub struct IndexViewStats {
     pub logic: usize,
     /// `Expand` nodes moved after the elementwise op reading them.
     pub sunk_expands: usize,
+    /// `Gather`s of a constant table by an index whose elements all hold one known value,
+    /// which became an `Expand` of that (folded) row.
+    pub constant_rows: usize,
+    /// `Gather`s of a constant table by `arange(n)` (as a run of the index's one non-unit
+    /// axis), which became a prefix `Slice` of the table.
+    pub prefix_slices: usize,
 }
 
 /// Rewrites the gathers and logic ops described in the module docs, then infers the graph again
@@ -142,6 +148,71 @@ pub fn simplify(g: &mut Graph) -> Result<IndexViewStats> {
             node.domain = String::new();
             node.inputs = vec![Some(data), Some(shape_v)];
             stats.gathers += 1;
+            continue;
+        }
+        if let Some(rewrite) = gather_of_table(g, &g.nodes[n], &known) {
+            let name = g.nodes[n].name.clone();
+            let (data, idx) = (g.nodes[n].inputs[0].unwrap_or_default(), g.nodes[n].inputs[1].unwrap_or_default());
+            let row_rank = shape(g, data).map_or(1, <[Dim]>::len) - 1;
+            match rewrite {
+                TableGather::Row(v, idx_rank) => {
+                    // Gather(table, [v] of rank idx_rank) folds into the row (with the index's
+                    // unit axes in front); Expand to Shape(idx) ++ [1…] repeats it.
+                    let one_index =
+                        add_constant(g, format!("{name}/row_index"), Tensor::from_i64s(&vec![1; idx_rank], vec![v]));
+                    let row = new_value(g, format!("{name}/row"));
+                    let mut gather_node = g.nodes[n].clone();
+                    gather_node.name = format!("{name}/row");
+                    gather_node.inputs[1] = Some(one_index);
+                    gather_node.outputs = vec![row];
+                    inserts.push((n, gather_node));
+                    let target = shape_of_plus_ones(g, &mut inserts, n, &name, idx, row_rank);
+                    let node = &mut g.nodes[n];
+                    node.op = Box::new(Expand);
+                    node.op_type = "Expand".into();
+                    node.domain = String::new();
+                    node.inputs = vec![Some(row), Some(target)];
+                    stats.constant_rows += 1;
+                }
+                TableGather::Prefix(axis, target) => {
+                    // Slice(table, [0], Shape(idx)[axis], [0]) is rows 0..n; the Reshape puts
+                    // them on the index's axis (every other index axis has extent 1). The
+                    // lowering reads that prefix of the weight in place.
+                    let ends = new_value(g, format!("{name}/slice_end"));
+                    inserts.push((
+                        n,
+                        Node {
+                            name: format!("{name}/slice_end"),
+                            op_type: "Shape".into(),
+                            domain: String::new(),
+                            op: Box::new(Shape { start: axis as i64, end: Some(axis as i64 + 1) }),
+                            inputs: vec![Some(idx)],
+                            outputs: vec![ends],
+                        },
+                    ));
+                    let zero = add_constant(g, format!("{name}/slice_zero"), Tensor::from_i64s(&[1], vec![0]));
+                    let rows = new_value(g, format!("{name}/rows"));
+                    inserts.push((
+                        n,
+                        Node {
+                            name: format!("{name}/rows"),
+                            op_type: "Slice".into(),
+                            domain: String::new(),
+                            op: Box::new(Slice { attrs: None }),
+                            inputs: vec![Some(data), Some(zero), Some(ends), Some(zero)],
+                            outputs: vec![rows],
+                        },
+                    ));
+                    let t =
+                        add_constant(g, format!("{name}/index_view_shape"), Tensor::from_i64s(&[target.len()], target));
+                    let node = &mut g.nodes[n];
+                    node.op = Box::new(Reshape { allowzero: false, attr_shape: None });
+                    node.op_type = "Reshape".into();
+                    node.domain = String::new();
+                    node.inputs = vec![Some(rows), Some(t)];
+                    stats.prefix_slices += 1;
+                }
+            }
             continue;
         }
         if let Some(t) = truth_of_node(g, &g.nodes[n], &known, &truth) {
@@ -324,6 +395,102 @@ fn sink_expands(g: &mut Graph) -> usize {
     0
 }
 
+/// What a `Gather` of a constant table (axis 0) by a tracked index reads.
+enum TableGather {
+    /// Every index element is this row (a number in range): the result is that row repeated;
+    /// the index has this rank.
+    Row(i64, usize),
+    /// The index is `arange(n)` along its axis `.0` (every other axis has extent 1): the
+    /// result is rows `0..n`, reshaped by the constant target `.1` (`-1` for `n`).
+    Prefix(usize, Vec<i64>),
+}
+
+/// Recognises the embedding lookups of a run-time sequence: BERT's token-type ids are an
+/// all-zero buffer gathered and expanded to `[batch, seq]` (every id the same number), its
+/// position ids `buffer[:, :seq]` of an `arange` buffer. With `seq` fixed both fold into
+/// constants; with a run-time `seq` they were a gather kernel each, for what is one constant row
+/// broadcast and a prefix of the position table.
+fn gather_of_table(g: &Graph, node: &Node, known: &BTreeMap<ValueId, Index>) -> Option<TableGather> {
+    let gather = node.op.downcast_ref::<Gather>()?;
+    if !node.domain.is_empty() || node.outputs.len() != 1 || gather.axis != 0 {
+        return None;
+    }
+    let (data, idx) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
+    // A constant index (with a constant table the node folds anyway) is left to folding.
+    if g.values[data].konst.is_none() || g.values[idx].konst.is_some() {
+        return None;
+    }
+    let dshape = shape(g, data)?;
+    let rows = dshape.first()?.as_known()?;
+    let ishape = shape(g, idx)?;
+    let a = affine_of(g, idx, known)?;
+    if a.is_uniform() {
+        let v = a.offset.as_known()?;
+        return (-rows <= v && v < rows).then_some(TableGather::Row(v, ishape.len()));
+    }
+    if a.offset != Dim::known(0) {
+        return None;
+    }
+    // One axis counts 0, 1, 2…; every other axis has extent 1 (so its coefficient is 0).
+    let one = Dim::known(1);
+    let non_unit: Vec<usize> = (0..ishape.len()).filter(|&i| ishape[i] != one).collect();
+    let [axis] = non_unit[..] else { return None };
+    if a.coeffs[axis] != one {
+        return None;
+    }
+    let mut target: Vec<i64> = ishape.iter().map(|d| if *d == one { 1 } else { -1 }).collect();
+    // A zero in a Reshape target copies the input's dim, and a -1 of an empty tensor is
+    // ambiguous: only tables with rows of known, positive extents.
+    for d in &dshape[1..] {
+        target.push(d.as_known().filter(|&v| v > 0)?);
+    }
+    if rows <= 0 {
+        return None;
+    }
+    Some(TableGather::Prefix(axis, target))
+}
+
+/// A new value `Concat(Shape(idx), [1; ones])` (or `Shape(idx)` when `ones` is 0), its nodes
+/// queued before node `n`.
+fn shape_of_plus_ones(
+    g: &mut Graph,
+    inserts: &mut Vec<(usize, Node)>,
+    n: usize,
+    name: &str,
+    idx: ValueId,
+    ones: usize,
+) -> ValueId {
+    let s = new_value(g, format!("{name}/index_shape"));
+    inserts.push((
+        n,
+        Node {
+            name: format!("{name}/index_shape"),
+            op_type: "Shape".into(),
+            domain: String::new(),
+            op: Box::new(Shape { start: 0, end: None }),
+            inputs: vec![Some(idx)],
+            outputs: vec![s],
+        },
+    ));
+    if ones == 0 {
+        return s;
+    }
+    let k = add_constant(g, format!("{name}/row_ones"), Tensor::from_i64s(&[ones], vec![1; ones]));
+    let target = new_value(g, format!("{name}/expand_shape"));
+    inserts.push((
+        n,
+        Node {
+            name: format!("{name}/expand_shape"),
+            op_type: "Concat".into(),
+            domain: String::new(),
+            op: Box::new(Concat { axis: 0 }),
+            inputs: vec![Some(s), Some(k)],
+            outputs: vec![target],
+        },
+    ));
+    target
+}
+
 /// A new value without a type yet (inference gives it one).
 fn new_value(g: &mut Graph, name: String) -> ValueId {
     g.values.push(Value { name, ty: None, konst: None, sym: None });
@@ -444,6 +611,50 @@ fn index_of_node(g: &Graph, node: &Node, known: &BTreeMap<ValueId, Index>) -> Op
             _ => Some(Index::Affine(affine_of(g, x, known)?.broadcast(in_shape, out_shape)?)),
         };
     }
+    // A coordinate on an extent-1 axis is always 0: its coefficient does not matter, and 0
+    // lets the result count as uniform or as a single run.
+    let unit_axes_zero = |mut a: Affine| {
+        for (c, d) in a.coeffs.iter_mut().zip(out_shape) {
+            if *d == Dim::known(1) {
+                *c = Dim::known(0);
+            }
+        }
+        Index::Affine(a)
+    };
+    if let Some(slice) = op.downcast_ref::<Slice>() {
+        return slice_of(g, slice, node, known).map(unit_axes_zero);
+    }
+    if let Some(ge) = op.downcast_ref::<GatherElements>() {
+        // out[p] = data[p with p[axis] := idx[p]]: affine in p when both are, the data's
+        // coefficient on `axis` scaling the index.
+        let idx = input(1)?;
+        let data = affine_of(g, x, known)?;
+        if data.is_uniform() {
+            // Every element the same number (BERT's all-zero token types): so is the result,
+            // whatever the indices are.
+            return Some(Index::Affine(Affine::uniform(data.offset, out_shape.len())));
+        }
+        let ia = affine_of(g, idx, known)?;
+        let rank = in_shape.len();
+        let axis = usize::try_from(if ge.axis < 0 { ge.axis + rank as i64 } else { ge.axis }).ok()?;
+        let ishape = shape(g, idx)?;
+        if axis >= rank || ishape.len() != rank {
+            return None;
+        }
+        let k = &data.coeffs[axis];
+        // A negative index counts from the end; the form holds only for indices that cannot be
+        // negative, unless the data does not vary along `axis` at all.
+        if *k != Dim::known(0) && affine_min(&ia).is_none_or(|m| m < 0) {
+            return None;
+        }
+        let coeffs = (0..rank)
+            .map(|i| {
+                let own = if i == axis { Dim::known(0) } else { data.coeffs[i].clone() };
+                own.add(&k.mul(&ia.coeffs[i]))
+            })
+            .collect();
+        return Some(unit_axes_zero(Affine { offset: data.offset.add(&k.mul(&ia.offset)), coeffs }));
+    }
     if matches!(node.op_type.as_str(), "Unsqueeze" | "Squeeze" | "Reshape" | "Identity") && node.domain.is_empty() {
         // Only views that insert or remove unit axes keep the coordinates' meaning.
         let a = affine_of(g, x, known)?;
@@ -469,6 +680,40 @@ fn index_of_node(g: &Graph, node: &Node, known: &BTreeMap<ValueId, Index>) -> Op
         return Some(Index::Tuple(comps));
     }
     None
+}
+
+/// The affine form of a `Slice` of an affine value: each sliced axis starts at `start` and
+/// steps by `step`, so `value[p] = a(…, start + step·p[axis], …)`. Only constant, non-negative
+/// starts and positive steps: a start past the end clamps, but then the axis is empty and no
+/// value is read; a negative start would need the extent.
+fn slice_of(g: &Graph, slice: &Slice, node: &Node, known: &BTreeMap<ValueId, Index>) -> Option<Affine> {
+    let x = node.inputs.first().copied().flatten()?;
+    let rank = shape(g, x)?.len();
+    let ints = |i: usize| -> Option<Option<Vec<i64>>> {
+        match node.inputs.get(i).copied().flatten() {
+            None => Some(None),
+            Some(v) => Some(Some(g.values[v].konst.as_ref()?.to_i64_vec())),
+        }
+    };
+    let (starts, axes, steps) = match &slice.attrs {
+        Some(a) => (a.starts.clone(), a.axes.clone(), None),
+        None => (ints(1)??, ints(3)?, ints(4)?),
+    };
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if axes.len() != starts.len() || steps.len() != starts.len() {
+        return None;
+    }
+    let mut a = affine_of(g, x, known)?;
+    for ((&axis, &start), &step) in axes.iter().zip(&starts).zip(&steps) {
+        let axis = usize::try_from(if axis < 0 { axis + rank as i64 } else { axis }).ok().filter(|&i| i < rank)?;
+        if start < 0 || step <= 0 {
+            return None;
+        }
+        a.offset = a.offset.add(&a.coeffs[axis].mul(&Dim::known(start)));
+        a.coeffs[axis] = a.coeffs[axis].mul(&Dim::known(step));
+    }
+    Some(a)
 }
 
 /// `a` seen through a view that only inserts or removes extent-1 axes, or `None` for any other
@@ -755,6 +1000,12 @@ mod tests {
     /// Simplifies a copy of `b`'s graph, checks both compute the same outputs at `mask [2, 5]`
     /// and returns the stats and the op types left.
     fn simplified(b: GraphBuilder) -> (IndexViewStats, Vec<String>) {
+        let (stats, s) = simplified_graph(b);
+        (stats, s.nodes.iter().map(|n| n.op_type.clone()).collect())
+    }
+
+    /// [`simplified`], returning the simplified graph.
+    fn simplified_graph(b: GraphBuilder) -> (IndexViewStats, Graph) {
         let mut g = b.g;
         infer_graph(&mut g).unwrap();
         let mut s = g.clone();
@@ -767,7 +1018,16 @@ mod tests {
             assert_eq!(w.shape(), o.shape(), "{n}");
             assert_eq!(w.to_f64_vec(), o.to_f64_vec(), "{n}");
         }
-        (stats, s.nodes.iter().map(|n| n.op_type.clone()).collect())
+        (stats, s)
+    }
+
+    /// The op types of the nodes of `g` that read `input` (by value name).
+    fn readers_of(g: &Graph, input: &str) -> Vec<String> {
+        g.nodes
+            .iter()
+            .filter(|n| n.inputs.iter().flatten().any(|&v| g.values[v].name == input))
+            .map(|n| n.op_type.clone())
+            .collect()
     }
 
     /// `arange(B)[:, None, None, None] * S + arange(S)` as the TorchScript export of Hugging Face
@@ -963,6 +1223,75 @@ mod tests {
         b.g.outputs.push(out);
         let (stats, ops) = simplified(b);
         assert_eq!(stats.logic, 0, "{ops:?}");
+    }
+
+    /// BERT's embeddings with a run-time sequence length, as the TorchScript export writes them
+    /// (`mask` stands in for `input_ids [B, S]`): position ids `pos_buf[:, :S]` of an `arange`
+    /// buffer; token-type ids `gather(expand(tt_buf), 1, position_ids)` expanded to `[B, S]`;
+    /// each looked up in its table and added. `tt_buf` is the token-type buffer, `shift` the
+    /// first position.
+    fn embeddings(tt_buf: Vec<i64>, pos_buf: Vec<i64>, shift: i64) -> GraphBuilder {
+        let mut b = GraphBuilder::new(17);
+        let m = b.input("mask", DType::I64, "B,S");
+        let pos_table = b.konst("pos_table", Tensor::from_f32s(&[8, 3], (0..24).map(|i| i as f32 * 0.5).collect()));
+        let tt_table = b.konst("tt_table", Tensor::from_f32s(&[2, 3], vec![1.0, -2.0, 3.0, 0.25, 5.0, -6.0]));
+        let pos_buf = b.konst("pos_buf", Tensor::from_i64s(&[1, 8], pos_buf));
+        let tt_buf = b.konst("tt_buf", Tensor::from_i64s(&[1, 8], tt_buf));
+        let shape = b.node("Shape", vec![], &[m], 1)[0];
+        let k1 = b.konst("k1", scalar(1));
+        let seq = b.node("Gather", vec![], &[shape, k1], 1)[0];
+        let a0 = b.konst("a0", ints(&[0]));
+        let seq1 = b.node("Unsqueeze", vec![], &[seq, a0], 1)[0];
+        let start = b.konst("start", ints(&[shift]));
+        let end = b.node("Add", vec![], &[seq1, start], 1)[0];
+        let axis1 = b.konst("axis1", ints(&[1]));
+        let pos_ids = b.node("Slice", vec![], &[pos_buf, start, end, axis1], 1)[0];
+        let one_minus1 = b.konst("one_minus1", ints(&[1, 8]));
+        let tt = b.node("Expand", vec![], &[tt_buf, one_minus1], 1)[0];
+        let tt = b.node("GatherElements", vec![("axis", Attr::Int(1))], &[tt, pos_ids], 1)[0];
+        let tt = b.node("Expand", vec![], &[tt, shape], 1)[0];
+        let words = b.node("Cast", vec![("to", Attr::Int(1))], &[m], 1)[0];
+        let a2 = b.konst("a2", ints(&[2]));
+        let words = b.node("Unsqueeze", vec![], &[words, a2], 1)[0];
+        let tt_rows = b.node("Gather", vec![], &[tt_table, tt], 1)[0];
+        let pos_rows = b.node("Gather", vec![], &[pos_table, pos_ids], 1)[0];
+        let sum = b.node("Add", vec![], &[words, tt_rows], 1)[0];
+        let sum = b.node("Add", vec![], &[sum, pos_rows], 1)[0];
+        b.g.outputs.push(sum);
+        b
+    }
+
+    #[test]
+    fn embedding_lookups_of_a_run_time_sequence_become_a_constant_row_and_a_table_prefix() {
+        // The token-type lookup reads one row (all ids 0) and the position lookup rows 0..S: no
+        // Gather or GatherElements is left; the positions are a Slice of the table.
+        let (stats, g) = simplified_graph(embeddings(vec![0; 8], (0..8).collect(), 0));
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!((stats.constant_rows, stats.prefix_slices), (1, 1), "{stats:?} {ops:?}");
+        assert!(!ops.contains(&"GatherElements"), "{ops:?}");
+        // The token-type row folded into a constant; the position table is sliced.
+        assert_eq!(readers_of(&g, "tt_table"), Vec::<String>::new(), "{ops:?}");
+        assert_eq!(readers_of(&g, "pos_table"), ["Slice"], "{ops:?}");
+        // All ids 1 (negative ids count from the end: -1 is row 1 too): still one row.
+        for ids in [vec![1; 8], vec![-1; 8]] {
+            let (stats, ops) = simplified(embeddings(ids, (0..8).collect(), 0));
+            assert_eq!(stats.constant_rows, 1, "{stats:?} {ops:?}");
+        }
+    }
+
+    #[test]
+    fn embedding_lookups_that_are_not_one_row_or_a_prefix_stay_gathers() {
+        // Token types that differ along the sequence: a gather of several rows.
+        let (stats, g) = simplified_graph(embeddings(vec![0, 1, 0, 1, 1, 0, 0, 1], (0..8).collect(), 0));
+        assert_eq!(stats.constant_rows, 0, "{stats:?}");
+        assert_eq!(readers_of(&g, "tt_table"), ["Gather"]);
+        assert_eq!(stats.prefix_slices, 1, "{stats:?}");
+        // Positions counting by 2 skip rows; positions from 1 do not start at row 0.
+        let (stats, ops) = simplified(embeddings(vec![0; 8], (0..8).map(|i| 2 * i % 8).collect(), 0));
+        assert_eq!(stats.prefix_slices, 0, "{stats:?} {ops:?}");
+        let (stats, ops) = simplified(embeddings(vec![0; 8], (0..8).collect(), 1));
+        assert_eq!(stats.prefix_slices, 0, "{stats:?} {ops:?}");
+        assert_eq!(stats.constant_rows, 1, "the token types stay one row: {stats:?} {ops:?}");
     }
 
     #[test]

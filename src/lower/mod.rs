@@ -326,6 +326,11 @@ impl<'a> LowerCtx<'a> {
         &self.program.tensors[t]
     }
 
+    /// The tensor whose bytes `t` uses (follows views).
+    pub fn base_of(&self, t: TensorId) -> TensorId {
+        self.program.base(t)
+    }
+
     pub fn shape(&self, t: TensorId) -> &[Dim] {
         &self.program.tensors[t].shape
     }
@@ -361,6 +366,12 @@ impl<'a> LowerCtx<'a> {
     }
 
     /// The largest value of a dim over the run-time dims' ranges.
+    /// The run-time dims and their ranges as text for messages: `batch 1..32, seq 1..512`.
+    pub fn run_dims_text(&self) -> String {
+        let r = self.program.dims.ranges();
+        r.iter().map(|(name, (lo, hi))| format!("{name} {lo}..{hi}")).collect::<Vec<_>>().join(", ")
+    }
+
     pub fn upper_bound(&self, d: &Dim) -> LowerResult<i64> {
         self.program.dims.upper_bound(&d.eval(&self.bound)).ok_or_else(|| {
             LowerError::Unsupported(format!("dim {d} is not a polynomial in the run-time dims, or too large"))
@@ -526,6 +537,31 @@ fn model_name(source: &str) -> String {
         name.insert_str(0, "m_");
     }
     name
+}
+
+/// The batch dim's name and range when a range gives it one (`--dim batch=1..8`): with every
+/// symbolic dim of `g` either fixed (`fixed`) or given a range, the batch is the leading dim of
+/// the first input, as [`bind_dims`] picks it. `None` when one dim is left free (that one is the
+/// batch, `1..=max_batch`) or the leading dim has no range. Why: the batch ranges a target
+/// chooses library instances for, the pricing batch and the memory checks must follow the
+/// range the user gave, not `--max-batch`'s default.
+pub fn ranged_batch(
+    g: &Graph,
+    fixed: &BTreeMap<String, i64>,
+    ranges: &BTreeMap<String, (i64, i64)>,
+) -> Option<(String, (i64, i64))> {
+    let symbols: std::collections::BTreeSet<String> = g
+        .values
+        .iter()
+        .filter_map(|v| v.ty.as_ref())
+        .flat_map(|t| t.shape.iter().flat_map(|d| d.symbols().map(str::to_string).collect::<Vec<_>>()))
+        .filter(|s| !is_data_dependent(s))
+        .collect();
+    if symbols.iter().any(|s| !fixed.contains_key(s) && !ranges.contains_key(s)) {
+        return None;
+    }
+    let leading = g.inputs.first().and_then(|&v| g.values[v].ty.as_ref()?.shape.first().cloned())?;
+    ranges.iter().find(|(s, _)| leading == Dim::sym((*s).clone())).map(|(s, &r)| (s.clone(), r))
 }
 
 /// Binds compile-time dims and finds the run-time ones: the symbols given a range, and at most

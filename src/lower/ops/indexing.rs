@@ -25,7 +25,7 @@ use crate::ir::ops::scatter::Reduction;
 use crate::ir::ops::scatter::{GatherNd, OneHot, ScatterElements, ScatterNd};
 use crate::ir::ops::shape::{Expand, Tile};
 use crate::ir::{DType, Dim, Node};
-use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
+use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, Storage, TensorId};
 use crate::lower_unsupported;
 use serde_json::json;
 
@@ -235,10 +235,66 @@ fn lower_slice(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         (0..rank).map(|a| StridedAxis { len: out_shape[a].clone(), stride: strides[a].clone() }).collect();
     for (k, &a) in axes.iter().enumerate() {
         let first = slice_first(&in_shape[a], &starts[k], steps[k])?;
+        check_within_axis(cx, &in_shape[a], &first, &out_shape[a], steps[k], a)?;
         base = base.add(&first.mul(&strides[a]));
         out_axes[a].stride = strides[a].mul(&Dim::known(steps[k]));
     }
+    if is_weight_prefix(cx, x, &in_shape, &out_shape, &base, &out_axes, &strides) {
+        cx.alias_output(node, 0, x)?;
+        return Ok(());
+    }
     emit_strided_copy(cx, node, x, 0, base, out_axes)
+}
+
+/// A slice whose length is a run-time dim (`table[:seq]`) must stay inside its axis at every
+/// value of the ranges: ONNX would clamp the end there and give fewer elements than the shape the
+/// graph was typed with, and the copy would read past the end. So a range that lets it (BERT's
+/// positions with `--dim seq=1..N` beyond the model's position table) is refused here, naming the
+/// largest value the model supports, instead of compiling a kernel that reads out of bounds.
+fn check_within_axis(cx: &LowerCtx, d: &Dim, first: &Dim, len: &Dim, step: i64, axis: usize) -> LowerResult<()> {
+    let (Some(size), false) = (d.as_known(), len.is_known()) else { return Ok(()) };
+    if step <= 0 {
+        return Ok(());
+    }
+    // The last element read: first + (len - 1) * step, at the ranges' largest values.
+    let last = first.add(&len.sub(&Dim::known(1)).mul(&Dim::known(step)));
+    let Ok(most) = cx.upper_bound(&last) else { return Ok(()) };
+    if most < size {
+        return Ok(());
+    }
+    let ranges = cx.run_dims_text();
+    Err(invalid(format!(
+        "axis {axis} has {size} elements, but this slice takes {len} of them (step {step}), which the run-time \
+         dims' ranges ({ranges}) let reach element {most}: the model supports fewer; lower the range's largest value"
+    )))
+}
+
+/// Whether a slice is the first rows of a weight (its leading axis cut, every other axis
+/// whole, step 1): those rows are a row-major tensor at the weight's own address, so the
+/// output is a view and no kernel copies them. BERT's position embeddings with a run-time
+/// sequence length are `table[:seq]` (see `ir::index_views`). Only for weights: they are never
+/// written, so the view cannot see a later write; and only when the rows can never run past
+/// the table at any value of the run-time dims (else the copy stays, as before).
+fn is_weight_prefix(
+    cx: &LowerCtx,
+    x: TensorId,
+    in_shape: &[Dim],
+    out_shape: &[Dim],
+    base: &Dim,
+    out_axes: &[StridedAxis],
+    strides: &[Dim],
+) -> bool {
+    let weight = matches!(cx.tensor(cx.base_of(x)).storage, Storage::Weight { .. });
+    if !weight || *base != Dim::known(0) || in_shape.is_empty() || out_shape.len() != in_shape.len() {
+        return false;
+    }
+    let same_rows = out_axes.iter().zip(strides).all(|(a, s)| a.stride == *s);
+    let whole_rows = out_shape[1..] == in_shape[1..];
+    let fits = match (in_shape[0].as_known(), cx.upper_bound(&out_shape[0])) {
+        (Some(rows), Ok(most)) => most <= rows,
+        _ => false,
+    };
+    same_rows && whole_rows && fits
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -750,6 +806,43 @@ mod tests {
         assert_eq!(k["base"], "26");
         assert!(is_alias(&p, p.tensors.len() - 1));
         render_all("slice", &p);
+    }
+
+    /// `table[:N]` of a constant table, N the run-time batch (at most 8 here): the rows are the
+    /// weight's own bytes, so the slice is a view; a prefix that cuts the rows' inner axis keeps
+    /// the copy; and a table with fewer rows than N can reach is refused (ONNX would clamp the
+    /// slice, so the output would not have its typed N rows, and the copy would read past it).
+    #[test]
+    fn a_prefix_of_a_weight_is_a_view_when_it_fits_the_table() {
+        for (rows, cols, inner, view) in [(8usize, 3usize, 3i64, true), (6, 3, 3, false), (8, 3, 2, false)] {
+            // Opset 15: Shape's start/end.
+            let mut b = GraphBuilder::new(15);
+            let x = b.input("x", DType::F16, "N,4");
+            let table = b.konst("table", Tensor::from_f32s(&[rows, cols], vec![0.5; rows * cols]));
+            let n = b.node("Shape", vec![("start", Attr::Int(0)), ("end", Attr::Int(1))], &[x], 1)[0];
+            let z = b.konst("z", ints(&[0, 0]));
+            let inner_end = b.konst("inner", ints(&[inner]));
+            let ends = b.node("Concat", vec![("axis", Attr::Int(0))], &[n, inner_end], 1)[0];
+            let s = b.node("Slice", vec![], &[table, z, ends], 1)[0];
+            b.g.outputs.push(s);
+            infer_graph(&mut b.g).unwrap();
+            if rows < 8 {
+                let err =
+                    lower_with_outputs(&b.g).err().expect("a table shorter than N's range is refused").to_string();
+                assert!(err.contains("has 6 elements") && err.contains("N 1..8"), "{err}");
+                continue;
+            }
+            let (p, outs) = lower_with_outputs(&b.g).unwrap_or_else(|e| panic!("{e}"));
+            let what = format!("table [{rows}, {cols}], inner {inner}");
+            // (The shape kernels computing `ends` are removed later, by `lower::dead`: the slice
+            // takes its extent from its type.)
+            let copies = templates_of(&p).iter().filter(|t| **t == "strided_copy").count();
+            assert_eq!(copies, usize::from(!view), "{what}: {:?}", templates_of(&p));
+            assert_eq!(is_alias(&p, outs[0]), view, "{what}");
+            if view {
+                assert!(matches!(p.tensors[p.base(outs[0])].storage, crate::lower::Storage::Weight { .. }), "{what}");
+            }
+        }
     }
 
     #[test]
