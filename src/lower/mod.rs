@@ -541,7 +541,7 @@ fn model_name(source: &str) -> String {
 
 /// The batch dim's name and range when a range gives it one (`--dim batch=1..8`): with every
 /// symbolic dim of `g` either fixed (`fixed`) or given a range, the batch is the leading dim of
-/// the first input, as [`bind_dims`] picks it. `None` when one dim is left free (that one is the
+/// the first input, as `bind_dims` picks it. `None` when one dim is left free (that one is the
 /// batch, `1..=max_batch`) or the leading dim has no range. Why: the batch ranges a target
 /// chooses library instances for, the pricing batch and the memory checks must follow the
 /// range the user gave, not `--max-batch`'s default.
