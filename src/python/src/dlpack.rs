@@ -288,23 +288,7 @@ pub fn dlpack_import(capsule: &Bound<'_, PyAny>) -> PyResult<Imported> {
 
 /// The dtype of an imported tensor as the model's, when it is one.
 pub fn imported_dtype(t: &Imported) -> Option<DType> {
-    [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-        DType::U16,
-        DType::U32,
-        DType::U64,
-        DType::Bool,
-    ]
-    .into_iter()
-    .find(|d| d.name() == t.dtype)
+    DType::ALL.into_iter().find(|d| d.name() == t.dtype)
 }
 
 /// What an output's exports share: its device memory, and the inputs of the run that wrote it.

@@ -406,13 +406,12 @@ class DLPack(unittest.TestCase):
                 _stream_handle(bad, 0)
 
 
-@unittest.skipUnless(HAS_GPU, NO_GPU)
-class Run(unittest.TestCase):
-    """Runs a built model on the GPU and compares with ONNX Runtime."""
+class TinyBuild:
+    """The GPU test classes' fixture: the tiny model compiled and loaded once per class."""
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = Path(tempfile.mkdtemp(prefix="onnx2ait-py-"))
+    def build_tiny(cls, prefix):
+        cls.tmp = Path(tempfile.mkdtemp(prefix=prefix))
         cls.model = tiny_model(cls.tmp / "tiny.onnx")
         onnx2ait.compile(cls.model, cls.tmp / "out", no_profile=True, max_batch=16)
         cls.m = onnx2ait.load(cls.tmp / "out")
@@ -421,6 +420,15 @@ class Run(unittest.TestCase):
     def tearDownClass(cls):
         del cls.m
         shutil.rmtree(cls.tmp, ignore_errors=True)
+
+
+@unittest.skipUnless(HAS_GPU, NO_GPU)
+class Run(TinyBuild, unittest.TestCase):
+    """Runs a built model on the GPU and compares with ONNX Runtime."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.build_tiny("onnx2ait-py-")
 
     def test_matches_onnxruntime(self):
         import onnxruntime as ort
@@ -452,7 +460,7 @@ class Run(unittest.TestCase):
         self.assertIn("tiny", repr(self.m))
 
 
-class RunTorch(unittest.TestCase):
+class RunTorch(TinyBuild, unittest.TestCase):
     """PyTorch CUDA tensors in and out through DLPack (no host copy), on the default and on a
     side stream; the refusals. Needs a GPU and PyTorch with CUDA: skipped, saying which is
     missing, otherwise (ONNX2AIT_REQUIRE_GPU=1 makes a missing torch a failure too)."""
@@ -470,15 +478,7 @@ class RunTorch(unittest.TestCase):
         if not torch.cuda.is_available():
             raise unittest.SkipTest("PyTorch has no CUDA here: the DLPack tests with torch tensors are skipped")
         cls.torch = torch
-        cls.tmp = Path(tempfile.mkdtemp(prefix="onnx2ait-py-torch-"))
-        cls.model = tiny_model(cls.tmp / "tiny.onnx")
-        onnx2ait.compile(cls.model, cls.tmp / "out", no_profile=True, max_batch=16)
-        cls.m = onnx2ait.load(cls.tmp / "out")
-
-    @classmethod
-    def tearDownClass(cls):
-        del cls.m
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        cls.build_tiny("onnx2ait-py-torch-")
 
     def inputs(self, batch, seed=0):
         g = self.torch.Generator(device="cuda").manual_seed(seed)
