@@ -22,6 +22,7 @@
 #   --tc-parallel N       torch.compile processes compiling at the same time (default: all)
 #   --tc-threads N        TORCHINDUCTOR_COMPILE_THREADS of each torch.compile process (default: torch's)
 #   --no-profile          do not run `onnx2ait profile` even if onnx2ait has it
+#   --pdl-off-too         also time each build with O2A_PDL=0 (programmatic dependent launch off)
 #   --profile-cache FILE  seed the profile cache with FILE when this machine has none yet
 #                         (default .gpu/profile_cache.json when it exists: put the profile_cache.json
 #                         of an earlier run there to skip re-profiling on a fresh machine)
@@ -83,7 +84,7 @@ ROOT=$PWD
 CMDLINE="scripts/gpu-bench.sh${*:+ $*}"
 
 BUDGET=560 MODELS=resnet50,mobilenet_v2 BATCHES=1,8,64,256 TC_BATCHES=1,256 TC=1 TC_PARALLEL=0 TC_THREADS=""
-PROFILE=1 PROFILE_SEED="" ARCH=sm_90a MAX_BATCH=256 ITERS=50 WARMUP=10 SEEDS=2
+PROFILE=1 PDL_OFF_TOO=0 PROFILE_SEED="" ARCH=sm_90a MAX_BATCH=256 ITERS=50 WARMUP=10 SEEDS=2
 TC_MODE=max-autotune
 die() { echo "gpu-bench.sh: error: $*" >&2; exit 2; }
 while (($#)); do
@@ -96,6 +97,7 @@ while (($#)); do
     --tc-parallel) TC_PARALLEL=${2:?--tc-parallel needs a count}; shift ;;
     --tc-threads) TC_THREADS=${2:?--tc-threads needs a count}; shift ;;
     --no-profile) PROFILE=0 ;;
+    --pdl-off-too) PDL_OFF_TOO=1 ;;
     --profile-cache) PROFILE_SEED=${2:?--profile-cache needs a file}; shift ;;
     --arch) ARCH=${2:?--arch needs a name such as sm_90a}; shift ;;
     --max-batch) MAX_BATCH=${2:?--max-batch needs a size}; shift ;;
@@ -727,6 +729,12 @@ step_bench_onnx2ait() {
     "$PY" scripts/gpu/checks.py bench --bin "$BIN" --build "$build" --batch "$BATCHES" --iters "$ITERS" \
     --warmup "$WARMUP" --timeout 180 --deadline "$((DEADLINE - REPORT_RESERVE))" --json "$PARTS/bench_onnx2ait_$m.json" \
     "${extra[@]}" || rc=$?
+  # The same library with programmatic dependent launch off (templates/cuda/library.cuh.hbs).
+  if ((PDL_OFF_TOO)); then
+    O2A_PDL=0 "$PY" scripts/gpu/checks.py bench --bin "$BIN" --build "$build" --batch "$BATCHES" --iters "$ITERS" \
+      --warmup "$WARMUP" --timeout 180 --deadline "$((DEADLINE - REPORT_RESERVE))" \
+      --json "$PARTS/bench_onnx2ait_pdl_off_$m.json" || rc=$?
+  fi
   return "$rc"
 }
 

@@ -473,6 +473,8 @@ def bench_model_section(res, model):
     tc_batches = list(plan.get("compile_batches") or [])
     batches = sorted({b for b in list(plan.get("batches") or []) + tc_batches + list(o_rows) + list(p_rows)
                       if isinstance(b, int)})
+    # The same library timed with programmatic dependent launch off (gpu-bench.sh --pdl-off-too).
+    off_rows = bench_rows(res.get(f"bench_onnx2ait_pdl_off_{model}")) if res.get(f"bench_onnx2ait_pdl_off_{model}") else None
     head = [f"### {pretty(model)} (torchvision `{model}`), median ms", ""]
     rows = []
     for b in batches:
@@ -480,12 +482,14 @@ def bench_model_section(res, model):
         og = num(o.get("graph_median_ms"))
         t = tc_row(res, model, b) if b in tc_batches else {}
         tc_cell = ms(t.get("compile_ms")) if b in tc_batches else ""
-        rows.append([b, ms(og), ms(o.get("median_ms")), ms(p.get("eager_ms")), ms(p.get("graph_ms")),
+        off = [ms(num((off_rows.get(b) or {}).get("graph_median_ms")))] if off_rows is not None else []
+        rows.append([b, ms(og)] + off + [ms(o.get("median_ms")), ms(p.get("eager_ms")), ms(p.get("graph_ms")),
                      tc_cell or ("" if b not in tc_batches else DASH),
                      ratio(p.get("eager_ms"), og), ratio(p.get("graph_ms"), og),
                      ratio(t.get("compile_ms"), og) if b in tc_batches else ""])
     mode = (plan.get("torch_compile") or {}).get("mode", "max-autotune")
-    out = head + table(["batch", "onnx2ait (CUDA graph)", "onnx2ait (plain launches)", "PyTorch eager",
+    off_head = ["onnx2ait (CUDA graph, O2A_PDL=0)"] if off_rows is not None else []
+    out = head + table(["batch", "onnx2ait (CUDA graph)"] + off_head + ["onnx2ait (plain launches)", "PyTorch eager",
                         "PyTorch + CUDA graph", f"torch.compile {mode}", "eager ÷ onnx2ait",
                         "CUDA graph ÷ onnx2ait", "torch.compile ÷ onnx2ait"], rows)
     facts = []

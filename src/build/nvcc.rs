@@ -12,6 +12,9 @@
 //! - Hopper kernels need `compute_90a`/`sm_90a`; under plain `sm_90` a CUTLASS 3.x kernel still
 //!   compiles but into a stub that aborts at run time, so the architecture is an explicit [`Arch`].
 //! - `-DNDEBUG` always: CUTLASS asserts make ptxas serialise wgmma.
+//! - `-DO2A_PDL` for Hopper ([`Arch::programmatic_launch`]): kernels are launched with
+//!   programmatic dependent launch and wait for their predecessor in the stream
+//!   (templates/cuda/library.cuh.hbs says why that is safe).
 //! - `--expt-relaxed-constexpr` and C++17 are what CUTLASS 4.2 requires; `-fPIC` because the
 //!   objects go into a shared library.
 //! - The wheel layout puts `libcudart_static.a` in `cu13/lib`, where nvcc.profile (which expects
@@ -180,6 +183,11 @@ impl Nvcc {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
+        if self.arch.programmatic_launch() {
+            // Kernels wait for their predecessor in the stream and are launched with PDL
+            // (templates/cuda/library.cuh.hbs).
+            f.push("-DO2A_PDL".to_string());
+        }
         if self.objtemp {
             f.push("--objdir-as-tempdir".to_string());
         }

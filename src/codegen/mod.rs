@@ -543,4 +543,30 @@ mod tests {
         assert_eq!((ctx["c_prefix"].as_str(), ctx["macro_prefix"].as_str()), (Some(""), Some("")));
         assert!(exports_script(Some("bert")).contains("global:\n    bert_o2a_*;\n  local:\n    *;"));
     }
+
+    /// The rule programmatic dependent launch rests on (templates/cuda/library.cuh.hbs): o2a_launch
+    /// may start a kernel before its predecessor completes, so every kernel of the kernel
+    /// templates waits for it (o2a_grid_wait) before anything else, and none bypasses o2a_launch.
+    #[test]
+    fn every_kernel_waits_for_its_predecessor_first() {
+        let mut kernels = 0;
+        for (path, text) in TEMPLATE_FILES {
+            if !path.contains("/kernels/") {
+                continue;
+            }
+            assert!(!text.contains("<<<"), "templates/{path}: launches with <<<>>>; use o2a_launch");
+            for (at, _) in text.match_indices("__global__") {
+                let rest = &text[at..];
+                let body = rest
+                    .find(") {\n")
+                    .map(|i| &rest[i + 4..])
+                    .unwrap_or_else(|| panic!("templates/{path}: no body found after a __global__ at byte {at}"));
+                let first = body.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+                let name = rest.lines().next().unwrap_or("");
+                assert_eq!(first, "o2a_grid_wait();", "templates/{path}: `{name}` does not start with o2a_grid_wait()");
+                kernels += 1;
+            }
+        }
+        assert!(kernels >= 50, "found only {kernels} kernels: the scan lost its way");
+    }
 }

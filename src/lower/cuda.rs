@@ -116,6 +116,12 @@ impl Arch {
         }
     }
 
+    /// Whether this architecture has programmatic dependent launch (`griddepcontrol`, Hopper on):
+    /// a kernel may start while its predecessor in the stream drains, and waits for its results.
+    pub fn programmatic_launch(self) -> bool {
+        matches!(self, Arch::Sm90 | Arch::Sm90a)
+    }
+
     /// The nvcc flag generating SASS for exactly this architecture.
     pub fn gencode(self) -> &'static str {
         match self {
