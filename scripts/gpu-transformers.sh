@@ -30,8 +30,10 @@
 #                                                     default unfused)
 #                               [--seq-range-only]   (BERT only as that build: no fixed-length BERT
 #                                                     build, to fit a short device call)
-#                               [--pdl-off-too]      (also time every build with O2A_PDL=0, programmatic
-#                                                     dependent launch off, as <build>_pdl_off)
+#                               [--pdl-modes 0,kernels,library]  (also time every build with each
+#                                                     O2A_PDL setting: 0 = programmatic dependent launch
+#                                                     off, as <build>_pdl_off; kernels / library = only
+#                                                     our kernels / only the CUTLASS GEMMs with it)
 #                               [--profile]          (profile every build's kernels on this GPU first,
 #                                                     `compile --profile`, into one cache shared by
 #                                                     the builds; they are named <build>_profiled)
@@ -44,7 +46,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0 PDL_OFF_TOO=0
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0 PDL_MODES=
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -58,7 +60,7 @@ while (($#)); do
     --rowwise) ROWWISE=1 ;;
     --unfused-attention) UNFUSED_ATTENTION=1 ;;
     --profile) PROFILE=1 ;;
-    --pdl-off-too) PDL_OFF_TOO=1 ;;
+    --pdl-modes) PDL_MODES=$2; shift ;;
     --seq-range) SEQ_RANGE=$2; shift ;;
     --seq-range-attention) SEQ_RANGE_ATTENTION=$2; shift ;;
     --seq-range-only) SEQ_RANGE_ONLY=1 ;;
@@ -203,12 +205,15 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   "$BIN" bench "$W/build_$name" --batch "$BATCHES" "${bench_dims[@]}" --json >"$W/bench_$name.json" 2>"$W/bench_$name.err"
   say "bench $name: rc $? $(tr -d '\n ' <"$W/bench_$name.json" | head -c 400)"
   record "{\"kind\":\"bench\",\"name\":\"$name\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_$name.json")}"
-  # The same library with programmatic dependent launch off (templates/cuda/library.cuh.hbs).
-  if ((PDL_OFF_TOO)); then
-    O2A_PDL=0 "$BIN" bench "$W/build_$name" --batch "$BATCHES" "${bench_dims[@]}" --json >"$W/bench_${name}_pdl_off.json" 2>"$W/bench_${name}_pdl_off.err"
-    say "bench $name with O2A_PDL=0: rc $? $(tr -d '\n ' <"$W/bench_${name}_pdl_off.json" | head -c 400)"
-    record "{\"kind\":\"bench\",\"name\":\"${name}_pdl_off\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_pdl_off.json")}"
-  fi
+  # The same library with other programmatic dependent launch settings (templates/cuda/library.cuh.hbs):
+  # O2A_PDL=0 as <build>_pdl_off, O2A_PDL=MODE as <build>_pdl_MODE.
+  for mode in ${PDL_MODES//,/ }; do
+    tag=pdl_$mode
+    [[ $mode == 0 ]] && tag=pdl_off
+    O2A_PDL=$mode "$BIN" bench "$W/build_$name" --batch "$BATCHES" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
+    say "bench $name with O2A_PDL=$mode: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
+    record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
+  done
 done
 # 4. Validation on the GPU (batch 1 and 8), before the per-kernel times and the PyTorch peers, so a
 # short time budget drops those rather than the correctness checks.
