@@ -960,19 +960,48 @@ impl Model {
         }
         let in_ptrs: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast::<c_void>()).collect();
         let out_ptrs: Vec<*mut c_void> = out_bytes.iter_mut().map(|b| b.as_mut_ptr().cast::<c_void>()).collect();
-        // SAFETY: each buffer holds exactly the bytes of its tensor at `dims` (checked above),
-        // `dims` one value per run-time dim; the call is synchronous, so the buffers outlive
-        // every copy.
-        let rc = unsafe { (lib.api.run_host)(self.ptr.as_ptr(), dims.as_ptr(), in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
-        if rc != 0 {
-            return Err(lib.call_error(&format!("running the model {at}"), rc));
-        }
+        // SAFETY: each buffer holds exactly the bytes of its tensor at `dims` (checked above).
+        unsafe { self.run_host_buffers(dims, &in_ptrs, &out_ptrs) }?;
+        let lib = &self.lib;
         lib.outputs
             .iter()
             .zip(out_shapes)
             .zip(out_bytes)
             .map(|((info, shape), bytes)| tensor_from_le_bytes(info.dtype, &shape, &bytes))
             .collect()
+    }
+
+    /// Runs the model at the run-time dims `dims` on host buffers the caller owns: `inputs[i]` /
+    /// `outputs[i]` hold input / output i at those dims (its dtype, dense row-major,
+    /// little-endian). Synchronous: the outputs are written when it returns. [`Model::run_host`]
+    /// with the caller's memory, so the outputs need no copy (the Python package's `out=`).
+    ///
+    /// # Safety
+    /// Every pointer must address at least its tensor's bytes at `dims` in host memory, readable
+    /// (inputs) or writable (outputs), for the duration of the call.
+    pub unsafe fn run_host_buffers(
+        &mut self,
+        dims: &[i64],
+        inputs: &[*const c_void],
+        outputs: &[*mut c_void],
+    ) -> Result<()> {
+        let lib = &self.lib;
+        lib.check_dims(dims)?;
+        if inputs.len() != lib.inputs.len() || outputs.len() != lib.outputs.len() {
+            return Err(Error::Other(format!(
+                "{}: {} input and {} output buffer(s) given, the model has {} and {}",
+                lib.dir.display(),
+                inputs.len(),
+                outputs.len(),
+                lib.inputs.len(),
+                lib.outputs.len()
+            )));
+        }
+        let rc = (lib.api.run_host)(self.ptr.as_ptr(), dims.as_ptr(), inputs.as_ptr(), outputs.as_ptr());
+        if rc != 0 {
+            return Err(lib.call_error(&format!("running the model {}", lib.dims_text(dims)), rc));
+        }
+        Ok(())
     }
 
     /// Median milliseconds of one run at the run-time dims `dims` over `iters` timed runs after

@@ -454,6 +454,29 @@ fn model_library_compiles_links_and_loads() {
     assert!(e.contains("0 run-time dim value(s) given, the model has 1 (N 1..8)"), "{e}");
     assert_eq!(lib.dims_at(4, &Default::default()).unwrap(), vec![4]);
 
+    // o2a_create_from_memory checks the buffer before the device: with or without a GPU, a
+    // buffer of the wrong size or of another build is named as such (what the Python package's
+    // `load(out, weights=...)` reports).
+    let good = std::fs::read(dir.join("weights.bin")).unwrap();
+    let from_memory =
+        |w: &[u8]| Model::create_from_memory(Library::open(&dir).unwrap(), w).err().map(|e| e.to_string());
+    let e = from_memory(&good[..6]).unwrap();
+    assert!(
+        e.contains("cannot create the model from the weights in memory: tiny_model: the weights buffer has 6 bytes but the model expects 40"),
+        "{e}"
+    );
+    let e = from_memory(&[]).unwrap();
+    assert!(e.contains("the weights buffer has 0 bytes"), "{e}");
+    let mut other = good.clone();
+    let n = other.len();
+    other[n - 2] ^= 1;
+    let e = from_memory(&other).unwrap();
+    assert!(e.contains("the weights buffer belongs to another build"), "{e}");
+    // The right buffer gets as far as the device: a model with a GPU, "no CUDA device" without.
+    if let Some(e) = from_memory(&good) {
+        assert!(e.contains("no CUDA device"), "{e}");
+    }
+
     match Model::create(lib) {
         Err(e) => {
             let e = e.to_string();
@@ -524,13 +547,7 @@ fn run_on_gpu(m: &mut Model, dir: &Path) {
     let x = Tensor::from_f32s(&[1, 4], vec![2.0, 2.0, 2.0, 2.0]);
     let out = m.run_host(&[1], &[x, Tensor::from_i64s(&[1], vec![0])]).unwrap();
     assert_eq!(out[0], Tensor::from_f32s(&[1, 2, 2], vec![2.0, 4.0, 6.0, 1.0]));
-    let e = Model::create_from_memory(Library::open(dir).unwrap(), &good[..6]).err().unwrap().to_string();
-    assert!(e.contains("the weights buffer has 6 bytes but the model expects 40"), "{e}");
-    let mut other = good.clone();
-    let n = other.len();
-    other[n - 2] ^= 1;
-    let e = Model::create_from_memory(Library::open(dir).unwrap(), &other).err().unwrap().to_string();
-    assert!(e.contains("the weights buffer belongs to another build"), "{e}");
+    // (Its refusals of a wrong buffer are checked with or without a GPU, before `Model::create` above.)
 }
 
 /// The C program of `two_prefixed_models_link_into_one_program`: both headers in one

@@ -124,7 +124,7 @@ pub struct Imported {
     #[pyo3(get)]
     dtype: String,
     #[pyo3(get)]
-    shape: Vec<i64>,
+    pub shape: Vec<i64>,
     /// Strides in elements; `None` when the capsule gives none (compact row-major).
     #[pyo3(get)]
     strides: Option<Vec<i64>>,
@@ -133,7 +133,7 @@ pub struct Imported {
     pub data_ptr: usize,
     /// The producer marked the tensor read-only (DLPack 1.x).
     #[pyo3(get)]
-    readonly: bool,
+    pub readonly: bool,
     /// The capsule was DLPack 1.x's versioned kind.
     #[pyo3(get)]
     versioned: bool,

@@ -9,9 +9,9 @@
 mod dlpack;
 
 use dlpack::{DeviceTensor, Imported, Storage, KDL_CUDA};
-use numpy::{Element, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use onnx2ait::compile::{checks, CompileOptions, KernelChoice};
-use onnx2ait::ir::{DType, Tensor};
+use onnx2ait::ir::DType;
 use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::Precision;
 use onnx2ait::runtime::{Library, Model};
@@ -310,64 +310,78 @@ fn io_rows(lib: &Library, output: bool) -> PyResult<Vec<IoRow>> {
         .collect()
 }
 
-/// A contiguous NumPy array of element type `T` as a tensor (one copy).
-fn array_to<T: Element + Copy>(
+/// NumPy's dtype of a model dtype as the native side exchanges it (bfloat16 as its uint16 bits).
+fn numpy_dtype(py: Python<'_>, d: DType) -> Bound<'_, numpy::PyArrayDescr> {
+    match d {
+        DType::F32 => numpy::dtype::<f32>(py),
+        DType::F64 => numpy::dtype::<f64>(py),
+        DType::F16 => numpy::dtype::<half::f16>(py),
+        DType::BF16 | DType::U16 => numpy::dtype::<u16>(py),
+        DType::I8 => numpy::dtype::<i8>(py),
+        DType::I16 => numpy::dtype::<i16>(py),
+        DType::I32 => numpy::dtype::<i32>(py),
+        DType::I64 => numpy::dtype::<i64>(py),
+        DType::U8 => numpy::dtype::<u8>(py),
+        DType::U32 => numpy::dtype::<u32>(py),
+        DType::U64 => numpy::dtype::<u64>(py),
+        DType::Bool => numpy::dtype::<bool>(py),
+    }
+}
+
+/// A zero-filled array of dtype `d` (bfloat16 as uint16 bits) and `shape`.
+fn zeros<'py>(py: Python<'py>, d: DType, shape: &[usize]) -> Bound<'py, PyUntypedArray> {
+    fn z<'py, T: Element>(py: Python<'py>, shape: &[usize]) -> Bound<'py, PyUntypedArray> {
+        PyArrayDyn::<T>::zeros(py, numpy::ndarray::IxDyn(shape), false).as_untyped().clone()
+    }
+    match d {
+        DType::F32 => z::<f32>(py, shape),
+        DType::F64 => z::<f64>(py, shape),
+        DType::F16 => z::<half::f16>(py, shape),
+        DType::BF16 | DType::U16 => z::<u16>(py, shape),
+        DType::I8 => z::<i8>(py, shape),
+        DType::I16 => z::<i16>(py, shape),
+        DType::I32 => z::<i32>(py, shape),
+        DType::I64 => z::<i64>(py, shape),
+        DType::U8 => z::<u8>(py, shape),
+        DType::U32 => z::<u32>(py, shape),
+        DType::U64 => z::<u64>(py, shape),
+        DType::Bool => z::<bool>(py, shape),
+    }
+}
+
+/// Refuses a host array that input/output `name` cannot take as it is: another dtype, not
+/// C-contiguous, or another shape than `want` (the tensor's at the run's dims, `at` in words).
+fn check_host_buffer(
+    py: Python<'_>,
     a: &Bound<'_, PyUntypedArray>,
+    what: &str,
     name: &str,
-    wrap: fn(ndarray::ArrayD<T>) -> Tensor,
-) -> PyResult<Tensor> {
-    let typed = a.cast::<PyArrayDyn<T>>().map_err(|_| {
-        PyTypeError::new_err(format!("input '{name}': the array's dtype is {}, not the model's", a.dtype()))
-    })?;
-    let ro = typed.readonly();
-    let data = ro.as_slice().map_err(|_| PyValueError::new_err(format!("input '{name}': not a contiguous array")))?;
-    let arr = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(a.shape()), data.to_vec())
-        .map_err(|e| PyValueError::new_err(format!("input '{name}': {e}")))?;
-    Ok(wrap(arr))
-}
-
-fn to_tensor(a: &Bound<'_, PyUntypedArray>, name: &str, want: DType) -> PyResult<Tensor> {
-    match want {
-        DType::F32 => array_to::<f32>(a, name, Tensor::F32),
-        DType::F64 => array_to::<f64>(a, name, Tensor::F64),
-        DType::F16 => array_to::<half::f16>(a, name, Tensor::F16),
-        // NumPy has no bfloat16 of its own: the Python side passes the bits as uint16.
-        DType::BF16 => array_to::<u16>(a, name, |u| Tensor::BF16(u.mapv(half::bf16::from_bits))),
-        DType::I8 => array_to::<i8>(a, name, Tensor::I8),
-        DType::I16 => array_to::<i16>(a, name, Tensor::I16),
-        DType::I32 => array_to::<i32>(a, name, Tensor::I32),
-        DType::I64 => array_to::<i64>(a, name, Tensor::I64),
-        DType::U8 => array_to::<u8>(a, name, Tensor::U8),
-        DType::U16 => array_to::<u16>(a, name, Tensor::U16),
-        DType::U32 => array_to::<u32>(a, name, Tensor::U32),
-        DType::U64 => array_to::<u64>(a, name, Tensor::U64),
-        DType::Bool => array_to::<bool>(a, name, Tensor::Bool),
+    dtype: DType,
+    want: &[usize],
+    at: &str,
+) -> PyResult<()> {
+    if !a.dtype().is_equiv_to(&numpy_dtype(py, dtype)) {
+        return Err(PyTypeError::new_err(format!(
+            "{what} '{name}': the array's dtype is {}, the model's is {}",
+            a.dtype(),
+            dtype.name()
+        )));
     }
-}
-
-fn to_numpy<'py, T: Element>(py: Python<'py>, a: ndarray::ArrayD<T>) -> PyResult<Bound<'py, PyAny>> {
-    let shape = a.shape().to_vec();
-    let data: Vec<T> = if a.is_standard_layout() { a.into_raw_vec_and_offset().0 } else { a.into_iter().collect() };
-    Ok(numpy::PyArray1::from_vec(py, data).reshape(shape)?.into_any())
-}
-
-fn from_tensor<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
-    match t {
-        Tensor::F32(a) => to_numpy(py, a),
-        Tensor::F64(a) => to_numpy(py, a),
-        Tensor::F16(a) => to_numpy(py, a),
-        // The bits as uint16; the Python side views them as ml_dtypes.bfloat16.
-        Tensor::BF16(a) => to_numpy(py, a.mapv(|v| v.to_bits())),
-        Tensor::I8(a) => to_numpy(py, a),
-        Tensor::I16(a) => to_numpy(py, a),
-        Tensor::I32(a) => to_numpy(py, a),
-        Tensor::I64(a) => to_numpy(py, a),
-        Tensor::U8(a) => to_numpy(py, a),
-        Tensor::U16(a) => to_numpy(py, a),
-        Tensor::U32(a) => to_numpy(py, a),
-        Tensor::U64(a) => to_numpy(py, a),
-        Tensor::Bool(a) => to_numpy(py, a),
+    if !a.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("{what} '{name}': not a C-contiguous array")));
     }
+    if a.shape() != want {
+        return Err(PyValueError::new_err(format!(
+            "{what} '{name}' has shape {:?}, the run {at} takes {want:?}",
+            a.shape()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether NumPy lets the array be written (its WRITEABLE flag).
+fn is_writeable(a: &Bound<'_, PyUntypedArray>) -> PyResult<bool> {
+    a.getattr("flags")?.getattr("writeable")?.extract()
 }
 
 /// (model name, max batch, batch symbol or None, run-time dims as (name, min, max), inputs,
@@ -407,13 +421,39 @@ fn describe(py: Python<'_>, out_dir: PathBuf) -> PyResult<Description> {
 
 #[pymethods]
 impl NativeModel {
-    /// Loads OUT/libmodel.so and instantiates the model on the current GPU.
+    /// Loads OUT/libmodel.so and instantiates the model on the current GPU, with the weights of
+    /// OUT/weights.bin, or of `weights` (that file's bytes as a 1-D C-contiguous uint8 array, which
+    /// may view any buffer: `o2a_create_from_memory` checks its size and build hash).
     #[new]
-    fn new(py: Python<'_>, out_dir: PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (out_dir, weights=None))]
+    fn new(py: Python<'_>, out_dir: PathBuf, weights: Option<Bound<'_, PyUntypedArray>>) -> PyResult<Self> {
         if !out_dir.exists() {
             return Err(no_dir(&out_dir));
         }
-        let model = py.detach(|| Model::load(&out_dir)).map_err(err)?;
+        let Some(w) = weights else {
+            let model = py.detach(|| Model::load(&out_dir)).map_err(err)?;
+            return Ok(NativeModel { model: Mutex::new(model) });
+        };
+        if !w.dtype().is_equiv_to(&numpy::dtype::<u8>(py)) || w.ndim() != 1 || !w.is_c_contiguous() {
+            return Err(PyTypeError::new_err(format!(
+                "weights: expected a 1-D C-contiguous uint8 array, got {} of shape {:?}",
+                w.dtype(),
+                w.shape()
+            )));
+        }
+        let len = w.len();
+        // SAFETY: the array's data pointer, of `len` bytes (1-D, contiguous, uint8).
+        let ptr = unsafe { (*w.as_array_ptr()).data } as usize;
+        let model = py
+            .detach(|| {
+                let lib = Library::open(&out_dir)?;
+                // SAFETY: `w` holds the array, and with it the buffer it views, alive until this
+                // returns; the library only reads it (copying it to the device).
+                let bytes: &[u8] =
+                    if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(ptr as *const u8, len) } };
+                Model::create_from_memory(lib, bytes)
+            })
+            .map_err(err)?;
         Ok(NativeModel { model: Mutex::new(model) })
     }
 
@@ -438,9 +478,18 @@ impl NativeModel {
     }
 
     /// Runs the model on host arrays, one per input in input order, each C-contiguous and of the
-    /// input's dtype (uint16 bits for bfloat16); the run-time dims come from their shapes. Returns the
-    /// outputs in output order.
-    fn run<'py>(&self, py: Python<'py>, arrays: Vec<Bound<'py, PyUntypedArray>>) -> PyResult<Bound<'py, PyList>> {
+    /// input's dtype (uint16 bits for bfloat16); the run-time dims come from their shapes. The
+    /// outputs are written into `outputs` when given (one per output in output order, each
+    /// writable, C-contiguous, of the output's dtype and shape at those dims), else into new
+    /// arrays. Returns the arrays written, in output order. The library reads the inputs and
+    /// writes the outputs in place: no copy on the host.
+    #[pyo3(signature = (arrays, outputs=None))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<Bound<'py, PyUntypedArray>>,
+        outputs: Option<Vec<Bound<'py, PyUntypedArray>>>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let mut guard = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
         let model: &mut Model = &mut guard;
         let lib = model.library();
@@ -455,18 +504,62 @@ impl NativeModel {
         }
         let shapes: Vec<Option<&[usize]>> = arrays.iter().map(|a| Some(a.shape())).collect();
         let dims = lib.infer_dims(&shapes).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let inputs = arrays
-            .iter()
-            .zip(lib.inputs())
-            .map(|(a, info)| to_tensor(a, &info.name, info.dtype))
-            .collect::<PyResult<Vec<Tensor>>>()?;
-        let outputs = py.detach(|| model.run_host(&dims, &inputs)).map_err(err)?;
-        drop(guard);
-        let list = PyList::empty(py);
-        for t in outputs {
-            list.append(from_tensor(py, t)?)?;
+        let at = lib.dims_text(&dims);
+        // What memory safety needs before the pointers go to the library (the Python side checks
+        // first, with more advice): every buffer of its tensor's dtype, dense and of its shape
+        // at `dims`, and the outputs writable.
+        for (i, (a, info)) in arrays.iter().zip(lib.inputs()).enumerate() {
+            let want = lib.input_shape(i, &dims).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            check_host_buffer(py, a, "input", &info.name, info.dtype, &want, &at)?;
         }
-        Ok(list)
+        let outputs = match outputs {
+            Some(given) => {
+                if given.len() != lib.outputs().len() {
+                    return Err(PyTypeError::new_err(format!(
+                        "{} output array(s) given, the model has {} outputs",
+                        given.len(),
+                        lib.outputs().len()
+                    )));
+                }
+                for (i, (a, info)) in given.iter().zip(lib.outputs()).enumerate() {
+                    let want = lib.output_shape(i, &dims).map_err(|e| PyValueError::new_err(e.to_string()))?;
+                    check_host_buffer(py, a, "output", &info.name, info.dtype, &want, &at)?;
+                    if !is_writeable(a)? {
+                        return Err(PyValueError::new_err(format!(
+                            "output '{}': the array is read-only (out= takes writable arrays)",
+                            info.name
+                        )));
+                    }
+                }
+                given
+            }
+            None => lib
+                .outputs()
+                .iter()
+                .enumerate()
+                .map(|(i, info)| {
+                    let shape = lib.output_shape(i, &dims).map_err(|e| PyValueError::new_err(e.to_string()))?;
+                    Ok(zeros(py, info.dtype, &shape))
+                })
+                .collect::<PyResult<Vec<_>>>()?,
+        };
+        let data = |a: &Bound<'py, PyUntypedArray>| {
+            // SAFETY: a live array's data pointer.
+            unsafe { (*a.as_array_ptr()).data as usize }
+        };
+        let in_ptrs: Vec<usize> = arrays.iter().map(data).collect();
+        let out_ptrs: Vec<usize> = outputs.iter().map(data).collect();
+        py.detach(|| {
+            let ins: Vec<*const std::ffi::c_void> = in_ptrs.iter().map(|&p| p as *const std::ffi::c_void).collect();
+            let outs: Vec<*mut std::ffi::c_void> = out_ptrs.iter().map(|&p| p as *mut std::ffi::c_void).collect();
+            // SAFETY: every buffer is a live array (held by `arrays` / `outputs`) of its tensor's
+            // dtype, C-contiguous and of its shape at `dims` (checked above), the outputs
+            // writable; the call is synchronous.
+            unsafe { model.run_host_buffers(&dims, &ins, &outs) }
+        })
+        .map_err(err)?;
+        drop(guard);
+        PyList::new(py, outputs)
     }
 
     /// The CUDA device ordinal the model lives on.
@@ -491,44 +584,7 @@ impl NativeModel {
         let model: &mut Model = &mut guard;
         let lib = Arc::clone(model.library_arc());
         let device = model.device();
-        if inputs.len() != lib.inputs().len() {
-            let names: Vec<&str> = lib.inputs().iter().map(|i| i.name.as_str()).collect();
-            return Err(PyTypeError::new_err(format!(
-                "{} input(s) given, the model takes {} ({})",
-                inputs.len(),
-                names.len(),
-                names.join(", ")
-            )));
-        }
-        // What memory safety needs before pointers go to the library (the Python side checks
-        // first, with more advice): the model's device and dtype, dense, and shapes the library
-        // takes at some run-time dims (so every buffer holds the bytes the kernels read).
-        let mut shapes = Vec::with_capacity(inputs.len());
-        for (t, info) in inputs.iter().zip(lib.inputs()) {
-            let t = t.get();
-            let name = &info.name;
-            if t.device != (KDL_CUDA, device) {
-                return Err(PyValueError::new_err(format!(
-                    "input '{name}' is on DLPack device {:?}, the model on cuda:{device} ({KDL_CUDA}, {device})",
-                    t.device
-                )));
-            }
-            if dlpack::imported_dtype(t) != Some(info.dtype) {
-                return Err(PyTypeError::new_err(format!(
-                    "input '{name}' is {}, the model takes {}",
-                    t.dtype_name(),
-                    info.dtype.name()
-                )));
-            }
-            if !t.is_contiguous() {
-                return Err(PyValueError::new_err(format!("input '{name}' is not contiguous (row-major)")));
-            }
-            shapes.push(
-                t.shape_usize().ok_or_else(|| PyValueError::new_err(format!("input '{name}' has a negative dim")))?,
-            );
-        }
-        let given: Vec<Option<&[usize]>> = shapes.iter().map(|s| Some(s.as_slice())).collect();
-        let dims = lib.infer_dims(&given).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let dims = device_dims(&lib, device, &inputs)?;
         let mut buffers = Vec::with_capacity(lib.outputs().len());
         let mut out_shapes = Vec::with_capacity(lib.outputs().len());
         for (i, info) in lib.outputs().iter().enumerate() {
@@ -558,6 +614,138 @@ impl NativeModel {
         }
         Ok(list)
     }
+
+    /// `run_device` into the caller's GPU tensors: `outputs` (DLPack capsules taken with
+    /// `dlpack_import`, one per output in output order) must each be on the model's device, of
+    /// the output's dtype and shape at the run's dims, dense, writable, and overlap no input or
+    /// other output. The kernels write them in place, enqueued on `stream`; the call returns
+    /// without waiting. The caller's tensors must stay alive until the run is done on `stream`
+    /// (the Python side records torch tensors on it); nothing here holds them after the call.
+    fn run_device_into(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<Bound<'_, Imported>>,
+        outputs: Vec<Bound<'_, Imported>>,
+        stream: usize,
+    ) -> PyResult<()> {
+        let mut guard = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
+        let model: &mut Model = &mut guard;
+        let lib = Arc::clone(model.library_arc());
+        let device = model.device();
+        let dims = device_dims(&lib, device, &inputs)?;
+        if outputs.len() != lib.outputs().len() {
+            return Err(PyTypeError::new_err(format!(
+                "{} output tensor(s) given, the model has {} outputs",
+                outputs.len(),
+                lib.outputs().len()
+            )));
+        }
+        let at = lib.dims_text(&dims);
+        // (address, bytes, what) of every buffer, for the overlap check.
+        let mut extents: Vec<(usize, usize, String)> = Vec::new();
+        for (t, info) in inputs.iter().zip(lib.inputs()) {
+            let t = t.get();
+            let bytes = t.shape_usize().unwrap_or_default().iter().product::<usize>() * info.dtype.size_bytes();
+            extents.push((t.data_ptr, bytes, format!("input '{}'", info.name)));
+        }
+        for (i, (t, info)) in outputs.iter().zip(lib.outputs()).enumerate() {
+            let t = t.get();
+            let name = &info.name;
+            check_device_buffer(t, "output", name, info.dtype, device)?;
+            if t.readonly {
+                return Err(PyValueError::new_err(format!(
+                    "output '{name}': its producer exported it read-only (DLPack's read-only flag)"
+                )));
+            }
+            let want = lib.output_shape(i, &dims).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            if t.shape_usize().as_deref() != Some(want.as_slice()) {
+                return Err(PyValueError::new_err(format!(
+                    "output '{name}' has shape {:?}, the run {at} writes {want:?}",
+                    t.shape
+                )));
+            }
+            if t.data_ptr == 0 {
+                return Err(PyValueError::new_err(format!("output '{name}' has no memory (a NULL data pointer)")));
+            }
+            let bytes = want.iter().product::<usize>() * info.dtype.size_bytes();
+            for (start, len, other) in &extents {
+                if t.data_ptr < start + len && *start < t.data_ptr + bytes {
+                    return Err(PyValueError::new_err(format!(
+                        "output '{name}' overlaps {other} in memory: the kernels would read or write it while \
+                         writing the output; pass separate tensors"
+                    )));
+                }
+            }
+            extents.push((t.data_ptr, bytes, format!("output '{name}'")));
+        }
+        let in_ptrs: Vec<usize> = inputs.iter().map(|t| t.get().data_ptr).collect();
+        let out_ptrs: Vec<usize> = outputs.iter().map(|t| t.get().data_ptr).collect();
+        py.detach(|| {
+            let ins: Vec<*const std::ffi::c_void> = in_ptrs.iter().map(|&p| p as *const std::ffi::c_void).collect();
+            let outs: Vec<*mut std::ffi::c_void> = out_ptrs.iter().map(|&p| p as *mut std::ffi::c_void).collect();
+            // SAFETY: every input and output is a live DLPack tensor of the model's device,
+            // dtype and shape at `dims`, dense, the outputs writable and apart from every other
+            // buffer (checked above). `stream` is the caller's, of that device; the caller keeps
+            // the tensors until the run is done on it.
+            unsafe { model.run_device(&dims, &ins, &outs, stream) }
+        })
+        .map_err(err)
+    }
+
+    /// Makes the stream `waiting` wait (on the device) for the work enqueued on `stream` so far;
+    /// both CUDA stream handles of the model's device (0 the legacy default stream).
+    fn stream_wait(&self, waiting: usize, stream: usize) -> PyResult<()> {
+        let m = self.model.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
+        // SAFETY: the Python side passes streams of the model's device.
+        unsafe { m.library().stream_wait(m.device(), waiting, stream) }.map_err(err)
+    }
+}
+
+/// Refuses a GPU tensor that input/output `name` cannot take as it is: what memory safety needs
+/// before its pointer goes to the library (the Python side checks first, with more advice).
+fn check_device_buffer(t: &Imported, what: &str, name: &str, dtype: DType, device: i32) -> PyResult<()> {
+    if t.device != (KDL_CUDA, device) {
+        return Err(PyValueError::new_err(format!(
+            "{what} '{name}' is on DLPack device {:?}, the model on cuda:{device} ({KDL_CUDA}, {device})",
+            t.device
+        )));
+    }
+    if dlpack::imported_dtype(t) != Some(dtype) {
+        return Err(PyTypeError::new_err(format!(
+            "{what} '{name}' is {}, the model takes {}",
+            t.dtype_name(),
+            dtype.name()
+        )));
+    }
+    if !t.is_contiguous() {
+        return Err(PyValueError::new_err(format!("{what} '{name}' is not contiguous (row-major)")));
+    }
+    Ok(())
+}
+
+/// The run-time dims of a device run on `inputs`, after checking each (device, dtype, dense)
+/// and that their shapes are the library's at some run-time dims (so every buffer holds the
+/// bytes the kernels read).
+fn device_dims(lib: &Library, device: i32, inputs: &[Bound<'_, Imported>]) -> PyResult<Vec<i64>> {
+    if inputs.len() != lib.inputs().len() {
+        let names: Vec<&str> = lib.inputs().iter().map(|i| i.name.as_str()).collect();
+        return Err(PyTypeError::new_err(format!(
+            "{} input(s) given, the model takes {} ({})",
+            inputs.len(),
+            names.len(),
+            names.join(", ")
+        )));
+    }
+    let mut shapes = Vec::with_capacity(inputs.len());
+    for (t, info) in inputs.iter().zip(lib.inputs()) {
+        let t = t.get();
+        let name = &info.name;
+        check_device_buffer(t, "input", name, info.dtype, device)?;
+        shapes
+            .push(t.shape_usize().ok_or_else(|| PyValueError::new_err(format!("input '{name}' has a negative dim")))?);
+    }
+    let given: Vec<Option<&[usize]>> = shapes.iter().map(|s| Some(s.as_slice())).collect();
+    lib.infer_dims(&given).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 #[pymodule]

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 import onnx2ait
-from onnx2ait import _check_device_tensor, _device_input, _dlpack_import, _host_array, _spec, _stream_handle, IOSpec
+from onnx2ait import (_bind_outputs, _check_device_tensor, _device_input, _dlpack_import, _host_array, _host_output,
+                      _refuse_overlaps, _spec, _stream_handle, _weights_bytes, IOSpec)
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "onnx_models"
@@ -193,6 +194,20 @@ class Load(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "tiny_dir", None) is not None:
+            shutil.rmtree(cls.tiny_dir, ignore_errors=True)
+
+    def tiny(self):
+        """The tiny model built with nvcc once for the class (its tests only read it)."""
+        cls = type(self)
+        if getattr(cls, "tiny_build", None) is None:
+            cls.tiny_dir = Path(tempfile.mkdtemp(prefix="onnx2ait-py-tiny-"))
+            model = tiny_model(cls.tiny_dir / "tiny.onnx")
+            cls.tiny_build = compile_or_skip(self, model, cls.tiny_dir / "out", no_profile=True, max_batch=16, jobs=2)
+        return cls.tiny_build
+
     def test_sources_only_output_is_refused(self):
         out = self.tmp / "out"
         onnx2ait.compile(CONVNET, out, build=False, no_profile=True)
@@ -210,9 +225,8 @@ class Load(unittest.TestCase):
 
     def test_library_interface_without_gpu(self):
         """A tiny model built with nvcc: its interface reads without a GPU; loading it needs one."""
-        model = tiny_model(self.tmp / "tiny.onnx")
-        b = compile_or_skip(self, model, self.tmp / "out", no_profile=True, max_batch=16, jobs=2)
-        self.assertEqual(b.library, self.tmp / "out" / "libmodel.so")
+        b = self.tiny()
+        self.assertEqual(b.library, b.out / "libmodel.so")
         self.assertTrue(b.library.is_file())
         info = onnx2ait.inspect(b.out)
         self.assertEqual(info.max_batch, 16)
@@ -225,6 +239,60 @@ class Load(unittest.TestCase):
             with self.assertRaises(onnx2ait.Error) as e:
                 onnx2ait.load(b.out)
             self.assertIn("no CUDA device", str(e.exception))
+
+    def test_weights_from_memory_are_checked_before_the_gpu(self):
+        """load(out, weights=...) hands the buffer to o2a_create_from_memory, which checks its size
+        and build hash before touching the GPU: a wrong buffer is named as such on any machine."""
+        b = self.tiny()
+        good = (b.out / "weights.bin").read_bytes()
+        with self.assertRaises(onnx2ait.Error) as e:
+            onnx2ait.load(b.out, weights=good[:10])
+        self.assertIn("cannot create the model from the weights in memory", str(e.exception))
+        self.assertIn(f"the weights buffer has 10 bytes but the model expects {len(good)}", str(e.exception))
+        with self.assertRaises(onnx2ait.Error) as e:
+            onnx2ait.load(b.out, weights=b"")
+        self.assertIn("the weights buffer has 0 bytes", str(e.exception))
+        other = bytearray(good)
+        other[-2] ^= 1  # the last character of the build hash
+        with self.assertRaises(onnx2ait.Error) as e:
+            onnx2ait.load(b.out, weights=other)
+        self.assertIn("the weights buffer belongs to another build", str(e.exception))
+        self.assertIn(b.build_hash, str(e.exception))
+        if not HAS_GPU:
+            # The right bytes, in each form taken, get as far as the GPU.
+            for w in (good, bytearray(good), memoryview(good), np.frombuffer(good, np.uint8)):
+                with self.subTest(type=type(w).__name__):
+                    with self.assertRaises(onnx2ait.Error) as e:
+                        onnx2ait.load(b.out, weights=w)
+                    self.assertIn("no CUDA device", str(e.exception))
+
+    def test_weights_argument(self):
+        """What load's weights= takes: any contiguous buffer of bytes, read in place."""
+        data = bytearray(b"0123456789")
+        view = _weights_bytes(data)
+        self.assertEqual((view.dtype, view.shape), (np.uint8, (10,)))
+        data[0] = 7
+        self.assertEqual(view[0], 7)  # a view of the caller's buffer, not a copy
+        self.assertEqual(_weights_bytes(b"").shape, (0,))
+        arr = np.arange(12, dtype=np.uint8).reshape(3, 4)
+        self.assertTrue(np.shares_memory(_weights_bytes(arr), arr))
+        self.assertEqual(_weights_bytes(np.zeros(4, np.int8)).dtype, np.uint8)
+        self.assertEqual(_weights_bytes(memoryview(b"abcd")).tobytes(), b"abcd")
+        bad = [
+            ("weights.bin", TypeError, "got the path 'weights.bin'"),
+            (self.tmp / "weights.bin", TypeError, "got the path"),
+            (np.zeros(4, np.float32), TypeError, "a NumPy array of float32"),
+            (memoryview(np.zeros(4, np.float32)), TypeError, "4-byte items"),
+            (np.zeros(8, np.uint8)[::2], ValueError, "not C-contiguous"),
+            (memoryview(b"abcdef")[::2], ValueError, "not contiguous"),
+            (12, TypeError, "got int"),
+            ([1, 2], TypeError, "got list"),
+        ]
+        for w, kind, part in bad:
+            with self.subTest(w=repr(w)):
+                with self.assertRaises(kind) as e:
+                    onnx2ait.load(self.tmp, weights=w)
+                self.assertIn(part, str(e.exception))
 
 
 class Inputs(unittest.TestCase):
@@ -283,6 +351,127 @@ class Inputs(unittest.TestCase):
     def test_symbolic_shapes(self):
         self.assertEqual(_spec(("x", "float32", ["N", 3])).shape, ("N", 3))
         self.assertEqual(_spec(("x", "float32", ["4*N", "seq"])).shape, ("4*N", "seq"))
+
+
+class Outputs(unittest.TestCase):
+    """Preallocated outputs (`out=`), as far as a machine without a GPU can check: how they are
+    bound to the outputs and the refusals that come before any call of the library."""
+
+    Y = IOSpec("y", "float32", ("N", 4))
+    Z = IOSpec("z", "float16", ("N", 2, 3))
+
+    def test_binding(self):
+        y, z = np.zeros((2, 4), np.float32), np.zeros((2, 2, 3), np.float16)
+        for out in ([y, z], (y, z), {"z": z, "y": y}):
+            with self.subTest(out=type(out).__name__):
+                got = _bind_outputs([self.Y, self.Z], out)
+                self.assertTrue(got[0] is y and got[1] is z)
+        self.assertIs(_bind_outputs([self.Y], y)[0], y)  # one output: the array itself
+        bad = [
+            ([y], "1 array(s) given, the model has 2 outputs (y, z)"),
+            ({"y": y}, "no array for output(s) z"),
+            ({"y": y, "z": z, "w": y}, "no output 'w'"),
+            (y, "one array given, the model has 2 outputs"),
+            ("y", "got str"),
+            (3, "got int"),
+        ]
+        for out, part in bad:
+            with self.subTest(out=repr(out)[:30]):
+                with self.assertRaises(TypeError) as e:
+                    _bind_outputs([self.Y, self.Z], out)
+                self.assertIn(part, str(e.exception))
+
+    def test_host_outputs_are_used_as_they_are(self):
+        y = np.zeros((2, 4), np.float32)
+        self.assertIs(_host_output(self.Y, y), y)  # written in place: no conversion, no copy
+        ro = np.zeros((2, 4), np.float32)
+        ro.flags.writeable = False
+        bad = [
+            (np.zeros((2, 4), np.float64), TypeError, "'y' (out=) is float64, the model writes float32"),
+            (np.zeros((2, 4), np.float16), TypeError, "outputs are not converted"),
+            (np.zeros((2, 5), np.float32), ValueError, "has shape (2, 5), the model writes [N, 4]"),
+            (np.zeros((2, 4, 1), np.float32), ValueError, "has shape (2, 4, 1)"),
+            (ro, ValueError, "read-only"),
+            (np.zeros((2, 8), np.float32)[:, ::2], ValueError, "not C-contiguous"),
+            (np.zeros((4, 2), np.float32).T, ValueError, "not C-contiguous"),
+            ([[0.0] * 4] * 2, TypeError, "expected a numpy.ndarray, got list"),
+            (FakeCuda(np.zeros((2, 4), np.float32)), TypeError, "is a GPU tensor but the inputs are host arrays"),
+        ]
+        for x, kind, part in bad:
+            with self.subTest(part=part):
+                with self.assertRaises(kind) as e:
+                    _host_output(self.Y, x)
+                self.assertIn(part, str(e.exception))
+        import ml_dtypes
+
+        b = np.zeros((2, 4), ml_dtypes.bfloat16)
+        bits = _host_output(IOSpec("b", "bfloat16", ("N", 4)), b)
+        self.assertEqual(bits.dtype, np.uint16)  # the native side takes bfloat16 as its bits
+        self.assertTrue(np.shares_memory(bits, b))
+
+    def test_host_outputs_must_not_share_memory(self):
+        buf = np.zeros(16, np.float32)
+        a, b = buf[:8].reshape(2, 4), buf[4:12].reshape(2, 4)
+        with self.assertRaises(ValueError) as e:
+            _refuse_overlaps([(self.Y, a), (IOSpec("w", "float32", ("N", 4)), b)])
+        self.assertIn("outputs 'y' and 'w' (out=) share memory", str(e.exception))
+        _refuse_overlaps([(self.Y, buf[:8].reshape(2, 4)), (self.Y, buf[8:].reshape(2, 4))])
+
+    def test_device_outputs_are_checked(self):
+        """A preallocated GPU output gets the checks of a GPU input, and must be writable."""
+        ok = _dlpack_import(np.zeros((2, 4), np.float32).__dlpack__())
+        _check_device_tensor(self.Y, ok, "output")
+        ro = np.zeros((2, 4), np.float32)
+        ro.flags.writeable = False
+        cases = [
+            (np.zeros((2, 4), np.float64), {}, TypeError, "output 'y' is float64, the model writes float32"),
+            (np.zeros((2, 5), np.float32), {}, ValueError, "output 'y' has shape (2, 5), the model writes [N, 4]"),
+            (np.zeros((2, 8), np.float32)[:, ::2], {}, ValueError, "output 'y' is not contiguous"),
+            (ro, {"max_version": (1, 0)}, ValueError, "output 'y' is read-only"),
+        ]
+        for a, kw, kind, part in cases:
+            with self.subTest(part=part):
+                with self.assertRaises(kind) as e:
+                    _check_device_tensor(self.Y, _dlpack_import(a.__dlpack__(**kw)), "output")
+                self.assertIn(part, str(e.exception))
+        other = FakeCuda(np.zeros((2, 4), np.float32), index=1)
+        with self.assertRaises(ValueError) as e:
+            _device_input(self.Y, other, 0, 0, "output")
+        self.assertIn("output 'y' is on cuda:1, the model on cuda:0", str(e.exception))
+        self.assertEqual(other.calls, [])
+
+    def test_refused_before_the_library_is_called(self):
+        """Module's refusals of out= that need no model: a stand-in for the native model fails the
+        test if anything reaches it."""
+        class Unreachable:
+            def __getattr__(self, name):
+                raise AssertionError(f"the native model was reached ({name})")
+
+        m = onnx2ait.Module.__new__(onnx2ait.Module)
+        m._native = Unreachable()
+        m.inputs, m.outputs = (IOSpec("x", "float32", ("N", 4)),), (self.Y, self.Z)
+        x = np.zeros((2, 4), np.float32)
+        y, z = np.zeros((2, 4), np.float32), np.zeros((2, 2, 3), np.float16)
+        cases = [
+            (lambda: m(x, out=[y]), TypeError, "1 array(s) given, the model has 2 outputs"),
+            (lambda: m(x, out=[y, z.astype(np.float32)]), TypeError, "'z' (out=) is float32"),
+            (lambda: m(x, out=[y, FakeCuda(z)]), TypeError, "'z' (out=) is a GPU tensor but the inputs are host"),
+            (lambda: m.call([x], out=[y, y[:, :3].copy()]), TypeError, "'z' (out=) is float32"),
+            (lambda: m(FakeCuda(x), out=[y, z]), TypeError, "'y' (out=) is a host array but the inputs are GPU"),
+        ]
+        for run, kind, part in cases:
+            with self.subTest(part=part):
+                with self.assertRaises(kind) as e:
+                    run()
+                self.assertIn(part, str(e.exception))
+        # A model input named "out" keeps its name in calls: out= is then that input.
+        m.inputs = (IOSpec("x", "float32", ("N", 4)), IOSpec("out", "float32", ("N", 4)))
+        with self.assertRaises(TypeError) as e:
+            m(x, out=x, nosuch=x)
+        self.assertIn("no input 'nosuch'", str(e.exception))
+        with self.assertRaises(AssertionError) as e:
+            m(x, out=x)  # bound as the input "out": the run reaches the library
+        self.assertIn("native model was reached (run)", str(e.exception))
 
 
 class FakeCuda:
@@ -447,6 +636,55 @@ class Run(TinyBuild, unittest.TestCase):
                 np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=1e-3, atol=1e-3)
             self.assertEqual(set(self.m.run_dict(x=x, h=h)), {"y", "z"})
 
+    def test_preallocated_outputs(self):
+        """out= writes the caller's arrays in place and returns them."""
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal((5, 4)).astype(np.float32)
+        h = rng.standard_normal((5, 2, 3)).astype(np.float16)
+        want_y, want_z = self.m(x, h)
+        y, z = np.full((5, 4), np.nan, np.float32), np.full((5, 2, 3), np.nan, np.float16)
+        got = self.m(x, h, out=[y, z])
+        self.assertTrue(got[0] is y and got[1] is z)
+        np.testing.assert_array_equal(y, want_y)
+        np.testing.assert_array_equal(z, want_z)
+        y2, z2 = np.zeros_like(y), np.zeros_like(z)
+        got = self.m.call({"x": x, "h": h}, out={"z": z2, "y": y2})
+        self.assertTrue(got[0] is y2 and got[1] is z2)
+        np.testing.assert_array_equal(z2, want_z)
+        # An output may be an input's array: the inputs are on the GPU before an output is written.
+        xc = x.copy()
+        self.m(xc, h, out=[xc, z2])
+        np.testing.assert_array_equal(xc, want_y)
+        # The shapes at the run's dims are the library's check (batch 5 here).
+        with self.assertRaises(ValueError) as e:
+            self.m(x, h, out=[np.zeros((4, 4), np.float32), z])
+        self.assertIn("output 'y' has shape [4, 4], the run at batch 5 takes [5, 4]", str(e.exception))
+        ro = np.zeros((5, 4), np.float32)
+        ro.flags.writeable = False
+        with self.assertRaises(ValueError) as e:
+            self.m(x, h, out=[ro, z])
+        self.assertIn("read-only", str(e.exception))
+
+    def test_weights_from_memory(self):
+        """load(out, weights=...) runs as the weights file does, without that file."""
+        good = (self.tmp / "out" / "weights.bin").read_bytes()
+        x = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
+        h = np.ones((2, 2, 3), np.float16)
+        want = self.m(x, h)
+        moved = self.tmp / "weights.moved"
+        (self.tmp / "out" / "weights.bin").rename(moved)
+        try:
+            for w in (good, np.fromfile(moved, np.uint8)):
+                m = onnx2ait.load(self.tmp / "out", weights=w)
+                for g, e in zip(m(x, h), want):
+                    np.testing.assert_array_equal(g, e)
+                del m
+            with self.assertRaises(onnx2ait.Error) as e:
+                onnx2ait.load(self.tmp / "out", weights=good[:-1])
+            self.assertIn("the weights buffer has", str(e.exception))
+        finally:
+            moved.rename(self.tmp / "out" / "weights.bin")
+
     def test_call_errors(self):
         x = np.zeros((2, 4), np.float32)
         with self.assertRaises(TypeError):
@@ -533,6 +771,53 @@ class RunTorch(TinyBuild, unittest.TestCase):
             outs[0].__dlpack__(dl_device=(1, 0))
         del outs
         torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)  # y keeps its memory
+
+    def test_preallocated_outputs(self):
+        """out= with torch tensors: the kernels write them in place, the same objects come back,
+        on the current stream and on a side stream."""
+        torch = self.torch
+        x, h = self.inputs(6, 7)
+        y = torch.full((6, 4), float("nan"), device="cuda")
+        z = torch.full((6, 2, 3), float("nan"), device="cuda", dtype=torch.float16)
+        ptrs = (y.data_ptr(), z.data_ptr())
+        got = self.m(x, h, out=[y, z])
+        self.assertTrue(got[0] is y and got[1] is z)
+        self.assertEqual((y.data_ptr(), z.data_ptr()), ptrs)  # written in place
+        torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(z, h * 2, rtol=1e-3, atol=1e-3)
+        # On a side stream: the current stream waits for the run before reading the outputs.
+        s = torch.cuda.Stream()
+        for i in range(3):
+            x.mul_(1.5)
+            y.zero_()
+            self.m.call({"x": x, "h": h}, stream=s, out={"y": y, "z": z})
+            torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)
+        # A temporary input freed after the call is not reused before the run is done.
+        for i in range(3):
+            self.m.call([x.clone(), h.clone()], stream=s, out=[y, z])
+            torch.testing.assert_close(y, torch.relu(x) + x, rtol=1e-3, atol=1e-3)
+
+    def test_preallocated_output_refusals(self):
+        torch = self.torch
+        x, h = self.inputs(4)
+        y = torch.empty(4, 4, device="cuda")
+        z = torch.empty(4, 2, 3, device="cuda", dtype=torch.float16)
+        cases = [
+            ([y.double(), z], TypeError, "output 'y' is float64, the model writes float32"),
+            ([torch.empty(4, 8, device="cuda")[:, ::2], z], ValueError, "output 'y' is not contiguous"),
+            ([y.cpu(), z], TypeError, "output 'y' (out=) is a host array but the inputs are GPU tensors"),
+            ([torch.empty(5, 4, device="cuda"), z], ValueError, "output 'y' has shape [5, 4], the run at batch 4 writes [4, 4]"),
+            ([x, z], ValueError, "output 'y' overlaps input 'x' in memory"),
+            ([y], TypeError, "1 array(s) given, the model has 2 outputs"),
+        ]
+        big = torch.empty(64, device="cuda")
+        cases.append(([big[:16].view(4, 4), big.view(torch.float16)[8:32].view(4, 2, 3)], ValueError,
+                      "output 'z' overlaps output 'y' in memory"))
+        for out, kind, part in cases:
+            with self.subTest(part=part):
+                with self.assertRaises(kind) as e:
+                    self.m(x, h, out=out)
+                self.assertIn(part, str(e.exception))
 
     def test_refusals(self):
         torch = self.torch

@@ -27,7 +27,20 @@ Any object with `__dlpack__`/`__dlpack_device__` on the model's GPU (kDLCUDA) is
 and an input is a torch tensor, else `DeviceTensor`s for any DLPack consumer
 (`cupy.from_dlpack`, `jax.dlpack.from_dlpack`, ...). The run is asynchronous on its stream:
 PyTorch's current stream of the model's device when torch is imported, else the legacy default
-stream. Not implemented yet: loading weights from memory.
+stream.
+
+Weights from memory instead of OUT/weights.bin (an application that embeds or decrypts them):
+
+    model = onnx2ait.load("out", weights=blob)   # bytes, bytearray, memoryview, mmap, uint8 array
+
+The library checks the buffer's size and build hash first: a wrong one raises onnx2ait.Error
+naming the cause.
+
+Preallocated outputs, written in place and returned (host arrays for host inputs, GPU tensors of
+the model's GPU for GPU inputs; exact dtype and shape, dense, writable):
+
+    y = np.empty(model.output_shape(0, 8), np.float32)
+    (y,) = model(x, out=[y])                  # or out={"logits": y}
 """
 
 from __future__ import annotations
@@ -228,11 +241,17 @@ class Module:
     PyTorch's current stream (torch imported) or the legacy default stream; `call` takes another
     stream. GPU tensors must have the input's exact dtype and be dense; they are not converted.
     Each output is new device memory that keeps the run's inputs alive until it is freed.
+
+    `out=` (a list in output order, a dict by name, or the one output's array) takes
+    preallocated outputs: writable C-contiguous NumPy arrays of each output's exact dtype and
+    shape for host inputs, dense writable GPU tensors of the exact dtype and shape on the model's
+    GPU for GPU inputs. The run writes them in place and the call returns those objects. Torch
+    tensors are recorded on the run's stream; other GPU tensors must outlive the run.
     """
 
-    def __init__(self, out_dir: PathLike):
+    def __init__(self, out_dir: PathLike, weights: Any = None):
         self.out = Path(out_dir)
-        self._native = _NativeModel(self.out)
+        self._native = _NativeModel(self.out, None if weights is None else _weights_bytes(weights))
         self.device_name, description = self._native.describe()
         info = _info(self.out, description)
         self.model_name = info.model_name
@@ -260,29 +279,42 @@ class Module:
         given by name."""
         return tuple(self._native.shape(True, self._index(self.outputs, output, "output"), batch, dims))
 
-    def __call__(self, *arrays: Any, **named: Any) -> List[Any]:
-        return self._run(self._bind(arrays, named), None)
+    def __call__(self, *arrays: Any, out: Any = None, **named: Any) -> List[Any]:
+        if "out" in (s.name for s in self.inputs):
+            # A model input named "out" keeps its name here; `call(inputs, out=...)` takes
+            # preallocated outputs for such a model.
+            if out is not None:
+                named["out"] = out
+            return self._run(self._bind(arrays, named), None, None)
+        return self._run(self._bind(arrays, named), None, out)
 
-    def call(self, inputs: Union[Sequence[Any], Mapping[str, Any]], *, stream: Any = None) -> List[Any]:
+    def call(self, inputs: Union[Sequence[Any], Mapping[str, Any]], *, stream: Any = None, out: Any = None) -> List[Any]:
         """Runs the model on `inputs` (a sequence in input order, or a mapping by name), GPU
         tensors on `stream`: a CUDA stream handle (int; 0 is the default stream) or an object
         with one (torch.cuda.Stream's `cuda_stream`, cupy's `ptr`). The inputs' producers are
         asked (`__dlpack__(stream=...)`) to order their pending work before the run, and outputs
         handed to a consumer are ordered after it on the consumer's stream. `stream` is for GPU
-        inputs only."""
+        inputs only. `out` takes preallocated outputs, as calling the module does."""
         if isinstance(inputs, Mapping):
             bound = self._bind((), dict(inputs))
         elif isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
             raise TypeError(f"inputs: expected a sequence or a mapping of the model's inputs, got {type(inputs).__name__}")
         else:
             bound = self._bind(tuple(inputs), {})
-        return self._run(bound, stream)
+        return self._run(bound, stream, out)
 
-    def _run(self, bound: List[Any], stream: Any) -> List[Any]:
+    def _run(self, bound: List[Any], stream: Any, out: Any) -> List[Any]:
+        targets = None if out is None else _bind_outputs(self.outputs, out)
         on_gpu = [_on_device(x) for x in bound]
         if not any(on_gpu):
             if stream is not None:
                 raise TypeError("stream= orders GPU work; the inputs are host arrays (their run is synchronous)")
+            if targets is not None:
+                # Checked before the inputs are converted: nothing is copied for a call refused here.
+                buffers = [_host_output(spec, o) for spec, o in zip(self.outputs, targets)]
+                _refuse_overlaps(list(zip(self.outputs, buffers)))
+                self._native.run([_host_array(spec, x) for spec, x in zip(self.inputs, bound)], buffers)
+                return list(targets)
             if any(s.dtype == "bfloat16" for s in self.outputs):
                 _bfloat16()  # before running: the outputs could not be returned as bfloat16
             ins = [_host_array(spec, x) for spec, x in zip(self.inputs, bound)]
@@ -293,15 +325,26 @@ class Module:
             gpu = [s.name for s, g in zip(self.inputs, on_gpu) if g]
             raise TypeError(f"input(s) {', '.join(host)} are host arrays and {', '.join(gpu)} GPU tensors: pass every "
                             "input on the GPU (one run on the device, no copy) or every input on the host")
+        if targets is not None:
+            for spec, o in zip(self.outputs, targets):
+                if not _on_device(o):
+                    raise TypeError(f"output {spec.name!r} (out=) is a host array but the inputs are GPU tensors: "
+                                    "pass GPU tensors on the model's GPU as outputs (or host arrays as inputs)")
         device = self._native.device()
         handle = _stream_handle(stream, device)
         imported = [_device_input(spec, x, device, handle) for spec, x in zip(self.inputs, bound)]
-        outs = self._native.run_device(imported, handle)
         torch = sys.modules.get("torch")
-        if torch is not None and any(isinstance(x, torch.Tensor) for x in bound):
-            # Consumed on PyTorch's current stream, which waits for the run when it is another.
-            return [torch.from_dlpack(o) for o in outs]
-        return list(outs)
+        if targets is None:
+            outs = self._native.run_device(imported, handle)
+            if torch is not None and any(isinstance(x, torch.Tensor) for x in bound):
+                # Consumed on PyTorch's current stream, which waits for the run when it is another.
+                return [torch.from_dlpack(o) for o in outs]
+            return list(outs)
+        written = [_device_input(spec, o, device, handle, "output") for spec, o in zip(self.outputs, targets)]
+        self._native.run_device_into(imported, written, handle)
+        if torch is not None and any(isinstance(x, torch.Tensor) for x in list(bound) + list(targets)):
+            _torch_after_run(torch, self._native, device, handle, list(bound) + list(targets))
+        return list(targets)
 
     def run_dict(self, *arrays: Any, **named: Any) -> Dict[str, np.ndarray]:
         """As calling the module, with the outputs by name."""
@@ -406,46 +449,130 @@ def _export(x: Any, dlpack_stream: int) -> Any:
         return x.__dlpack__(stream=dlpack_stream)
 
 
-def _device_input(spec: IOSpec, x: Any, device: int, stream: int) -> Any:
-    """Takes the GPU tensor `x` for input `spec` of a model on cuda:`device` whose run goes on
-    `stream`: checks where it lives before exporting it, then what the capsule says."""
+def _device_input(spec: IOSpec, x: Any, device: int, stream: int, what: str = "input") -> Any:
+    """Takes the GPU tensor `x` for input `spec` (or, with what="output", the preallocated
+    output `spec`) of a model on cuda:`device` whose run goes on `stream`: checks where it lives
+    before exporting it, then what the capsule says."""
     if not hasattr(x, "__dlpack__") or not hasattr(x, "__dlpack_device__"):
-        raise TypeError(f"input {spec.name!r} is GPU memory without the DLPack protocol (__dlpack__, "
+        raise TypeError(f"{what} {spec.name!r} is GPU memory without the DLPack protocol (__dlpack__, "
                         "__dlpack_device__): pass it through a library that has it (cupy >= 10, PyTorch, JAX)")
     kind, index = x.__dlpack_device__()
     kind, index = int(kind), int(index)
     if kind != _KDL_CUDA:
-        raise TypeError(f"input {spec.name!r} is on the device {_device_name(kind, index)}; the model runs on "
+        raise TypeError(f"{what} {spec.name!r} is on the device {_device_name(kind, index)}; the model runs on "
                         f"cuda:{device} and takes CUDA device memory (or host arrays)")
     if index != device:
-        raise ValueError(f"input {spec.name!r} is on cuda:{index}, the model on cuda:{device}: move it there "
+        raise ValueError(f"{what} {spec.name!r} is on cuda:{index}, the model on cuda:{device}: move it there "
                          f"(tensor.to('cuda:{device}')) or load the model with cuda:{index} current")
     # The DLPack stream number of the run's stream: 1 for the legacy default (0 is ambiguous in
-    # the protocol); other handles are themselves.
+    # the protocol); other handles are themselves. For an output this orders the producer's
+    # pending reads and writes of it before the run.
     t = _dlpack_import(_export(x, stream if stream != 0 else 1))
     if t.device != (_KDL_CUDA, device):
-        raise ValueError(f"input {spec.name!r}: its __dlpack_device__ says cuda:{index} but its DLPack tensor is on "
+        raise ValueError(f"{what} {spec.name!r}: its __dlpack_device__ says cuda:{index} but its DLPack tensor is on "
                          f"{_device_name(*t.device)}; the producer is inconsistent")
-    _check_device_tensor(spec, t)
+    _check_device_tensor(spec, t, what)
     return t
 
 
-def _check_device_tensor(spec: IOSpec, t: Any) -> None:
-    """Refuses an imported DLPack tensor that input `spec` cannot take as it is: no conversion or
-    copy happens on the device."""
+def _check_device_tensor(spec: IOSpec, t: Any, what: str = "input") -> None:
+    """Refuses an imported DLPack tensor that input `spec` (or output, with what="output")
+    cannot take as it is: no conversion or copy happens on the device."""
+    verb = "takes" if what == "input" else "writes"
     if t.dtype != spec.dtype:
-        raise TypeError(f"input {spec.name!r} is {t.dtype}, the model takes {spec.dtype}; GPU tensors are not "
-                        f"converted: convert it first (e.g. x.to(torch.{spec.dtype}))")
+        raise TypeError(f"{what} {spec.name!r} is {t.dtype}, the model {verb} {spec.dtype}; GPU tensors are not "
+                        f"converted: {'convert it first' if what == 'input' else 'allocate it as'} "
+                        f"(e.g. {'x.to(' if what == 'input' else 'torch.empty(..., dtype='}torch.{spec.dtype}))")
     if len(t.shape) != len(spec.shape):
-        raise ValueError(f"input {spec.name!r} has shape {tuple(t.shape)}, the model takes rank {len(spec.shape)} "
-                         f"{_shape_text(spec.shape)}")
+        raise ValueError(f"{what} {spec.name!r} has shape {tuple(t.shape)}, the model {verb} rank "
+                         f"{len(spec.shape)} {_shape_text(spec.shape)}")
     for got, want in zip(t.shape, spec.shape):
         if isinstance(want, int) and got != want:
-            raise ValueError(f"input {spec.name!r} has shape {tuple(t.shape)}, the model takes "
+            raise ValueError(f"{what} {spec.name!r} has shape {tuple(t.shape)}, the model {verb} "
                              f"{_shape_text(spec.shape)}")
     if not t.contiguous:
-        raise ValueError(f"input {spec.name!r} is not contiguous (shape {tuple(t.shape)}, strides "
-                         f"{tuple(t.strides)} in elements): make it dense first (x.contiguous())")
+        raise ValueError(f"{what} {spec.name!r} is not contiguous (shape {tuple(t.shape)}, strides "
+                         f"{tuple(t.strides)} in elements): {'make it dense first (x.contiguous())' if what == 'input' else 'pass a dense tensor (torch.empty(shape))'}")
+    if what == "output" and t.readonly:
+        raise ValueError(f"output {spec.name!r} is read-only (its producer exported it with DLPack's read-only "
+                         "flag): pass a writable tensor")
+
+
+def _bind_outputs(specs: Sequence[IOSpec], out: Any) -> List[Any]:
+    """`out=` as one target per output in output order: a sequence in output order, a mapping by
+    output name (naming every output), or for a model of one output the target itself."""
+    names = [s.name for s in specs]
+    if isinstance(out, Mapping):
+        unknown = [k for k in out if k not in names]
+        if unknown:
+            raise TypeError(f"out: the model has no output {unknown[0]!r} (its outputs: {', '.join(names)})")
+        missing = [n for n in names if n not in out]
+        if missing:
+            raise TypeError(f"out: no array for output(s) {', '.join(missing)}; out= takes every output "
+                            f"({', '.join(names)})")
+        return [out[n] for n in names]
+    if isinstance(out, (list, tuple)):
+        if len(out) != len(names):
+            raise TypeError(f"out: {len(out)} array(s) given, the model has {len(names)} outputs ({', '.join(names)})")
+        return list(out)
+    if isinstance(out, (str, bytes)) or not (isinstance(out, np.ndarray) or hasattr(out, "__dlpack__")):
+        raise TypeError(f"out: expected arrays or GPU tensors, one per output (a list, a tuple or a mapping by name), "
+                        f"got {type(out).__name__}")
+    if len(names) != 1:
+        raise TypeError(f"out: one array given, the model has {len(names)} outputs ({', '.join(names)}): pass a list "
+                        "or a mapping by name")
+    return [out]
+
+
+def _host_output(spec: IOSpec, x: Any) -> np.ndarray:
+    """The host array the run writes output `spec` into (`out=`): a writable C-contiguous NumPy
+    array of the output's exact dtype and shape, used as it is (no conversion, no copy back)."""
+    if not isinstance(x, np.ndarray):
+        if _on_device(x):
+            raise TypeError(f"output {spec.name!r} (out=) is a GPU tensor but the inputs are host arrays: pass "
+                            "host arrays as outputs (or every input on the GPU)")
+        raise TypeError(f"output {spec.name!r} (out=): expected a numpy.ndarray, got {type(x).__name__}")
+    want = _bfloat16() if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+    if x.dtype != want:
+        raise TypeError(f"output {spec.name!r} (out=) is {x.dtype}, the model writes {spec.dtype}: pass an array of "
+                        f"that dtype (np.empty(shape, np.{spec.dtype})); outputs are not converted")
+    if len(x.shape) != len(spec.shape) or any(isinstance(w, int) and g != w for g, w in zip(x.shape, spec.shape)):
+        raise ValueError(f"output {spec.name!r} (out=) has shape {x.shape}, the model writes "
+                         f"{_shape_text(spec.shape)}")
+    if not x.flags.writeable:
+        raise ValueError(f"output {spec.name!r} (out=) is read-only: pass a writable array")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"output {spec.name!r} (out=) is not C-contiguous (strides {x.strides}): pass a dense "
+                         "row-major array; outputs are written in place, not copied back")
+    # The native side takes bfloat16 as its bits.
+    return x.view(np.uint16) if spec.dtype == "bfloat16" else x
+
+
+def _refuse_overlaps(pairs: List[Tuple[IOSpec, np.ndarray]]) -> None:
+    """Refuses host outputs that share memory: each would overwrite the other's values."""
+    for i, (a, x) in enumerate(pairs):
+        for b, y in pairs[i + 1:]:
+            if x.size and y.size and np.shares_memory(x, y):
+                raise ValueError(f"outputs {a.name!r} and {b.name!r} (out=) share memory: pass separate arrays")
+
+
+def _torch_after_run(torch: Any, native: Any, device: int, handle: int, tensors: List[Any]) -> None:
+    """After a run into preallocated outputs on the stream `handle`: PyTorch's caching allocator
+    is told that the run uses the torch tensors among the inputs and outputs (so their memory is
+    not reused before it is done, whatever stream allocated them), and PyTorch's current stream
+    waits for the run, as for outputs the run allocates."""
+    current = torch.cuda.current_stream(device)
+    if handle == int(current.cuda_stream):
+        run_stream = current
+    elif handle == 0:
+        run_stream = torch.cuda.default_stream(device)
+    else:
+        run_stream = torch.cuda.ExternalStream(handle, device=device)
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            t.record_stream(run_stream)
+    if handle != int(current.cuda_stream):
+        native.stream_wait(int(current.cuda_stream), handle)
 
 
 def _shape_text(shape: Sequence[Union[int, str]]) -> str:
@@ -467,12 +594,45 @@ def _spec(row: Tuple[str, str, List[Union[int, str]]]) -> IOSpec:
     return IOSpec(name, dtype, tuple(shape))
 
 
-def load(out_dir: PathLike) -> Module:
+def _weights_bytes(weights: Any) -> np.ndarray:
+    """`load`'s weights as the 1-D uint8 array the native side reads: a view of the caller's
+    buffer, not a copy."""
+    if isinstance(weights, (str, os.PathLike)):
+        raise TypeError(f"weights: expected the bytes of weights.bin (bytes, bytearray, memoryview, mmap or a uint8 "
+                        f"NumPy array), got the path {str(weights)!r}; the weights file of the output folder is read "
+                        "when weights is None")
+    if isinstance(weights, np.ndarray):
+        if weights.dtype not in (np.uint8, np.int8):
+            raise TypeError(f"weights: a NumPy array of {weights.dtype}; expected weights.bin's bytes as uint8 "
+                            "(np.fromfile(path, np.uint8)), or view it as bytes (a.view(np.uint8)) if that is what "
+                            "it holds")
+        if not weights.flags.c_contiguous:
+            raise ValueError("weights: the array is not C-contiguous; the weights must be one contiguous buffer")
+        return weights.reshape(-1).view(np.uint8)
+    try:
+        view = memoryview(weights)
+    except TypeError:
+        raise TypeError(f"weights: expected the bytes of weights.bin (bytes, bytearray, memoryview, mmap or a uint8 "
+                        f"NumPy array), got {type(weights).__name__}") from None
+    if view.itemsize != 1:
+        raise TypeError(f"weights: a buffer of {view.itemsize}-byte items (format {view.format!r}); expected "
+                        "weights.bin's bytes (cast it: memoryview(x).cast('B'))")
+    if not view.c_contiguous:
+        raise ValueError("weights: the buffer is not contiguous; the weights must be one contiguous buffer")
+    return np.frombuffer(view, dtype=np.uint8)
+
+
+def load(out_dir: PathLike, weights: Any = None) -> Module:
     """Loads `out_dir/libmodel.so` (the output of `compile`) and instantiates the model on the
     current CUDA device: its activation arena at max_batch, workspace and weights. Raises
     onnx2ait.Error when the folder holds no library (e.g. it was compiled with build=False),
-    mixes two builds, or there is no usable GPU."""
-    return Module(out_dir)
+    mixes two builds, or there is no usable GPU.
+
+    weights: the weights from memory instead of `out_dir/weights.bin`: that file's bytes as
+    bytes, bytearray, memoryview, mmap or a uint8 NumPy array (any C-contiguous buffer of bytes;
+    read in place, copied to the GPU, not kept). The library checks them before touching the
+    GPU: a buffer of another size or build raises onnx2ait.Error naming the cause."""
+    return Module(out_dir, weights)
 
 
 def inspect(out_dir: PathLike) -> LibraryInfo:
