@@ -63,7 +63,9 @@ def tiny_model(path):
         h.make_node("Mul", ["h", "two"], ["z"]),
     ]
     g = h.make_graph(nodes, "tiny", [x, hh], [y, z], initializer=[two])
-    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    # IR version 8 (opset 17's): a newer onnx stamps its own IR version, which an older ONNX
+    # Runtime (the GPU machine's 1.30 with onnx writing IR 14) refuses to load.
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), str(path))
     return path
 
 
