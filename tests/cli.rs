@@ -637,7 +637,21 @@ fn profile_takes_run_time_ranges() {
     let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
     let m = bert.to_str().unwrap();
     let (_, err) = expect_code(&run(&["profile", m, "--dim", "seq=1..100000000000000", "--build-only"]), 1);
-    assert!(err.contains("the largest values of the --dim ranges") && err.contains("H200"), "{err}");
+    assert!(
+        err.contains("at --max-batch 64 (batch dim 'batch') and the largest values of --dim seq=1..100000000000000")
+            && err.contains("H200"),
+        "{err}"
+    );
+    // A range of the batch dim is named as given, not as a --max-batch the user did not pass.
+    let (_, err) = expect_code(
+        &run(&["profile", m, "--dim", "seq=1..16", "--dim", "batch=2..100000000000000", "--build-only"]),
+        1,
+    );
+    assert!(
+        err.contains("at the largest values of --dim batch=2..100000000000000, --dim seq=1..16")
+            && !err.contains("--max-batch"),
+        "{err}"
+    );
     let (_, err) = expect_code(&run(&["profile", m, "--dim", "nosuch=1..8", "--build-only"]), 1);
     assert!(err.contains("--dim nosuch=1..8") && err.contains("no symbolic dim 'nosuch'"), "{err}");
     let (_, err) = expect_code(&run(&["profile", m, "--dim", "seq=8..4", "--build-only"]), 1);
@@ -886,6 +900,97 @@ fn a_range_of_the_batch_dim_governs_the_batch() {
     let args = ["profile", m, "--dim", "seq=1..16", "--dim", "batch=2..8", "--max-batch", "32", "--build-only"];
     let (_, err) = expect_code(&run(&args), 1);
     assert!(err.contains("--max-batch 32 contradicts --dim batch=2..8"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Issue 14: the memory checks name the option that bounds the batch as the user gave it. With a
+/// range of the batch dim (`--dim batch=1..4096`) the GPU-memory refusal says to lower that
+/// range's largest value, not `--max-batch` (which was not passed); with a free batch it says
+/// `--max-batch`. Tiny BERT at 4096 · 16 tokens: every value fits 20 MiB, the arena does not.
+#[test]
+fn memory_refusals_name_the_option_that_bounds_the_batch() {
+    let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+    let m = bert.to_str().unwrap();
+    let out = scratch("batch-range-memory");
+    let o = out.to_str().unwrap();
+    let base = ["compile", m, "-o", o, "--no-build", "--no-profile", "--max-memory", "20MiB", "--dim", "seq=1..16"];
+    let mut ranged = base.to_vec();
+    ranged.extend(["--dim", "batch=1..4096"]);
+    let (_, err) = expect_code(&run(&ranged), 1);
+    assert!(
+        err.contains("the library would need")
+            && err.contains("at the largest values of --dim batch=1..4096, --dim seq=1..16")
+            && err.contains("more than --max-memory (20.0 MiB); lower the largest value of --dim batch=1..4096 or the largest value of --dim seq=1..16")
+            && !err.contains("--max-batch"),
+        "{err}"
+    );
+    let mut free = base.to_vec();
+    free.extend(["--max-batch", "4096"]);
+    let (_, err) = expect_code(&run(&free), 1);
+    assert!(
+        err.contains("at --max-batch 4096 and the largest values of --dim seq=1..16")
+            && err.contains("; lower --max-batch or the largest value of --dim seq=1..16"),
+        "{err}"
+    );
+    // The per-value check before lowering names them alike.
+    let mut small = ranged.clone();
+    small[7] = "12MiB";
+    let (_, err) = expect_code(&run(&small), 1);
+    assert!(
+        err.contains("at the largest values of --dim batch=1..4096, --dim seq=1..16: value")
+            && !err.contains("--max-batch"),
+        "{err}"
+    );
+    assert!(!out.join("model.cu").exists(), "a refused compile writes nothing");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Issue 14: a batch range whose smallest value is above 1 (`--dim batch=4..64`, and a seq range
+/// from 16) gets no choice for a batch below it: every dispatch bound lies inside the ranges (8
+/// and 64 for the batch, 64 for seq), build.json and model.cu record the range with the option
+/// that set it, and the library's dim check refuses a batch below 4 with
+/// O2A_ERR_INVALID_ARGUMENT naming that option.
+#[test]
+fn a_batch_range_above_one_has_no_choice_below_it() {
+    let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+    let m = bert.to_str().unwrap();
+    let out = scratch("batch-range-min");
+    let o = out.to_str().unwrap();
+    let args = ["compile", m, "-o", o, "--no-build", "--no-profile", "--dim", "batch=4..64", "--dim", "seq=16..128"];
+    let (stdout, _) = expect_code(&run(&args), 0);
+    assert!(stdout.contains("batch 'batch' from 4 to 64") && stdout.contains("dim 'seq' from 16 to 128"), "{stdout}");
+    let build: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("build.json")).unwrap()).unwrap();
+    let (mut batches, mut seqs) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    for k in build["kernels"].as_array().unwrap() {
+        for d in k["dispatch"].as_array().into_iter().flatten() {
+            batches.insert(d["max_batch"].as_i64().unwrap());
+            seqs.extend(d["dims"]["seq"].as_i64());
+        }
+    }
+    assert!(batches.iter().all(|b| [8, 64].contains(b)) && batches.contains(&64), "{batches:?}");
+    assert!(seqs.iter().all(|&s| s == 64), "{seqs:?}");
+    assert_eq!(
+        build["run_dims"],
+        serde_json::json!([
+            { "symbol": "batch", "min": 4, "max": 64, "option": "--dim batch=4..64" },
+            { "symbol": "seq", "min": 16, "max": 128, "option": "--dim seq=16..128" }
+        ])
+    );
+    let model_cu = std::fs::read_to_string(out.join("model.cu")).unwrap();
+    for row in [
+        r#"{R"onnx2ait(batch)onnx2ait", 4, 64, R"onnx2ait(--dim batch=4..64)onnx2ait"},"#,
+        r#"{R"onnx2ait(seq)onnx2ait", 16, 128, R"onnx2ait(--dim seq=16..128)onnx2ait"},"#,
+    ] {
+        assert!(model_cu.contains(row), "{row} missing from model.cu");
+    }
+    let check = model_cu.split("int check_dims(").nth(1).unwrap().split("\n}\n").next().unwrap();
+    assert!(
+        check.contains("if (v < kDims[i].min || v > kDims[i].max) {")
+            && check.contains("return fail(O2A_ERR_INVALID_ARGUMENT,")
+            && check.contains("kDims[i].option);"),
+        "{check}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 

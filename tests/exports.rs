@@ -228,7 +228,10 @@ fn bert_generates_with_a_run_time_sequence_range() {
                 cu.contains("constexpr int kNumDims = 2;") && cu.contains("constexpr int kBatchDim = 0;"),
                 "{what}"
             );
-            assert!(cu.contains("{R\"onnx2ait(seq)onnx2ait\", 1, 64},"), "{what}");
+            assert!(
+                cu.contains("{R\"onnx2ait(seq)onnx2ait\", 1, 64, R\"onnx2ait(--dim seq=1..64)onnx2ait\"},"),
+                "{what}"
+            );
             // The hidden state's dims follow both run-time dims.
             assert!(cu.contains("d[0] = (dims.v[0]);") && cu.contains("d[1] = (dims.v[1]);"), "{what}");
             // Every kernel is generated for any length: some reads the sequence length at run time.

@@ -89,15 +89,8 @@ fn model_and_options(a: &ProfileArgs, arch: Arch) -> Result<(Graph, LowerOptions
     onnx2ait::compile::checks::check_ranges(&g, &ranges, &dims)?;
     onnx2ait::ir::specialize::bind_dims(&mut g, &dims)?;
     let max_batch = super::checks::max_batch(&g, &dims, &ranges, a.max_batch, onnx2ait::compile::DEFAULT_MAX_BATCH)?;
-    let mut env = dims.clone();
-    env.extend(ranges.iter().map(|(k, &(_, hi))| (k.clone(), hi)));
-    let free: Vec<String> = super::checks::symbols(&g).into_iter().filter(|s| !env.contains_key(s)).collect();
-    if let [batch] = free.as_slice() {
-        env.insert(batch.clone(), max_batch);
-    }
+    let (env, context) = super::checks::largest_dims(&g, &dims, &ranges, max_batch);
     let bound = super::checks::gpu_memory_bound(arch);
-    let ranged = if ranges.is_empty() { "" } else { " and the largest values of the --dim ranges" };
-    let context = format!("at --max-batch {max_batch}{ranged}");
     super::checks::check_sizes(&g, &env, None, super::checks::host_bytes, &bound, &context)?;
     Ok((g, LowerOptions { dims, ranges, max_batch, ..LowerOptions::default() }))
 }

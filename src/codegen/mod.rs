@@ -233,7 +233,9 @@ pub fn model_context_for(p: &Program, target: &str, arch: &str) -> Json {
         .dims
         .iter()
         .enumerate()
-        .map(|(i, d)| json!({ "index": i, "symbol": d.symbol, "min": d.min, "max": d.max }))
+        .map(|(i, d)| {
+            json!({ "index": i, "symbol": d.symbol, "min": d.min, "max": d.max, "option": d.set_by(p.dims.batch == Some(i)) })
+        })
         .collect();
     json!({
         "model_name": p.model_name,
@@ -479,7 +481,8 @@ pub fn generate_cuda(
     arch: crate::lower::cuda::Arch,
     out: &Path,
 ) -> Result<GeneratedModel> {
-    let target = crate::lower::cuda::CudaTarget::new(arch).with_max_batch(opts.max_batch);
+    let (min_batch, max_batch) = opts.batch_range(graph);
+    let target = crate::lower::cuda::CudaTarget::new(arch).with_batch_range(min_batch, max_batch);
     generate_cuda_with(graph, opts, &target, out)
 }
 
@@ -501,7 +504,8 @@ pub fn generate_rocm(
     arch: crate::lower::rocm::RocmArch,
     out: &Path,
 ) -> Result<GeneratedModel> {
-    let target = crate::lower::rocm::RocmTarget::new(arch).with_max_batch(opts.max_batch);
+    let (min_batch, max_batch) = opts.batch_range(graph);
+    let target = crate::lower::rocm::RocmTarget::new(arch).with_batch_range(min_batch, max_batch);
     generate_for(graph, opts, &target, out)
 }
 

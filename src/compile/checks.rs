@@ -28,6 +28,40 @@ fn is_runtime_symbol(s: &str) -> bool {
     s.contains(':') || s == "?" || s == "overflow"
 }
 
+/// The dims a size check runs at, with the options that set them for its messages: the fixed
+/// `dims`, every `--dim` range at its largest value, and the one symbol left with neither (the
+/// run-time batch) at `max_batch`. The context names the options as the user gave them: `at
+/// --max-batch 64 (batch dim 'N')`, `at --max-batch 64 (batch dim 'N') and the largest values of
+/// --dim seq=1..512`, or, with a range of the batch dim itself, `at the largest values of --dim
+/// batch=4..64, --dim seq=1..16` (never a `--max-batch` the user did not give).
+pub fn largest_dims(
+    g: &Graph,
+    dims: &BTreeMap<String, i64>,
+    ranges: &BTreeMap<String, (i64, i64)>,
+    max_batch: i64,
+) -> (BTreeMap<String, i64>, String) {
+    let mut env = dims.clone();
+    env.extend(ranges.iter().map(|(k, &(_, hi))| (k.clone(), hi)));
+    let free: Vec<String> = symbols(g).into_iter().filter(|s| !env.contains_key(s)).collect();
+    let ranged: Vec<String> = ranges.iter().map(|(s, (lo, hi))| format!("--dim {s}={lo}..{hi}")).collect();
+    let ranged = (!ranged.is_empty()).then(|| format!("the largest values of {}", ranged.join(", ")));
+    // Several free symbols: lowering refuses the model and says which to bind.
+    let batch = match free.as_slice() {
+        [batch] => {
+            env.insert(batch.clone(), max_batch);
+            Some(format!("--max-batch {max_batch} (batch dim '{batch}')"))
+        }
+        _ => None,
+    };
+    let context = match (batch, ranged) {
+        (Some(b), Some(r)) => format!("at {b} and {r}"),
+        (Some(b), None) => format!("at {b}"),
+        (None, Some(r)) => format!("at {r}"),
+        (None, None) => "at the dims given".to_string(),
+    };
+    (env, context)
+}
+
 /// The `--dim NAME=N` pairs as a map: a name given twice, or one the model does not have, is an
 /// error naming it (and the dims the model has).
 pub fn check_dims(g: &Graph, pairs: &[(String, i64)]) -> Result<BTreeMap<String, i64>> {
@@ -91,7 +125,7 @@ pub struct Bound {
 /// unbound when `default` is `None`, and such values are skipped): its element count and bytes
 /// (`elem_bytes` per element of a dtype) are computed with checked arithmetic, and neither may
 /// overflow nor exceed `bound`. `context` names the options that set the dims ("at --max-batch
-/// 64"). Returns the largest value's bytes.
+/// 64", see [`largest_dims`]). Returns the largest value's bytes.
 pub fn check_sizes(
     g: &Graph,
     env: &BTreeMap<String, i64>,

@@ -28,7 +28,7 @@ use crate::ir::{DType, Graph};
 use crate::lower::cuda::Arch;
 use crate::lower::cuda::CudaTarget;
 use crate::lower::rocm::{RocmArch, RocmTarget};
-use crate::lower::{LowerOptions, Precision};
+use crate::lower::{LowerOptions, Precision, RunDims};
 use crate::profile::cache::ProfileCache;
 use crate::profile::ProfileOptions;
 use crate::{Error, Result};
@@ -266,13 +266,14 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     let (optimised, report) = optimize(&graph, &optimize_opts)?;
     if let GpuTarget::Rocm(arch) = opts.target {
         let choice = rocm_kernel_choice(opts)?;
+        let (min_batch, max_batch) = lower.batch_range(&graph);
         return Ok(Prepared {
             opts: opts.clone(),
             lower,
             graph,
             optimised,
             report,
-            target: PreparedTarget::Rocm(RocmTarget::new(arch).with_max_batch(opts.max_batch)),
+            target: PreparedTarget::Rocm(RocmTarget::new(arch).with_batch_range(min_batch, max_batch)),
             choice,
             sharing: None,
             bound,
@@ -367,7 +368,7 @@ impl Prepared {
             }
             PreparedTarget::Rocm(t) => crate::codegen::generate_for(&self.optimised, &self.lower, t, stage.dir())?,
         };
-        check_device_memory(&generated.program.memory, self.opts.max_batch, &self.bound)?;
+        check_device_memory(&generated.program.memory, &generated.program.dims, &self.bound)?;
         let _ = writeln!(summary, "{}", generated.summary());
         let _ = writeln!(summary, "{}", choice_summary(&generated.program, &self.choice));
         if let Some(s) = &self.sharing {
@@ -517,18 +518,7 @@ fn check_batch_sizes(
     precision: Precision,
     bound: &Bound,
 ) -> Result<()> {
-    let mut env = dims.clone();
-    env.extend(ranges.iter().map(|(k, &(_, hi))| (k.clone(), hi)));
-    let free: Vec<String> = checks::symbols(g).into_iter().filter(|s| !env.contains_key(s)).collect();
-    // Several free symbols: lowering refuses the model and says which to bind.
-    if let [batch] = free.as_slice() {
-        env.insert(batch.clone(), max_batch);
-    }
-    let ranged = if ranges.is_empty() { String::new() } else { " and the largest values of the --dim ranges".into() };
-    let context = match free.as_slice() {
-        [batch] => format!("at --max-batch {max_batch} (batch dim '{batch}'){ranged}"),
-        _ => format!("at the dims given{ranged}"),
-    };
+    let (env, context) = checks::largest_dims(g, dims, ranges, max_batch);
     // Float values are stored in the precision's type on the GPU.
     let elem_bytes = |t: DType| match (t.is_float(), precision) {
         (true, Precision::Fp16) => 2,
@@ -538,21 +528,45 @@ fn check_batch_sizes(
 }
 
 /// The library's device memory (arena, workspace, weights) fits the bound, summed with checked
-/// arithmetic.
-fn check_device_memory(m: &crate::lower::program::MemoryPlan, max_batch: i64, bound: &Bound) -> Result<()> {
+/// arithmetic. The message names the options that set the run-time dims (`dims`) the arena is
+/// planned for at their largest, as the user gave them: `--max-batch 64`, or the batch dim's own
+/// range `--dim batch=1..8`, and the other `--dim` ranges.
+fn check_device_memory(m: &crate::lower::program::MemoryPlan, dims: &RunDims, bound: &Bound) -> Result<()> {
     let fmt = checks::fmt_bytes;
     let total = m.arena_bytes.checked_add(m.workspace_bytes).and_then(|t| t.checked_add(m.weights_bytes));
-    match total {
-        Some(t) if t <= bound.bytes => Ok(()),
-        _ => Err(Error::Other(format!(
-            "the library would need {} of GPU memory at --max-batch {max_batch} (activation arena {}, workspace {}, weights {}), more than {}; lower --max-batch",
-            total.map_or_else(|| "more bytes than a 64-bit size can count".to_string(), fmt),
-            fmt(m.arena_bytes),
-            fmt(m.workspace_bytes),
-            fmt(m.weights_bytes),
-            bound.what
-        ))),
+    if total.is_some_and(|t| t <= bound.bytes) {
+        return Ok(());
     }
+    // The free batch's `--max-batch N` and the `--dim` ranges (the batch's own range among them),
+    // as `checks::largest_dims` names them.
+    let (mut free, mut ranged) = (None, Vec::new());
+    for (i, d) in dims.dims.iter().enumerate() {
+        match d.set_by(dims.batch == Some(i)) {
+            o if o.starts_with("--max-batch") => free = Some(o),
+            o => ranged.push(o),
+        }
+    }
+    let ranged_text = (!ranged.is_empty()).then(|| format!("the largest values of {}", ranged.join(", ")));
+    let at = match (&free, &ranged_text) {
+        (Some(b), Some(r)) => format!(" at {b} and {r}"),
+        (Some(b), None) => format!(" at {b}"),
+        (None, Some(r)) => format!(" at {r}"),
+        (None, None) => " (fixed shapes)".to_string(),
+    };
+    let smaller: Vec<String> = free
+        .iter()
+        .map(|_| "--max-batch".to_string())
+        .chain(ranged.iter().map(|o| format!("the largest value of {o}")))
+        .collect();
+    let lower = if smaller.is_empty() { String::new() } else { format!("; lower {}", smaller.join(" or ")) };
+    Err(Error::Other(format!(
+        "the library would need {} of GPU memory{at} (activation arena {}, workspace {}, weights {}), more than {}{lower}",
+        total.map_or_else(|| "more bytes than a 64-bit size can count".to_string(), fmt),
+        fmt(m.arena_bytes),
+        fmt(m.workspace_bytes),
+        fmt(m.weights_bytes),
+        bound.what
+    )))
 }
 
 /// After a build that produced no library: OUT gets the new sources (and build.log) without one,
@@ -572,7 +586,8 @@ fn kernel_choice(
     lower: &LowerOptions,
     optimize: &OptimizeOptions,
 ) -> Result<(CudaTarget, String, Option<String>)> {
-    let target = CudaTarget::new(opts.arch).with_max_batch(opts.max_batch);
+    let (min_batch, max_batch) = lower.batch_range(graph);
+    let target = CudaTarget::new(opts.arch).with_batch_range(min_batch, max_batch);
     let (file, explicit) = match &opts.kernel_choice {
         KernelChoice::Heuristic => return Ok((target, "kernel choice: heuristic (--no-profile)".into(), None)),
         KernelChoice::ProfileCache(file) => (file, file.is_some()),
@@ -652,6 +667,7 @@ fn choice_summary(p: &crate::lower::Program, choice: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lower::RunDim;
 
     /// The facade without nvcc's part: a bundled model compiled with `build: false` gives OUT
     /// with sources, the JSON files and the summary, and no library.
@@ -675,6 +691,83 @@ mod tests {
         assert!(b.summary.contains("kernel choice: heuristic (--no-profile)"), "{}", b.summary);
         assert!(b.kernels.get("conv").copied().unwrap_or(0) > 0, "{:?}", b.kernels);
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// Issue 14: with `--dim batch=4..64` (and a seq range from 16) the target compile chooses with
+    /// has no batch bound below 4: its ranges start at the range's smallest value, so no library
+    /// choice (nor a profiled problem) is made for a batch no run can take; every dispatch bound
+    /// of the lowered program lies inside the ranges.
+    #[test]
+    fn a_batch_range_above_one_bounds_the_choices() {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+        let g = crate::onnx::load_model(&model).unwrap();
+        let opts = CompileOptions {
+            build: false,
+            kernel_choice: KernelChoice::Heuristic,
+            ranges: [("batch".to_string(), (4, 64)), ("seq".to_string(), (16, 128))].into(),
+            ..CompileOptions::default()
+        };
+        let prepared = prepare(g.clone(), &opts).unwrap();
+        let PreparedTarget::Cuda(t) = &prepared.target else { panic!("a CUDA target") };
+        assert_eq!(t.batch_buckets(), [8, 64]);
+        // ROCm's target alike.
+        let rocm = CompileOptions { target: GpuTarget::Rocm(RocmArch::Gfx942), ..opts.clone() };
+        let rp = prepare(g, &rocm).unwrap();
+        let PreparedTarget::Rocm(r) = &rp.target else { panic!("a ROCm target") };
+        let lowered = crate::lower::lower(rp.optimised(), r, &rp.lower).unwrap();
+        let mut bounds = Vec::new();
+        for k in &lowered.kernels {
+            for d in k.context.get("dispatch").and_then(|d| d.as_array()).into_iter().flatten() {
+                bounds.push(d["max_batch"].as_i64().unwrap());
+            }
+        }
+        assert!(bounds.iter().all(|&b| (4..=64).contains(&b)), "{bounds:?}");
+        let out = std::env::temp_dir().join(format!("onnx2ait-compile-range-min-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let generated = prepared.generate(&out).unwrap();
+        let p = &generated.model().program;
+        assert_eq!(p.dims.ranges(), [("batch".to_string(), (4, 64)), ("seq".to_string(), (16, 128))].into());
+        assert_eq!(p.dims.options_text().as_deref(), Some("--dim batch=4..64, --dim seq=16..128"));
+        let mut bounds = Vec::new();
+        for k in &p.kernels {
+            for d in k.context.get("dispatch").and_then(|d| d.as_array()).into_iter().flatten() {
+                bounds.push((d["max_batch"].as_i64().unwrap(), d["dims"]["seq"].as_i64().unwrap_or(128)));
+            }
+        }
+        assert!(!bounds.is_empty());
+        assert!(bounds.iter().all(|&(b, s)| [8, 64].contains(&b) && [64, 128].contains(&s)), "{bounds:?}");
+        drop(generated);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// Issue 14: the GPU-memory refusal names the options that set the run-time dims as given:
+    /// a free batch's `--max-batch`, a batch dim's own `--dim` range, fixed shapes neither.
+    #[test]
+    fn the_memory_refusal_names_the_batch_option() {
+        let m = crate::lower::program::MemoryPlan {
+            arena_bytes: 3 << 20,
+            workspace_bytes: 0,
+            weights_bytes: 0,
+            activations_bytes: 0,
+        };
+        let bound = Bound { bytes: 1 << 20, what: "--max-memory (1.0 MiB)".into() };
+        let e = |dims: RunDims| check_device_memory(&m, &dims, &bound).unwrap_err().to_string();
+        let ranged =
+            RunDims { dims: vec![RunDim::ranged("batch", 4, 64), RunDim::ranged("seq", 1, 16)], batch: Some(0) };
+        let msg = e(ranged);
+        assert!(
+            msg.contains("at the largest values of --dim batch=4..64, --dim seq=1..16")
+                && msg.ends_with(
+                    "; lower the largest value of --dim batch=4..64 or the largest value of --dim seq=1..16"
+                )
+                && !msg.contains("--max-batch"),
+            "{msg}"
+        );
+        let msg = e(RunDims::batch_only("N", 64));
+        assert!(msg.contains("at --max-batch 64 (activation arena") && msg.ends_with("; lower --max-batch"), "{msg}");
+        let msg = e(RunDims::none());
+        assert!(msg.contains("(fixed shapes)") && !msg.contains("lower") && !msg.contains("--max-batch"), "{msg}");
+        assert!(check_device_memory(&m, &RunDims::none(), &Bound { bytes: 3 << 20, what: String::new() }).is_ok());
     }
 
     #[test]

@@ -561,8 +561,15 @@ impl CudaTarget {
     /// The batch ranges for a model whose batch runs from 1 to `max_batch`: instances are chosen
     /// at 1, 8, 64 and `max_batch` (those below it), each serving the batches from the previous
     /// bound up to its own.
-    pub fn with_max_batch(mut self, max_batch: i64) -> CudaTarget {
-        self.buckets = range_buckets(1, max_batch);
+    pub fn with_max_batch(self, max_batch: i64) -> CudaTarget {
+        self.with_batch_range(1, max_batch)
+    }
+
+    /// The batch ranges for a model whose batch runs from `min` to `max` (`--dim batch=4..64`):
+    /// instances are chosen at 1, 8 and 64 where they fall inside the range, and at `max`
+    /// ([`range_buckets`]), so the first range serves the batches from `min`.
+    pub fn with_batch_range(mut self, min: i64, max: i64) -> CudaTarget {
+        self.buckets = range_buckets(min, max);
         self
     }
 

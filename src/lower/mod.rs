@@ -88,6 +88,14 @@ impl LowerOptions {
         env.extend(self.ranges.iter().map(|(s, &(_, max))| (s.clone(), max)));
         env
     }
+
+    /// The range of `g`'s run-time batch: the batch dim's own range when `--dim` gives it one
+    /// ([`ranged_batch`], e.g. `--dim batch=4..64`), else `1..=max_batch`. Targets choose library
+    /// instances only inside it ([`cuda::CudaTarget::with_batch_range`]): a choice at a batch
+    /// below the range's smallest value would serve no run.
+    pub fn batch_range(&self, g: &Graph) -> (i64, i64) {
+        ranged_batch(g, &self.dims, &self.ranges).map_or((1, self.max_batch), |(_, r)| r)
+    }
 }
 
 /// How float tensors are stored on the device. Kernels compute in fp32 either way (fp32
@@ -612,11 +620,14 @@ pub(crate) fn bind_dims(g: &mut Graph, opts: &LowerOptions) -> Result<RunDims> {
     }
     let mut dims = Vec::new();
     for s in &order {
-        let (min, max) = opts.ranges.get(s).copied().unwrap_or((1, opts.max_batch));
-        if min < 1 || min > max {
-            return Err(Error::model(&path, format!("--dim {s}={min}..{max}: a range needs 1 ≤ MIN ≤ MAX")));
+        let dim = match opts.ranges.get(s) {
+            Some(&(min, max)) => RunDim::ranged(s, min, max),
+            None => RunDim::free_batch(s, opts.max_batch),
+        };
+        if dim.min < 1 || dim.min > dim.max {
+            return Err(Error::model(&path, format!("{}: a range needs 1 ≤ MIN ≤ MAX", dim.option)));
         }
-        dims.push(RunDim { symbol: s.clone(), min, max });
+        dims.push(dim);
     }
     let leading = g.inputs.first().and_then(|&v| g.values[v].ty.as_ref()?.shape.first().cloned());
     let batch = match free.first() {

@@ -65,6 +65,33 @@ pub struct RunDim {
     pub min: i64,
     /// Largest value a run may take: the arena is sized for every run-time dim at its largest.
     pub max: i64,
+    /// The compile option that set the range, as messages name it: `--max-batch 64` for the
+    /// free batch, `--dim batch=4..64` or `--dim seq=1..512` for a range given to the dim
+    /// ([`RunDim::set_by`]). Empty where unknown (a library read through the C API alone).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub option: String,
+}
+
+impl RunDim {
+    /// A dim given a range with `--dim symbol=min..max`.
+    pub fn ranged(symbol: &str, min: i64, max: i64) -> RunDim {
+        RunDim { symbol: symbol.into(), min, max, option: format!("--dim {symbol}={min}..{max}") }
+    }
+
+    /// The free batch dim, running `1..=max` (`--max-batch max`).
+    pub fn free_batch(symbol: &str, max: i64) -> RunDim {
+        RunDim { symbol: symbol.into(), min: 1, max, option: format!("--max-batch {max}") }
+    }
+
+    /// The option that set the range, for messages: [`RunDim::option`], or when that is unknown
+    /// both options that can (`--max-batch or --dim N=MIN..MAX` for the batch).
+    pub fn set_by(&self, is_batch: bool) -> String {
+        match (self.option.is_empty(), is_batch) {
+            (false, _) => self.option.clone(),
+            (true, true) => format!("--max-batch or --dim {}=MIN..MAX", self.symbol),
+            (true, false) => format!("--dim {}=MIN..MAX", self.symbol),
+        }
+    }
 }
 
 /// The run-time dims of a program, in the order the generated code numbers them (`dims.v[i]`)
@@ -85,7 +112,7 @@ impl RunDims {
 
     /// One run-time dim, the batch `symbol`, running `1..=max`.
     pub fn batch_only(symbol: &str, max: i64) -> RunDims {
-        RunDims { dims: vec![RunDim { symbol: symbol.into(), min: 1, max }], batch: Some(0) }
+        RunDims { dims: vec![RunDim::free_batch(symbol, max)], batch: Some(0) }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -110,6 +137,13 @@ impl RunDims {
     /// Every dim at its largest value.
     pub fn max_env(&self) -> BTreeMap<String, i64> {
         self.dims.iter().map(|d| (d.symbol.clone(), d.max)).collect()
+    }
+
+    /// The options that set the dims' ranges, in order (`--max-batch 64, --dim seq=1..512`), for
+    /// messages about sizes at the ranges' largest values; None for fixed shapes.
+    pub fn options_text(&self) -> Option<String> {
+        let v: Vec<String> = self.dims.iter().enumerate().map(|(i, d)| d.set_by(self.batch == Some(i))).collect();
+        (!v.is_empty()).then(|| v.join(", "))
     }
 
     /// Every dim but the batch and its range: the dims a target chooses library instances for

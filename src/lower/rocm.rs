@@ -275,8 +275,14 @@ impl RocmTarget {
     }
 
     /// Instances are chosen at batch 1, 8, 64 and `max_batch` (those below it), as on CUDA.
-    pub fn with_max_batch(mut self, max_batch: i64) -> RocmTarget {
-        self.buckets = range_buckets(1, max_batch);
+    pub fn with_max_batch(self, max_batch: i64) -> RocmTarget {
+        self.with_batch_range(1, max_batch)
+    }
+
+    /// The batch ranges for a batch running from `min` to `max`, as on CUDA
+    /// (`CudaTarget::with_batch_range`): no choice below `min`.
+    pub fn with_batch_range(mut self, min: i64, max: i64) -> RocmTarget {
+        self.buckets = range_buckets(min, max);
         self
     }
 

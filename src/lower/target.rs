@@ -47,8 +47,9 @@ pub struct Dispatch {
 }
 
 /// Upper bounds of the ranges a run-time dim running `min..=max` is split into for choosing
-/// library instances: 1, 8 and 64 where they fall in `min..max`, then `max`. Each range runs from
-/// the previous bound (exclusive) to its own, and instances are chosen at its bound: the largest
+/// library instances: 1, 8 and 64 where they fall in `min..max`, then `max`. The first range
+/// runs from `min`, each other from the previous bound (exclusive), each to its own bound (no
+/// bound lies below `min`: it would serve no value), and instances are chosen at its bound: the largest
 /// problem of the range, whose tiling matters most. The batch (`1..=--max-batch`) and every other
 /// run-time dim (`--dim seq=1..512`: 1, 8, 64, 512) are split alike.
 pub fn range_buckets(min: i64, max: i64) -> Vec<i64> {

@@ -145,7 +145,8 @@ pub fn profile(graph: &Graph, opts: &ProfileOptions) -> Result<ProfileReport> {
 /// the batch ranges, and the ranges of every other run-time dim (`opts.lower.ranges`) a problem's
 /// sizes depend on, each at its bound, as `compile` with these options chooses.
 pub fn problems(graph: &Graph, opts: &ProfileOptions) -> Result<Vec<ProfileProblem>> {
-    let target = CudaTarget::new(opts.arch).with_max_batch(opts.lower.max_batch).recording();
+    let (min_batch, max_batch) = opts.lower.batch_range(graph);
+    let target = CudaTarget::new(opts.arch).with_batch_range(min_batch, max_batch).recording();
     let (optimised, _) =
         cost::optimize_measured(graph, &opts.optimize, &target, opts.lower.max_batch, &opts.lower.pricing_dims())?;
     crate::lower::lower(&optimised, &target, &opts.lower)?;
@@ -538,6 +539,40 @@ mod tests {
             .iter()
             .any(|p| p.point == crate::lower::target::Point { batch: 4, dims: [("seq".to_string(), 8)].into() }
                 && field(p, "m") == 32));
+    }
+
+    /// `profile --dim batch=4..64 --dim seq=16..128` of tiny BERT (issue 14): ranges whose smallest
+    /// values are above 1 are profiled only at bounds inside them, batch 8 and 64 and seq 64 and
+    /// 128, never at a batch or length of 1 that no run of the build can take.
+    #[test]
+    fn ranges_above_one_are_profiled_inside_them() {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
+        let g = crate::onnx::load_model(&model).unwrap();
+        let ranges = [("batch".to_string(), (4, 64)), ("seq".to_string(), (16, 128))].into();
+        let opts = ProfileOptions {
+            arch: Arch::Sm90a,
+            lower: LowerOptions { ranges, max_batch: 64, ..Default::default() },
+            optimize: crate::egraph::OptimizeOptions::pipeline(true).unwrap(),
+            cache: PathBuf::from("unused.json"),
+            work_dir: PathBuf::from("unused"),
+            build: BuildOptions::default(),
+            warmup: 0,
+            iters: 1,
+            progress: false,
+            build_only: true,
+        };
+        let all = super::problems(&g, &opts).unwrap();
+        assert!(!all.is_empty());
+        let batches: std::collections::BTreeSet<i64> = all.iter().map(|p| p.point.batch).collect();
+        assert_eq!(batches, [8, 64].into(), "batch bounds inside 4..64");
+        let seqs: std::collections::BTreeSet<i64> =
+            all.iter().filter_map(|p| p.point.dims.get("seq").copied()).collect();
+        assert_eq!(seqs, [64, 128].into(), "seq bounds inside 16..128");
+        // The packed q/k/v projection's rows are a batch bound times a seq bound: none at 1.
+        let field = |p: &ProfileProblem, k: &str| p.fields[k].as_i64().unwrap();
+        let rows: std::collections::BTreeSet<i64> =
+            all.iter().filter(|p| field(p, "n") == 192).map(|p| field(p, "m")).collect();
+        assert_eq!(rows, [8 * 64, 8 * 128, 64 * 64, 64 * 128].into());
     }
 
     fn cache(name: &str) -> ProfileCache {

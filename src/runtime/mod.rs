@@ -31,6 +31,7 @@ use crate::ir::{DType, Dim, Tensor};
 pub use crate::lower::RunDim;
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
+use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -213,6 +214,16 @@ fn symbol_prefix(dir: &Path) -> Result<String> {
     }
 }
 
+/// The compile option that set each run-time dim's range (`--max-batch 64`, `--dim batch=4..64`),
+/// by symbol, from `OUT/build.json`'s `run_dims` (none when it is missing or predates the field:
+/// messages then name every option that can set the range, see [`RunDim::set_by`]).
+fn dim_options(dir: &Path) -> BTreeMap<String, String> {
+    let meta: Option<serde_json::Value> =
+        std::fs::read_to_string(dir.join("build.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+    let dims = meta.as_ref().and_then(|m| m["run_dims"].as_array().cloned()).unwrap_or_default();
+    dims.iter().filter_map(|d| Some((d["symbol"].as_str()?.to_string(), d["option"].as_str()?.to_string()))).collect()
+}
+
 /// Refuses a library beside the header, weights or manifest of another build: `model.h`'s
 /// `O2A_BUILD_HASH`, the trailer of `weights.bin` and the manifest's hash (each when present) must
 /// be the library's `build_hash`.
@@ -388,6 +399,7 @@ impl Library {
             self.model_name = c_str((api.model_name)(null)).unwrap_or_default();
             ((api.num_dims)(null), (api.batch_dim)(null))
         };
+        let options = dim_options(&self.dir);
         let mut dims = Vec::new();
         for i in 0..n.max(0) {
             let (name, min, max) =
@@ -396,7 +408,9 @@ impl Library {
             if min < 1 || min > max {
                 return Err(self.corrupt(&format!("run-time dim '{name}' runs from {min} to {max}")));
             }
-            dims.push(RunDim { symbol: name, min, max });
+            // The option that set the range comes from build.json (the C API has only the range).
+            let option = options.get(&name).cloned().unwrap_or_default();
+            dims.push(RunDim { symbol: name, min, max, option });
         }
         if n < 0 || batch < -1 || batch >= n.max(0) {
             return Err(self.corrupt(&format!("{n} run-time dims, the batch being dim {batch}")));
@@ -583,10 +597,11 @@ impl Library {
         if (lo..=hi).contains(&batch) {
             return Ok(());
         }
-        Err(Error::Other(if self.has_batch() {
+        Err(Error::Other(if let Some(d) = self.batch_dim.map(|b| &self.dims[b]) {
             format!(
-                "{}: batch {batch} is out of range: the model runs batches {lo} to {hi} (compile with a larger --max-batch)",
-                self.dir.display()
+                "{}: batch {batch} is out of range: the model runs batches {lo} to {hi} (set at compile time with {}; compile again with a range that holds {batch})",
+                self.dir.display(),
+                d.set_by(true)
             )
         } else {
             format!("{}: batch {batch}: the model has no run-time batch dim, so the batch is 1", self.dir.display())
@@ -612,11 +627,7 @@ impl Library {
                     d.symbol,
                     d.min,
                     d.max,
-                    if Some(d) == self.batch_dim.map(|b| &self.dims[b]) {
-                        "--max-batch"
-                    } else {
-                        "--dim NAME=MIN..MAX"
-                    }
+                    d.set_by(Some(d) == self.batch_dim.map(|b| &self.dims[b]))
                 )));
             }
         }

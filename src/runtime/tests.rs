@@ -216,7 +216,7 @@ fn templates_render_tables_and_run_sequence() {
     );
     assert!(cu.contains("{Storage::alias, 0ull, 6, 0},  // t8"), "{cu}");
     assert!(cu.contains("constexpr int kNumDims = 1;") && cu.contains("constexpr int kBatchDim = 0;"), "{cu}");
-    assert!(cu.contains("{R\"onnx2ait(N)onnx2ait\", 1, 8},"), "{cu}");
+    assert!(cu.contains("{R\"onnx2ait(N)onnx2ait\", 1, 8, R\"onnx2ait(--max-batch 8)onnx2ait\"},"), "{cu}");
     assert!(cu.contains("constexpr uint64_t kWeightsBytes = 8ull;"), "{cu}");
     assert!(cu.contains("constexpr uint64_t kWorkspaceBytes = 1024ull;"), "{cu}");
     let kh = std::fs::read_to_string(out.join("kernels.h")).unwrap();
@@ -321,6 +321,63 @@ fn build_tiny(dir: &Path, p: &Program) -> Option<PathBuf> {
     let out = nvcc.link_command(&objs, &dir.join(LIB_NAME)).output().unwrap();
     assert!(out.status.success(), "link failed:\n{}", String::from_utf8_lossy(&out.stderr));
     Some(dir.to_path_buf())
+}
+
+/// Issue 14: a build whose batch range starts above 1 (`--dim N=4..8`) refuses a batch below it
+/// at run time: the library's own dim check returns O2A_ERR_INVALID_ARGUMENT (1) naming the
+/// range and the option that set it, and the runtime's checks, which read that option from
+/// build.json, name it too (never `--max-batch`, which the build was not given).
+#[test]
+fn a_batch_below_the_range_is_refused_naming_its_option() {
+    let mut p = tiny_program(true);
+    p.dims = RunDims { dims: vec![crate::lower::RunDim::ranged("N", 4, 8)], batch: Some(0) };
+    let dir = temp_dir("range-min");
+    let Some(dir) = build_tiny(&dir, &p) else {
+        gpu_part_skipped("runtime::tests::a_batch_below_the_range_is_refused_naming_its_option", "no nvcc");
+        return;
+    };
+    let meta = serde_json::json!({ "run_dims": p.dims.dims });
+    std::fs::write(dir.join("build.json"), meta.to_string()).unwrap();
+    let lib = Library::open(&dir).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(lib.run_dims(), p.dims.dims.as_slice());
+    assert_eq!(lib.run_dims()[0].option, "--dim N=4..8");
+    // The library itself, past the runtime's checks (no GPU needed).
+    let mut shape = [0i64; 2];
+    for (n, ok) in [(3, false), (4, true), (8, true), (9, false)] {
+        // SAFETY: one run-time dim value, input 0 has rank 2 (`shape` holds 2).
+        let rc = unsafe { (lib.api.input_shape)(std::ptr::null(), 0, [n].as_ptr(), shape.as_mut_ptr()) };
+        assert_eq!(rc == 0, ok, "batch {n}: status {rc}");
+        if !ok {
+            assert_eq!(rc, 1, "O2A_ERR_INVALID_ARGUMENT");
+            let e = lib.last_error();
+            assert!(
+                e.contains(&format!(
+                    "dim 'N' = {n} is out of range: the build serves 4 to 8 (set at compile time with --dim N=4..8)"
+                )),
+                "{e}"
+            );
+        }
+    }
+    let e = lib.input_shape(0, &[3]).unwrap_err().to_string();
+    assert!(
+        e.contains("dim 'N' = 3 is out of range: the build runs 4 to 8 (set at compile time with --dim N=4..8)"),
+        "{e}"
+    );
+    let e = lib.check_batch(2).unwrap_err().to_string();
+    assert!(
+        e.contains("batch 2 is out of range: the model runs batches 4 to 8 (set at compile time with --dim N=4..8;")
+            && !e.contains("--max-batch"),
+        "{e}"
+    );
+    assert!(lib.check_batch(4).is_ok());
+    // Without build.json the option is unknown, and the messages name both that can set it.
+    std::fs::remove_file(dir.join("build.json")).unwrap();
+    let lib = Library::open(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let e = lib.check_batch(2).unwrap_err().to_string();
+    assert!(e.contains("(set at compile time with --max-batch or --dim N=MIN..MAX;"), "{e}");
+    if std::env::var_os("ONNX2AIT_KEEP_TEST_BUILD").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// Two libraries with the same C API symbols live in one process: each is opened privately
@@ -436,7 +493,9 @@ fn model_library_compiles_links_and_loads() {
         ]
     );
     assert_eq!((lib.num_kernels(), lib.kernel_name(3), lib.kernel_node(4)), (4, Some("k003_add_one"), None));
-    assert_eq!(lib.run_dims(), [crate::lower::RunDim { symbol: "N".into(), min: 1, max: 8 }]);
+    // No build.json beside this library: the option that set the range is unknown.
+    let n = crate::lower::RunDim { option: String::new(), ..crate::lower::RunDim::free_batch("N", 8) };
+    assert_eq!(lib.run_dims(), [n]);
     assert_eq!(lib.batch_dim(), Some(0));
     assert_eq!(lib.input_shape(0, &[3]).unwrap(), vec![3, 4]);
     assert_eq!(lib.output_shape(0, &[5]).unwrap(), vec![5, 2, 2]);
