@@ -164,6 +164,17 @@ class Writers(unittest.TestCase):
         self.assertIn("#### Builds", text)
         self.assertEqual(text.count("#### Latency (median ms"), 1)
 
+    def test_transformer_section_names_what_ran(self):
+        import write_transformer_benchmarks as wtb
+        vit = [{"kind": "export", "model": "vit"}, {"kind": "build", "name": "vit_torchscript_fusedattn"}]
+        self.assertEqual(wtb.models_text(vit), "torchvision `vit_b_16`")
+        self.assertIn("heuristic kernel choice (no profile)", wtb.choice_text(vit))
+        both = vit + [{"kind": "export", "model": "bert"}, {"kind": "build", "name": "bert_torchscript_profiled"}]
+        self.assertTrue(wtb.models_text(both).startswith("Hugging Face `BertModel`"))
+        self.assertIn("*_profiled with kernels chosen by profiling", wtb.choice_text(both))
+        profiled = [{"kind": "build", "name": "bert_torchscript_profiled"}]
+        self.assertIn("chosen by profiling on this GPU (`compile --profile`)", wtb.choice_text(profiled))
+
     def test_run_time_length_builds_and_figures_of_two_gpus(self):
         # A run-time-length build on an H200 next to PyTorch, then the same build on an H100
         # without PyTorch: its own label, and no ratio of the H100's figure to the H200's peers.

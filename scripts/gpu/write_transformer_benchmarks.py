@@ -51,15 +51,37 @@ def seq_of(rec):
     return rec["seq"] if rec["name"].startswith("bert") else "—"
 
 
+MODEL_TEXT = {
+    "bert": "Hugging Face `BertModel` (bert-base shape: 12 layers, hidden 768, 12 heads)",
+    "vit": "torchvision `vit_b_16`",
+}
+
+
+def models_text(recs):
+    """The models this run exported, described (both when the run has no export record)."""
+    run = sorted({r["model"] for r in recs if r["kind"] == "export"}) or sorted(MODEL_TEXT)
+    return " and ".join(MODEL_TEXT.get(m, f"`{m}`") for m in run)
+
+
+def choice_text(recs):
+    """How the builds chose their kernels: profiled builds are named <build>_profiled."""
+    names = [r["name"] for r in recs if r["kind"] == "build"]
+    profiled = [n for n in names if n.endswith("_profiled")]
+    if profiled and len(profiled) == len(names):
+        return "kernels chosen by profiling on this GPU (`compile --profile`)"
+    if profiled:
+        return "the heuristic kernel choice, and those named *_profiled with kernels chosen by profiling on this GPU"
+    return "the heuristic kernel choice (no profile)"
+
+
 def section(recs, commit, command, when=None, gpu=None, regenerated=None):
     now = when or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = gpu or gpu_name()
     lines = [f"## {now} · {gpu.split(',')[0]} · `{commit[:12]}` · transformers (scripts/gpu-transformers.sh)", ""]
     lines += [f"- GPU: {gpu}" + ("" if regenerated else f"; Python {platform.python_version()}"),
               f"- Commit: `{commit}`", f"- Command: `{command}`",
-              "- Models: Hugging Face `BertModel` (bert-base shape: 12 layers, hidden 768, 12 heads) and torchvision "
-              "`vit_b_16`, random weights of torch.manual_seed(0), fp32 ONNX; onnx2ait builds with the heuristic "
-              "kernel choice (no profile), fp16 compute with fp32 accumulation."]
+              f"- Models: {models_text(recs)}, random weights of torch.manual_seed(0), fp32 ONNX; onnx2ait builds "
+              f"with {choice_text(recs)}, fp16 compute with fp32 accumulation."]
     if regenerated:
         lines.append(f"- {regenerated}")
     lines.append("")
