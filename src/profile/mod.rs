@@ -498,16 +498,14 @@ mod tests {
         t.recorded()
     }
 
-    /// `profile --dim seq=1..64 --max-batch 4 --attention fused` of tiny BERT: every product is
-    /// timed at each (batch, seq) range bound the build chooses at, the packed q/k/v projection
-    /// included, and at no other size.
-    #[test]
-    fn run_time_ranges_are_profiled_at_each_range_bound() {
+    /// The problems `profile --build-only --attention fused` of tiny BERT (TorchScript export)
+    /// records for sm_90a with `lower`'s ranges.
+    fn tiny_bert_problems(lower: LowerOptions) -> Vec<ProfileProblem> {
         let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
         let g = crate::onnx::load_model(&model).unwrap();
         let opts = ProfileOptions {
             arch: Arch::Sm90a,
-            lower: LowerOptions { ranges: [("seq".to_string(), (1, 64))].into(), max_batch: 4, ..Default::default() },
+            lower,
             optimize: crate::egraph::OptimizeOptions::pipeline(true).unwrap(),
             cache: PathBuf::from("unused.json"),
             work_dir: PathBuf::from("unused"),
@@ -517,7 +515,16 @@ mod tests {
             progress: false,
             build_only: true,
         };
-        let all = super::problems(&g, &opts).unwrap();
+        super::problems(&g, &opts).unwrap()
+    }
+
+    /// `profile --dim seq=1..64 --max-batch 4 --attention fused` of tiny BERT: every product is
+    /// timed at each (batch, seq) range bound the build chooses at, the packed q/k/v projection
+    /// included, and at no other size.
+    #[test]
+    fn run_time_ranges_are_profiled_at_each_range_bound() {
+        let lower = LowerOptions { ranges: [("seq".to_string(), (1, 64))].into(), max_batch: 4, ..Default::default() };
+        let all = tiny_bert_problems(lower);
         let field = |p: &ProfileProblem, k: &str| p.fields[k].as_i64().unwrap();
         // Projections and feed-forward products have batch · seq rows: one problem per bound.
         let rows: std::collections::BTreeSet<i64> = all
@@ -546,22 +553,8 @@ mod tests {
     /// 128, never at a batch or length of 1 that no run of the build can take.
     #[test]
     fn ranges_above_one_are_profiled_inside_them() {
-        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
-        let g = crate::onnx::load_model(&model).unwrap();
         let ranges = [("batch".to_string(), (4, 64)), ("seq".to_string(), (16, 128))].into();
-        let opts = ProfileOptions {
-            arch: Arch::Sm90a,
-            lower: LowerOptions { ranges, max_batch: 64, ..Default::default() },
-            optimize: crate::egraph::OptimizeOptions::pipeline(true).unwrap(),
-            cache: PathBuf::from("unused.json"),
-            work_dir: PathBuf::from("unused"),
-            build: BuildOptions::default(),
-            warmup: 0,
-            iters: 1,
-            progress: false,
-            build_only: true,
-        };
-        let all = super::problems(&g, &opts).unwrap();
+        let all = tiny_bert_problems(LowerOptions { ranges, max_batch: 64, ..Default::default() });
         assert!(!all.is_empty());
         let batches: std::collections::BTreeSet<i64> = all.iter().map(|p| p.point.batch).collect();
         assert_eq!(batches, [8, 64].into(), "batch bounds inside 4..64");

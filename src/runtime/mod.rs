@@ -608,6 +608,23 @@ impl Library {
         }))
     }
 
+    /// [`Library::check_dims`], and that `inputs` / `outputs` buffers are one per model input /
+    /// output (the caller-buffer runs, [`Model::run_device`] and [`Model::run_host_buffers`]).
+    fn check_buffers(&self, dims: &[i64], inputs: usize, outputs: usize) -> Result<()> {
+        self.check_dims(dims)?;
+        if inputs != self.inputs.len() || outputs != self.outputs.len() {
+            return Err(Error::Other(format!(
+                "{}: {} input and {} output buffer(s) given, the model has {} and {}",
+                self.dir.display(),
+                inputs,
+                outputs,
+                self.inputs.len(),
+                self.outputs.len()
+            )));
+        }
+        Ok(())
+    }
+
     /// Fails unless `dims` holds one value per run-time dim, each within its range.
     pub fn check_dims(&self, dims: &[i64]) -> Result<()> {
         if dims.len() != self.dims.len() {
@@ -898,17 +915,7 @@ impl Model {
         stream: usize,
     ) -> Result<()> {
         let lib = &self.lib;
-        lib.check_dims(dims)?;
-        if inputs.len() != lib.inputs.len() || outputs.len() != lib.outputs.len() {
-            return Err(Error::Other(format!(
-                "{}: {} input and {} output buffer(s) given, the model has {} and {}",
-                lib.dir.display(),
-                inputs.len(),
-                outputs.len(),
-                lib.inputs.len(),
-                lib.outputs.len()
-            )));
-        }
+        lib.check_buffers(dims, inputs.len(), outputs.len())?;
         let rc =
             (lib.api.run)(self.ptr.as_ptr(), dims.as_ptr(), inputs.as_ptr(), outputs.as_ptr(), stream as *mut c_void);
         if rc != 0 {
@@ -997,17 +1004,7 @@ impl Model {
         outputs: &[*mut c_void],
     ) -> Result<()> {
         let lib = &self.lib;
-        lib.check_dims(dims)?;
-        if inputs.len() != lib.inputs.len() || outputs.len() != lib.outputs.len() {
-            return Err(Error::Other(format!(
-                "{}: {} input and {} output buffer(s) given, the model has {} and {}",
-                lib.dir.display(),
-                inputs.len(),
-                outputs.len(),
-                lib.inputs.len(),
-                lib.outputs.len()
-            )));
-        }
+        lib.check_buffers(dims, inputs.len(), outputs.len())?;
         let rc = (lib.api.run_host)(self.ptr.as_ptr(), dims.as_ptr(), inputs.as_ptr(), outputs.as_ptr());
         if rc != 0 {
             return Err(lib.call_error(&format!("running the model {}", lib.dims_text(dims)), rc));
