@@ -34,6 +34,10 @@
 #                                                     O2A_PDL setting: 0 = programmatic dependent launch
 #                                                     off, as <build>_pdl_off; kernels / library = only
 #                                                     our kernels / only the CUTLASS GEMMs with it)
+#                               [--attention-warps 2,4,8]  (also time every build with each
+#                                                     O2A_ATTENTION_WARPS setting, as
+#                                                     <build>_attnwarps<W>: the fused attention
+#                                                     kernel's block width forced to W warps)
 #                               [--profile]          (profile every build's kernels on this GPU first,
 #                                                     `compile --profile`, into one cache shared by
 #                                                     the builds; they are named <build>_profiled)
@@ -46,7 +50,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0 PDL_MODES=
+SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0 PDL_MODES= ATTENTION_WARPS=
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -61,6 +65,7 @@ while (($#)); do
     --unfused-attention) UNFUSED_ATTENTION=1 ;;
     --profile) PROFILE=1 ;;
     --pdl-modes) PDL_MODES=$2; shift ;;
+    --attention-warps) ATTENTION_WARPS=$2; shift ;;
     --seq-range) SEQ_RANGE=$2; shift ;;
     --seq-range-attention) SEQ_RANGE_ATTENTION=$2; shift ;;
     --seq-range-only) SEQ_RANGE_ONLY=1 ;;
@@ -214,6 +219,13 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
     say "bench $name with O2A_PDL=$mode: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
     record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
   done
+  # The fused attention kernel's block width forced (templates/cuda/kernels/attention.cu.hbs).
+  for warps in ${ATTENTION_WARPS//,/ }; do
+    tag=attnwarps$warps
+    O2A_ATTENTION_WARPS=$warps "$BIN" bench "$W/build_$name" --batch "$BATCHES" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
+    say "bench $name with O2A_ATTENTION_WARPS=$warps: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
+    record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
+  done
 done
 # 4. Validation on the GPU (batch 1 and 8), before the per-kernel times and the PyTorch peers, so a
 # short time budget drops those rather than the correctness checks.
@@ -266,6 +278,6 @@ fi
 # 7. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')$( ((SEQ_RANGE)) && echo " --seq-range $SEQ_RANGE --seq-range-attention $SEQ_RANGE_ATTENTION")$( ((SEQ_RANGE_ONLY)) && echo ' --seq-range-only')"
+  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')$( ((SEQ_RANGE)) && echo " --seq-range $SEQ_RANGE --seq-range-attention $SEQ_RANGE_ATTENTION")$( ((SEQ_RANGE_ONLY)) && echo ' --seq-range-only')$([[ -z $PDL_MODES ]] || echo " --pdl-modes $PDL_MODES")$([[ -z $ATTENTION_WARPS ]] || echo " --attention-warps $ATTENTION_WARPS")"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

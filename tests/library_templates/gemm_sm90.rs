@@ -162,6 +162,46 @@ fn gemm_sm90_batched_matmul_cooperative_128x256() {
     });
 }
 
+/// BERT's feed-forward output product with the residual: cooperative 128x192x64 (N = 768 in
+/// four column tiles), a profiler candidate.
+#[test]
+fn gemm_sm90_bias_residual_cooperative_128x192() {
+    check(&Variant {
+        case: "bias_residual_128x192",
+        has_bias: true,
+        has_residual: true,
+        act: "v",
+        layout_a: "RowMajor",
+        layout_b: "ColumnMajor",
+        tile: (128, 192, 64),
+        cluster: (1, 1),
+        schedule: "cooperative",
+        tile_scheduler: "persistent",
+    });
+}
+
+/// gelu(x·Wᵀ + bias) on the ping-pong 128x128x64 and cooperative 256x128x64 tiles, profiler
+/// candidates.
+#[test]
+fn gemm_sm90_linear_bias_gelu_pingpong_128x128_and_cooperative_256x128() {
+    for (case, tile, schedule) in
+        [("linear_bias_gelu_128x128_pingpong", (128, 128, 64), "pingpong"), ("linear_bias_gelu_256x128", (256, 128, 64), "cooperative")]
+    {
+        check(&Variant {
+            case,
+            has_bias: true,
+            has_residual: false,
+            act: "o2a_gelu_erf(v)",
+            layout_a: "RowMajor",
+            layout_b: "ColumnMajor",
+            tile,
+            cluster: (1, 1),
+            schedule,
+            tile_scheduler: "persistent",
+        });
+    }
+}
+
 // ---- CHECK mode, run on the host --------------------------------------------------------------
 // CHECK mode must answer without touching the device, so it runs here without a GPU: the
 // instance object is linked with a small driver into a shared library and called through it.

@@ -36,8 +36,9 @@ pub const OPS: &[LowerSpec] = &[
     LowerSpec::of::<Hardmax>("Hardmax", lower_hardmax),
 ];
 
-/// How a row kernel is laid out: `threads` per row (32: a warp per row, 8 rows per block),
-/// `vec` elements per access and `items` vectors per thread held in registers (0: streamed).
+/// How a row kernel is laid out: `threads` per row (up to a warp: 256 / threads rows per block,
+/// several rows to a warp when fewer than 32; more: one block per row), `vec` elements per access
+/// and `items` vectors per thread held in registers (0: streamed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RowPlan {
     threads: i64,
@@ -45,9 +46,19 @@ struct RowPlan {
     items: i64,
 }
 
+/// Vectors each thread of a block-per-row plan holds: loads in flight per thread. On the H200 a
+/// warp per row holding 4 vectors (K = 1024) moved 3.84 TB/s, while the block plans that spread
+/// long rows one vector per thread over up to 1024 threads reached 2.9–3.3 TB/s at K =
+/// 2048..8192 (BENCHMARKS.md, rowwise sweep of 2026-12-05 03:37).
+const BLOCK_ROW_ITEMS: i64 = 4;
+
 impl RowPlan {
     /// The plan for rows of `cols` elements of `dt` on a target with `warp`-thread warps:
-    /// accesses of up to 16 bytes (8 halfs, 4 floats), one warp per row up to 1024 elements.
+    /// accesses of up to 16 bytes (8 halfs, 4 floats); a row of at most 1024 elements gets the
+    /// fewest lanes (a power of two, at most a warp) that cover it in one access each, so a
+    /// 128-element fp16 row takes 16 lanes and a warp computes two rows, where a lane per vector
+    /// of a whole warp left half of it idle; longer rows a block of threads holding
+    /// [`BLOCK_ROW_ITEMS`] vectors each.
     fn for_cols(cols: &Dim, dt: DType, warp: i64) -> RowPlan {
         let Some(k) = cols.as_known().filter(|&k| k > 0) else {
             return RowPlan { threads: 1024, vec: 1, items: 0 };
@@ -57,9 +68,10 @@ impl RowPlan {
         let vectors = k / vec;
         let div_ceil = |a: i64, b: i64| (a + b - 1) / b;
         if k <= 1024 {
-            return RowPlan { threads: warp, vec, items: div_ceil(vectors, warp) };
+            let threads = if vectors >= warp { warp } else { (vectors as u64).next_power_of_two() as i64 };
+            return RowPlan { threads, vec, items: div_ceil(vectors, threads) };
         }
-        let threads = (div_ceil(vectors, warp) * warp).min(1024);
+        let threads = (div_ceil(div_ceil(vectors, BLOCK_ROW_ITEMS), warp) * warp).clamp(2 * warp, 1024);
         let items = div_ceil(vectors, threads);
         if items <= 8 {
             RowPlan { threads, vec, items }
@@ -234,8 +246,14 @@ mod tests {
     fn row_plans() {
         assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F16, 32), RowPlan { threads: 32, vec: 8, items: 3 });
         assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F16, 32), RowPlan { threads: 32, vec: 8, items: 4 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(7), DType::F16, 32), RowPlan { threads: 32, vec: 1, items: 1 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F16, 32), RowPlan { threads: 512, vec: 8, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(7), DType::F16, 32), RowPlan { threads: 8, vec: 1, items: 1 });
+        // Short rows: the fewest lanes that cover the row, several rows to a warp.
+        assert_eq!(RowPlan::for_cols(&Dim::known(128), DType::F16, 32), RowPlan { threads: 16, vec: 8, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(32), DType::F16, 32), RowPlan { threads: 4, vec: 8, items: 1 });
+        // Long rows: a block whose threads hold 4 vectors each.
+        assert_eq!(RowPlan::for_cols(&Dim::known(2048), DType::F16, 32), RowPlan { threads: 64, vec: 8, items: 4 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(16384), DType::F16, 32), RowPlan { threads: 512, vec: 8, items: 4 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F16, 32), RowPlan { threads: 128, vec: 8, items: 4 });
         // 50257 odd elements would need 50 per thread: streamed
         assert_eq!(RowPlan::for_cols(&Dim::known(50257), DType::F16, 32), RowPlan { threads: 1024, vec: 1, items: 0 });
         assert_eq!(RowPlan::for_cols(&Dim::known(50000), DType::F16, 32), RowPlan { threads: 1024, vec: 8, items: 7 });
@@ -243,7 +261,7 @@ mod tests {
         // fp32 rows: 16-byte accesses are 4 floats.
         assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F32, 32), RowPlan { threads: 32, vec: 4, items: 6 });
         assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F32, 32), RowPlan { threads: 32, vec: 4, items: 8 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F32, 32), RowPlan { threads: 1024, vec: 4, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(4096), DType::F32, 32), RowPlan { threads: 256, vec: 4, items: 4 });
     }
 
     #[test]
