@@ -852,12 +852,14 @@ def resize_upsample_opset9():
 # patterns for the optimiser
 
 
-def conv_bn(b, x, c_in, c_out, k, stride=1, pad=0, group=1):
+def conv_bn(b, x, c_in, c_out, k, stride=1, pad=0, group=1, dilation=1):
     """Conv (no bias) -> BatchNormalization with well-conditioned random statistics."""
     w = b.he("w", (c_out, c_in // group, k, k), c_in // group * k * k)
     attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
     if group != 1:
         attrs["group"] = group
+    if dilation != 1:
+        attrs["dilations"] = [dilation, dilation]
     y = b.node("Conv", [x, w], **attrs)
     return b.node("BatchNormalization", [y, b.floats("bn_scale", b.rng.uniform(0.5, 1.5, c_out)),
                                          b.small("bn_bias", (c_out,)), b.small("bn_mean", (c_out,)),
@@ -900,6 +902,25 @@ def pattern_depthwise_clip():
     y = b.node("Clip", [conv_bn(b, x, 8, 24, 1), lo, hi])
     y = b.node("Clip", [conv_bn(b, y, 24, 24, 3, pad=1, group=24), lo, hi])
     b.output(b.node("Add", [conv_bn(b, y, 24, 8, 1), x]))
+    return b
+
+
+@model
+def pattern_depthwise_shapes():
+    b = ModelBuilder("pattern_depthwise_shapes", "Depthwise convs (group = channels)+BN of the EfficientNet / MobileNet "
+                     "shapes on odd maps, each kernel variant and tile edge: 3x3 stride 1 C=32 on 19x19 +Relu, 1x1 "
+                     "expand, 5x5 stride 2 C=96 (19 -> 10)+Clip(0,6), 1x1 expand, 7x7 stride 1 C=240 + residual Add, "
+                     "3x3 dilation 2 C=240 + residual Add then Relu, 3x3 stride 2 C=240 (10 -> 5, a map below one "
+                     "tile).")
+    x = b.input("x", [2, 32, 19, 19])
+    lo, hi = b.init("zero", np.array(0.0, np.float32)), b.init("six", np.array(6.0, np.float32))
+    y = b.node("Relu", [conv_bn(b, x, 32, 32, 3, pad=1, group=32)])
+    y = conv_bn(b, y, 32, 96, 1)
+    y = b.node("Clip", [conv_bn(b, y, 96, 96, 5, stride=2, pad=2, group=96), lo, hi])
+    y = conv_bn(b, y, 96, 240, 1)
+    y = b.node("Add", [conv_bn(b, y, 240, 240, 7, pad=3, group=240), y])
+    y = b.node("Relu", [b.node("Add", [conv_bn(b, y, 240, 240, 3, pad=2, group=240, dilation=2), y])])
+    b.output(conv_bn(b, y, 240, 240, 3, stride=2, pad=1, group=240))
     return b
 
 

@@ -687,16 +687,11 @@ impl CudaTarget {
     /// The direct convolution: a thread computes up to 8 consecutive output channels of one pixel,
     /// within one group. A depthwise convolution (one filter per channel) with C % 8 == 0 gets
     /// its own kernel ([`DEPTHWISE_TEMPLATE`]): 8 channels — 8 groups — per thread with 16-byte
-    /// accesses, which the per-group direct kernel cannot do.
+    /// accesses, which the per-group direct kernel cannot do; its variant (shared-memory tiles
+    /// or registers) is `ops::conv::depthwise_instance`'s choice.
     fn conv_direct(&self, p: &ConvProblem) -> Instance {
         if p.group == p.c && p.k == p.c && p.c % ALIGNMENT == 0 {
-            let mut context = Map::new();
-            context.insert("block_threads".into(), json!(256));
-            // Several output pixels of a row per thread share their input columns and weights;
-            // the largest count dividing the row, so no thread idles on a partial group.
-            let pixels = [4, 2, 1].into_iter().find(|v| p.q % v == 0).unwrap_or(1);
-            context.insert("pixels_per_thread".into(), json!(pixels));
-            return Instance::own(DEPTHWISE_TEMPLATE, context);
+            return super::ops::conv::depthwise_instance(p);
         }
         super::ops::conv::direct_instance(p)
     }

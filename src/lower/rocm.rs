@@ -38,7 +38,6 @@
 //! refused by name ([`RocmTarget::own_kernel`]).
 
 use super::cuda::{act_expr, act_name, instance_name, multiple_of};
-use super::ops::conv::DEPTHWISE_TEMPLATE;
 use super::problem::{BiasKind, ConvProblem, GemmProblem};
 use super::target::{choice_grid, dispatch_over, range_buckets, Instance, LibraryInstance, Point, Target};
 use crate::error::{Error, Result};
@@ -357,11 +356,7 @@ impl RocmTarget {
     /// The direct or depthwise kernel of our own, as on CUDA.
     fn conv_own(p: &ConvProblem) -> Instance {
         if p.group == p.c && p.k == p.c && p.c % K1 == 0 {
-            let mut context = Map::new();
-            context.insert("block_threads".into(), json!(256));
-            let pixels = [4, 2, 1].into_iter().find(|v| p.q % v == 0).unwrap_or(1);
-            context.insert("pixels_per_thread".into(), json!(pixels));
-            return Instance::own(DEPTHWISE_TEMPLATE, context);
+            return super::ops::conv::depthwise_instance(p);
         }
         super::ops::conv::direct_instance(p)
     }
@@ -451,6 +446,7 @@ impl Target for RocmTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lower::ops::conv::DEPTHWISE_TEMPLATE;
 
     fn conv(n: Dim, hw: i64, c: i64, k: i64, rs: i64, stride: i64) -> ConvProblem {
         let pad = rs / 2;

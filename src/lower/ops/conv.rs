@@ -69,6 +69,108 @@ pub const DIRECT_TEMPLATE: &str = "conv2d_direct";
 /// fields; a target that has none uses the direct kernel.
 pub const DEPTHWISE_TEMPLATE: &str = "conv2d_depthwise";
 
+/// Shared memory a tiled depthwise block may use: the static limit of every CUDA device (and
+/// within a ROCm workgroup's 64 KB LDS), so no launch needs an opt-in.
+const DEPTHWISE_TILE_SMEM_BYTES: i64 = 48 * 1024;
+/// Threads of a tiled depthwise block at most (the register kernel's block size too).
+const DEPTHWISE_BLOCK_THREADS: i64 = 256;
+
+/// A tiled depthwise block's shape (the `tiled` variant of [`DEPTHWISE_TEMPLATE`]): an output
+/// tile of `tile_p` x `tile_q` pixels x `slab_blocks` blocks of 8 channels, `rows_per_thread`
+/// output rows per thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DepthwiseTile {
+    pub tile_p: i64,
+    pub tile_q: i64,
+    pub slab_blocks: i64,
+    pub rows_per_thread: i64,
+}
+
+impl DepthwiseTile {
+    /// One thread per (channel block, tile column, row group).
+    pub fn threads(&self) -> i64 {
+        self.slab_blocks * self.tile_q * (self.tile_p / self.rows_per_thread)
+    }
+
+    /// The block's shared memory, as the template declares it: the input tile with its halo
+    /// (columns rounded up to a multiple of the column stride for the phase layout) and the
+    /// slab's R·S weight vectors, 16 bytes per 8 channels.
+    pub fn smem_bytes(&self, p: &ConvProblem) -> i64 {
+        let rows = (self.tile_p - 1) * p.strides[0] + (p.r - 1) * p.dilations[0] + 1;
+        let cols = (self.tile_q - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1;
+        let stored_cols = (cols + p.strides[1] - 1) / p.strides[1] * p.strides[1];
+        (rows * stored_cols + p.r * p.s) * self.slab_blocks * 16
+    }
+}
+
+/// The tile of the tiled depthwise kernel for `p`, or None where the register kernel serves it
+/// better. The one selection rule for every target (the kernel assumes no warp size):
+/// - tiled: square 3x3, 5x5 or 7x7 filters with equal strides of 1 or 2 (any dilation whose
+///   tile fits) on output maps of at least 8x8. These are the MobileNet / EfficientNet layers,
+///   where the register kernel reads each input up to R·S times through L1/L2; the tile reads
+///   it from global memory once (plus the halo).
+/// - register: smaller maps (a 7x7 map fills a fraction of a tile, and the halo of a 5x5 tile
+///   over it is 2.5x its outputs: nothing to reuse), other filters and strides, and problems
+///   whose smallest tile does not fit [`DEPTHWISE_TILE_SMEM_BYTES`].
+///
+/// The tile: slabs of 4 channel blocks (32 channels; 2 or 1 where C/8 is not a multiple, so
+/// no slab is partial), 16 output columns (the map's width if narrower), 4 rows per thread at
+/// stride 1 and 2 at stride 2 (the rows a thread reads are shared by its R-row windows:
+/// 3x3 stride 1 reads 6 rows for 4 outputs instead of 12), and as many row groups as fill
+/// 256 threads, fewer where the map is shorter or the tile would not fit shared memory.
+pub fn depthwise_tile(p: &ConvProblem) -> Option<DepthwiseTile> {
+    let square = p.r == p.s && matches!(p.r, 3 | 5 | 7);
+    let stride = p.strides[0];
+    if !square || stride != p.strides[1] || !(1..=2).contains(&stride) || p.p < 8 || p.q < 8 {
+        return None;
+    }
+    if p.dilations.iter().any(|&d| d < 1) || p.c % 8 != 0 {
+        return None;
+    }
+    let blocks = p.c / 8;
+    let slab_blocks = [4, 2, 1].into_iter().find(|b| blocks % b == 0).unwrap_or(1);
+    let rows_per_thread = if stride == 1 { 4 } else { 2 };
+    let tile_q = p.q.min(16);
+    // Row groups: fill the block, but no taller than the map (rounded up to whole groups).
+    let map_groups = (p.p + rows_per_thread - 1) / rows_per_thread;
+    let mut groups = (DEPTHWISE_BLOCK_THREADS / (slab_blocks * tile_q)).clamp(1, map_groups);
+    loop {
+        let tile = DepthwiseTile { tile_p: groups * rows_per_thread, tile_q, slab_blocks, rows_per_thread };
+        if tile.smem_bytes(p) <= DEPTHWISE_TILE_SMEM_BYTES {
+            return Some(tile);
+        }
+        if groups == 1 {
+            return None;
+        }
+        groups -= 1;
+    }
+}
+
+/// The depthwise kernel's instance (group = C = K, C % 8 == 0) for every target that has it:
+/// the tiled variant where [`depthwise_tile`] gives a tile, else the register variant, with
+/// several output pixels of a row per thread sharing their input columns and weights (the
+/// largest count dividing the row, so no thread idles on a partial group).
+pub fn depthwise_instance(p: &ConvProblem) -> Instance {
+    let mut context = Map::new();
+    match depthwise_tile(p) {
+        Some(tile) => {
+            context.insert("tiled".into(), json!(true));
+            context.insert("block_threads".into(), json!(tile.threads()));
+            context.insert("tile_p".into(), json!(tile.tile_p));
+            context.insert("tile_q".into(), json!(tile.tile_q));
+            context.insert("slab_blocks".into(), json!(tile.slab_blocks));
+            context.insert("rows_per_thread".into(), json!(tile.rows_per_thread));
+        }
+        None => {
+            let pixels = [4, 2, 1].into_iter().find(|v| p.q % v == 0).unwrap_or(1);
+            context.insert("tiled".into(), json!(false));
+            context.insert("block_threads".into(), json!(DEPTHWISE_BLOCK_THREADS));
+            context.insert("pixels_per_thread".into(), json!(pixels));
+        }
+    }
+    Instance::own(DEPTHWISE_TEMPLATE, context)
+}
+
 /// Whether a kernel is one of our own direct convolutions (the general one or the depthwise
 /// one): both read constant weights transposed to RSCK.
 pub fn is_direct(template: &str) -> bool {
