@@ -741,7 +741,9 @@ step_bench_onnx2ait() {
 step_bench_torch() {
   local m=$1 i=$2 extra=() rc=0
   (($(spare "$REPORT_RESERVE") >= EST_TORCH)) || { missing "PyTorch eager / CUDA graph $m" "time budget"; skip "time budget"; }
-  ((i == 0)) && extra=(--gemm-ceiling)
+  # The first model's run also measures the ceilings BENCHMARKS.md compares kernels with: the
+  # fp16 GEMM rate (kernel sweep, per-kernel TFLOP/s) and the device copy rate (per-kernel GB/s).
+  ((i == 0)) && extra=(--gemm-ceiling --copy-ceiling)
   timeout -k 10 "$(left "$REPORT_RESERVE")" "$PY" scripts/gpu/bench_torch.py --model "$m" --batch "$BATCHES" \
     --warmup "$WARMUP" --iters "$ITERS" "${extra[@]}" --json-out "$PARTS/bench_torch_$m.json" || rc=$?
   note "$(json_get "$PARTS/bench_torch_$m.json" 'd.get("note")')"

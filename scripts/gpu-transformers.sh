@@ -246,7 +246,9 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   fi
 done
 # 5. Where the time goes: per-kernel times of the first exporter's builds (and of the unfused
-# build) at the smallest and largest batch.
+# build) at the smallest and largest batch, with each kernel's work and achieved rate (GFLOP,
+# TFLOP/s, MB, GB/s: `bench --kernels` prints them; this script measures no ceilings, so no
+# --peak-tflops / --peak-gbps and no %peak columns).
 for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}_fusedattn$SUF"; done) "bert_${EXPORTER_LIST[0]}$SUF" \
   $(printf '%s\n' "${!BUILT[@]}" | grep _seqrange); do
   [[ -n ${BUILT[$name]:-} ]] || continue

@@ -333,8 +333,9 @@ fn ops_lists_the_registry() {
     assert!(rows.iter().any(|r| r["op_type"] == "Conv" && r["family"] == "conv"));
 }
 
-/// `bench` without a GPU: its options (--kernels, --kernel-top) parse, a folder without a library
-/// is a one-line error before any GPU work, and --kernel-top alone is a usage error.
+/// `bench` without a GPU: its options (--kernels, --kernel-top, --peak-tflops, --peak-gbps) parse,
+/// a folder without a library is a one-line error before any GPU work, and --kernel-top or a
+/// ceiling alone is a usage error.
 #[test]
 fn bench_checks_its_arguments_before_the_gpu() {
     let dir = scratch("bench");
@@ -344,8 +345,15 @@ fn bench_checks_its_arguments_before_the_gpu() {
     assert!(err.contains("build the model first") && err.lines().count() == 1, "{err}");
     let (_, err) = expect_code(&run(&["bench", d, "--kernel-top", "10"]), 1);
     assert!(err.contains("--kernels"), "{err}");
+    let (_, err) = expect_code(&run(&["bench", d, "--kernels", "--peak-tflops", "700", "--peak-gbps", "3000"]), 1);
+    assert!(err.contains("libmodel.so: not found"), "{err}");
+    let (_, err) = expect_code(&run(&["bench", d, "--peak-gbps", "3000"]), 1);
+    assert!(err.contains("--kernels"), "{err}");
+    let (_, err) = expect_code(&run(&["bench", d, "--kernels", "--peak-tflops", "0"]), 1);
+    assert!(err.contains("not a ceiling"), "{err}");
     let (help, _) = expect_code(&run(&["bench", "--help"]), 0);
     assert!(help.contains("--kernels") && help.contains("--kernel-top <N>"), "{help}");
+    assert!(help.contains("--peak-tflops <TFLOPS>") && help.contains("--peak-gbps <GBPS>"), "{help}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

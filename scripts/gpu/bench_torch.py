@@ -4,7 +4,7 @@ peers of `onnx2ait bench` in scripts/gpu-check.sh and scripts/gpu-bench.sh, meas
 run on the same GPU.
 
     bench_torch.py [--model resnet50] [--batch 1,8,64,256] [--warmup 10] [--iters 50]
-        [--inputs 4] [--gemm-ceiling] [--json-out FILE]
+        [--inputs 4] [--gemm-ceiling] [--copy-ceiling] [--json-out FILE]
     bench_torch.py --compile max-autotune --model M --batch B [--warmup 10] [--iters 50]
         [--ready-file F --go-file F [--stop-file F] [--parent-pid PID] [--wait-timeout S]]
         [--log FILE] [--tag TEXT] [--json-out FILE]
@@ -39,7 +39,9 @@ workers) goes to that file and only short status lines prefixed with --tag reach
 including a heartbeat every 30 s while compiling.
 
 --gemm-ceiling also times an fp16 8192x8192x8192 torch.matmul (the tensor-core ceiling the
-per-kernel sweep of BENCHMARKS.md is compared with).
+per-kernel sweep of BENCHMARKS.md is compared with). --copy-ceiling also times a 1 GiB
+device-to-device copy (the memory ceiling the per-kernel GB/s of "Where the time goes" are
+compared with; a copy reads and writes every byte, so 2 GiB move per copy).
 
 Prints one line per batch, and the JSON document to --json-out (else to stdout). Exit status 0
 when everything asked for was measured.
@@ -177,6 +179,22 @@ def gemm_ceiling(torch, n=8192, warmup=5, iters=20):
     flops = 2.0 * n * n * n
     s.update({"m": n, "n": n, "k": n, "dtype": "float16", "tflops": flops / (s["median_ms"] * 1e-3) / 1e12})
     del a, b
+    torch.cuda.empty_cache()
+    return s
+
+
+def copy_ceiling(torch, nbytes=1 << 30, warmup=5, iters=20):
+    """A device-to-device copy of `nbytes` through PyTorch: the memory rate (bytes read plus
+    bytes written per second) the per-kernel GB/s of `onnx2ait bench --kernels` are compared to."""
+    src = torch.empty(nbytes // 2, device="cuda", dtype=torch.float16).normal_()
+    dst = torch.empty_like(src)
+    for _ in range(warmup):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    s = time_runs(torch, lambda i: dst.copy_(src), lambda i: None, iters)
+    moved = 2.0 * nbytes
+    s.update({"bytes": nbytes, "gbps": moved / (s["median_ms"] * 1e-3) / 1e9})
+    del src, dst
     torch.cuda.empty_cache()
     return s
 
@@ -344,6 +362,8 @@ def note_of(doc):
             parts.append(f"bs {r['batch']}: eager {r['eager_ms']:.3f} / graph {r['graph_ms']:.3f} ms")
     if doc.get("gemm_ceiling"):
         parts.append(f"fp16 GEMM {doc['gemm_ceiling']['tflops']:.0f} TFLOP/s")
+    if doc.get("copy_ceiling"):
+        parts.append(f"copy {doc['copy_ceiling']['gbps']:.0f} GB/s")
     if doc.get("error"):
         parts.append(doc["error"])
     return ", ".join(parts)[:300]
@@ -369,6 +389,7 @@ def main():
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--inputs", type=int, default=4, help="pre-made random inputs to rotate over")
     p.add_argument("--gemm-ceiling", action="store_true", help="also time an fp16 8192^3 matmul")
+    p.add_argument("--copy-ceiling", action="store_true", help="also time a 1 GiB device-to-device copy")
     p.add_argument("--compile", metavar="MODE", help="time torch.compile(mode=MODE) instead of eager / CUDA graph")
     p.add_argument("--ready-file", help="barrier: written once compiled")
     p.add_argument("--go-file", help="barrier: timing starts once this file exists")
@@ -437,6 +458,10 @@ def main():
                 doc["gemm_ceiling"] = gemm_ceiling(torch)
                 print(f"bench_torch: fp16 8192^3 matmul {doc['gemm_ceiling']['median_ms']:.3f} ms = "
                       f"{doc['gemm_ceiling']['tflops']:.0f} TFLOP/s", flush=True)
+            if a.copy_ceiling:
+                doc["copy_ceiling"] = copy_ceiling(torch)
+                print(f"bench_torch: 1 GiB device copy {doc['copy_ceiling']['median_ms']:.3f} ms = "
+                      f"{doc['copy_ceiling']['gbps']:.0f} GB/s (read + written)", flush=True)
             if a.compile:
                 status_code = run_compile_mode(a, torch, model, doc, status)
             else:

@@ -239,6 +239,47 @@ class Writers(unittest.TestCase):
         self.assertEqual(self.row(store, "resnet50", 8)["onnx2ait"]["ms"], 0.60)
 
 
+class WhereTheTimeGoes(unittest.TestCase):
+    """The per-kernel tables of `onnx2ait bench --kernels --json`: work and achieved rates."""
+
+    def res(self, ceilings=True):
+        kernels = [
+            {"name": "k000_nchw_to_nhwc", "node": "graph inputs, conv_1", "ms": 0.25, "flops": None, "bytes": 500000},
+            {"name": "k001_conv2d_library", "node": "conv_1", "ms": 2.0, "flops": 4e9, "bytes": 8e6},
+            {"name": "k002_conv2d_library", "node": "conv_2", "ms": 1.0, "flops": 1e9, "bytes": 2e6},
+            {"name": "k003_gemm_library", "node": "fc", "ms": 0.5},  # an older build: no work
+        ]
+        res = {"plan": {"iters": 100}, "bench_onnx2ait_resnet50": {"results": [
+            {"batch": 1, "graph_median_ms": 0.5, "median_ms": 0.7},
+            {"batch": 32, "graph_median_ms": 3.5, "median_ms": 4.0, "kernels": kernels}]}}
+        if ceilings:
+            res["bench_torch_resnet50"] = {"gemm_ceiling": {"tflops": 400.0}, "copy_ceiling": {"gbps": 2000.0}}
+        return res
+
+    def test_kernels_and_families_carry_work_and_rates(self):
+        import write_benchmarks
+        text = "\n".join(write_benchmarks.bench_kernel_times(self.res(), "resnet50"))
+        self.assertIn("#### Where the time goes (onnx2ait, batch 32)", text)
+        self.assertIn("fp16 GEMM ceiling 400 TFLOP/s, copy ceiling 2000 GB/s", text)
+        self.assertIn("| # | ms | % | GFLOP | TFLOP/s | % of GEMM ceiling | MB | GB/s | % of copy ceiling | kernel | node |",
+                      text)
+        # 4 GFLOP in 2 ms: 2 TFLOP/s, 0.5% of 400; 8 MB in 2 ms: 4 GB/s, 0.2% of 2000.
+        self.assertIn("| 1 | 2.000 | 53.3% | 4.00 | 2.00 | 0.5% | 8.00 | 4.00 | 0.2% | `k001_conv2d_library` | conv_1 |",
+                      text)
+        self.assertIn("| 3 | 0.500 | 13.3% | — | — | — | — | — | — | `k003_gemm_library` | fc |", text)
+        self.assertIn("| 4 | 0.250 | 6.7% | — | — | — | 0.500 | 2.00 | 0.1% | `k000_nchw_to_nhwc` |", text)
+        self.assertIn("| kernel family | kernels | ms | % | GFLOP | TFLOP/s | MB | GB/s |", text)
+        # The family's work over its summed time: 5 GFLOP in 3 ms, 10 MB in 3 ms.
+        self.assertIn("| `conv2d_library` | 2 | 3.000 | 80.0% | 5.00 | 1.67 | 10.0 | 3.33 |", text)
+        self.assertIn("| `gemm_library` | 1 | 0.500 | 13.3% | — | — | — | — |", text)
+
+    def test_without_ceilings_no_share_is_printed(self):
+        import write_benchmarks
+        text = "\n".join(write_benchmarks.bench_kernel_times(self.res(ceilings=False), "resnet50"))
+        self.assertIn("| # | ms | % | GFLOP | TFLOP/s | MB | GB/s | kernel | node |", text)
+        self.assertNotIn("ceiling", text)
+
+
 class Repository(unittest.TestCase):
     def test_benchmarks_md_is_rendered_from_its_store(self):
         """BENCHMARKS.md is exactly what its store renders: nobody edited a figure by hand."""

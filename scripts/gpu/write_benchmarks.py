@@ -23,10 +23,15 @@ sweep, the schedule (with a check that no timed interval overlapped another), wh
 measured, steps and commands.
 
 Where the time goes. From the "kernels" list of the bench_onnx2ait_<model> record's row of the
-largest batch that has one ([{"name", "node", "ms"}, ...] in run order, from `onnx2ait bench
---kernels`): the slowest kernels, the kernels' sum next to the graph-replay median, and a table
-per kernel family (the template part of the kernel name: k012_conv2d_library -> conv2d_library).
-Records without kernel lists (older runs) leave the part out.
+largest batch that has one ([{"name", "node", "ms", "flops", "bytes"}, ...] in run order, from
+`onnx2ait bench --kernels`): the slowest kernels with their work (GFLOP, MB: flops with a
+multiply-add as 2, counted for convolutions, matrix products, attention and elementwise kernels;
+bytes the minimum traffic, each tensor read or written once) and achieved TFLOP/s and GB/s, as a
+% of the fp16 GEMM ceiling (bench_torch.py --gemm-ceiling) and of the device copy ceiling
+(--copy-ceiling) when this run measured them; the kernels' sum next to the graph-replay median,
+and a table per kernel family (the template part of the kernel name: k012_conv2d_library ->
+conv2d_library) with its summed time and work. Records without kernel lists (older runs) leave
+the part out; kernels without work (older builds) show a dash.
 
 Kernel sweep. It is drawn from `onnx2ait profile --json` reports (results key profile_<model>,
 field "report") when they exist, else from the profile cache (key profile_cache). Accepted
@@ -566,6 +571,42 @@ def kernel_rows(row):
     return [k for k in ks if isinstance(k, dict) and isinstance(k.get("name"), str) and num(k.get("ms")) is not None]
 
 
+def amount(v, unit):
+    """A work figure (flops, bytes) in `unit`s with about three significant digits; a dash for none."""
+    v = num(v)
+    if v is None:
+        return DASH
+    v /= unit
+    if v >= 100:
+        return f"{v:.0f}"
+    return f"{v:#.3g}" if v >= 0.001 else ("0" if v == 0 else "<0.001")
+
+
+def rate(work, t_ms, unit):
+    """`work` per second in `unit`s over `t_ms` (None without work or time)."""
+    work, t_ms = num(work), num(t_ms)
+    return work / (t_ms * 1e-3) / unit if work and t_ms and t_ms > 0 else None
+
+
+def share(r, ceiling):
+    """A rate as a % of a measured ceiling."""
+    return DASH if r is None else f"{100 * r / ceiling:.1f}%"
+
+
+def copy_ceiling_gbps(res):
+    for k, v in res.items():
+        if k.startswith("bench_torch_") and isinstance(v, dict) and isinstance(v.get("copy_ceiling"), dict):
+            return num(v["copy_ceiling"].get("gbps"))
+    return None
+
+
+def work_cells(work, t_ms, unit, rate_unit, ceiling):
+    """[amount, rate] (and the rate's % of `ceiling` when there is one) of one kernel or family."""
+    r = rate(work, t_ms, rate_unit)
+    cells = [amount(work, unit), DASH if r is None else amount(r, 1)]
+    return cells + ([share(r, ceiling)] if ceiling else [])
+
+
 def bench_kernel_times(res, model, top=KERNEL_TOP):
     rows = bench_rows(res.get(f"bench_onnx2ait_{model}"))
     timed = [b for b, r in rows.items() if isinstance(b, int) and kernel_rows(r)]
@@ -579,16 +620,33 @@ def bench_kernel_times(res, model, top=KERNEL_TOP):
     def pct(v):
         return f"{100 * v / total:.1f}%" if total > 0 else DASH
 
+    gemm, copy = gemm_ceiling_tflops(res), copy_ceiling_gbps(res)
+
+    def work(k):
+        return (work_cells(k.get("flops"), k["ms"], 1e9, 1e12, gemm)
+                + work_cells(k.get("bytes"), k["ms"], 1e6, 1e9, copy))
+
     order = sorted(kernels, key=lambda k: -k["ms"])  # stable: equal times keep run order
-    top_rows = [[i + 1, ms(k["ms"]), pct(k["ms"]), f"`{cell(k['name'], 60)}`", cell(short_node(k.get("node", "")), 80)]
+    top_rows = [[i + 1, ms(k["ms"]), pct(k["ms"])] + work(k)
+                + [f"`{cell(k['name'], 60)}`", cell(short_node(k.get("node", "")), 80)]
                 for i, k in enumerate(order[:top])]
+    # Per family: kernels, time, and the work of those kernels that state it (None: none does).
     families = {}
     for k in kernels:
-        f = families.setdefault(kernel_family(k["name"]), [0, 0.0])
-        f[0] += 1
-        f[1] += k["ms"]
-    fam_rows = [[f"`{cell(name, 60)}`", n, ms(t), pct(t)]
-                for name, (n, t) in sorted(families.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+        f = families.setdefault(kernel_family(k["name"]), {"n": 0, "ms": 0.0, "flops": None, "bytes": None})
+        f["n"] += 1
+        f["ms"] += k["ms"]
+        for key in ("flops", "bytes"):
+            if num(k.get(key)) is not None:
+                f[key] = (f[key] or 0) + k[key]
+    fam_rows = [[f"`{cell(name, 60)}`", f["n"], ms(f["ms"]), pct(f["ms"])]
+                + work_cells(f["flops"], f["ms"], 1e9, 1e12, None) + work_cells(f["bytes"], f["ms"], 1e6, 1e9, None)
+                for name, f in sorted(families.items(), key=lambda kv: (-kv[1]["ms"], kv[0]))]
+    header = ["#", "ms", "%", "GFLOP", "TFLOP/s"] + (["% of GEMM ceiling"] if gemm else []) + ["MB", "GB/s"]
+    header += (["% of copy ceiling"] if copy else []) + ["kernel", "node"]
+    ceilings = [f"fp16 GEMM ceiling {gemm:.0f} TFLOP/s" if gemm else None,
+                f"copy ceiling {copy:.0f} GB/s" if copy else None]
+    ceilings = [c for c in ceilings if c]
     plan = res.get("plan") or {}
     graph, plain = num(row.get("graph_median_ms")), num(row.get("median_ms"))
     out = [
@@ -596,10 +654,14 @@ def bench_kernel_times(res, model, top=KERNEL_TOP):
         "",
         f"`onnx2ait bench --kernels`: each kernel's median over {plan.get('iters', '?')} runs with plain launches and a "
         "CUDA event before each kernel, slowest first; % of the kernels' sum. A kernel's time includes any wait for "
-        "its launch, so launch-bound kernels look slower than in a graph replay.",
+        "its launch, so launch-bound kernels look slower than in a graph replay. GFLOP and MB: one launch's work "
+        "(a multiply-add is 2 flops, counted for convolutions, matrix products, attention and elementwise kernels, "
+        "a dash for the others; bytes: each tensor the kernel reads or writes once, a minimum traffic), "
+        "TFLOP/s and GB/s that work over the kernel's time"
+        + (f"; measured in this run: {', '.join(ceilings)}." if ceilings else "."),
         "",
     ]
-    out += table(["#", "ms", "%", "kernel", "node"], top_rows)
+    out += table(header, top_rows)
     if len(order) > top:
         rest = sum(k["ms"] for k in order[top:])
         out += ["", f"… and {len(order) - top} faster kernels: {ms(rest)} ms, {pct(rest)}."]
@@ -608,7 +670,7 @@ def bench_kernel_times(res, model, top=KERNEL_TOP):
         summary += f" (sum ÷ graph {total / graph:.2f})"
     summary += f"; plain-launch median {ms(plain)} ms."
     out += ["", summary, ""]
-    out += table(["kernel family", "kernels", "ms", "%"], fam_rows)
+    out += table(["kernel family", "kernels", "ms", "%", "GFLOP", "TFLOP/s", "MB", "GB/s"], fam_rows)
     return out
 
 

@@ -444,6 +444,11 @@ fn build_metadata(p: &Program, target: &str, arch: &str, symbol_prefix: Option<&
         .iter()
         .map(|k| {
             let mut e = json!({ "name": k.name, "template": k.template, "node": k.node });
+            // What one launch computes and moves, as polynomials in the run-time dims
+            // (`Dim::to_terms_json`): `bench --kernels` evaluates them at its dims for
+            // achieved TFLOP/s and GB/s. The convention is `Program::kernel_work`'s.
+            let (flops, bytes) = p.kernel_work(k);
+            e["work"] = json!({ "flops": flops.to_terms_json(), "bytes": bytes.to_terms_json() });
             // Which library instance runs each batch range, and whether a profile chose it.
             if let Some(d) = k.context.get("dispatch") {
                 e["dispatch"] = d.clone();

@@ -328,6 +328,47 @@ impl Serialize for Dim {
     }
 }
 
+impl Dim {
+    /// The polynomial as JSON a reader evaluates without parsing an expression: a number when
+    /// the dim is known, else a list of terms, each `[coefficient, symbol, symbol, …]` (the
+    /// constant term `[c]`), e.g. `[[25690112, "N"]]` for `25690112*N`. The build metadata stores
+    /// run-time quantities (a kernel's work) this way, and [`Dim::from_terms_json`] reads them
+    /// back into the same polynomial, evaluated with [`Dim::eval`] like any shape.
+    pub fn to_terms_json(&self) -> serde_json::Value {
+        if let Some(v) = self.as_known() {
+            return serde_json::Value::from(v);
+        }
+        let terms = self
+            .terms
+            .iter()
+            .map(|(mono, coeff)| {
+                let mut term = vec![serde_json::Value::from(*coeff)];
+                term.extend(mono.iter().map(|s| serde_json::Value::from(s.as_str())));
+                serde_json::Value::Array(term)
+            })
+            .collect();
+        serde_json::Value::Array(terms)
+    }
+
+    /// Reads [`Dim::to_terms_json`]'s form back; `None` for anything else (a term without an
+    /// integer coefficient first, a symbol that is not a string, a coefficient out of i64).
+    pub fn from_terms_json(v: &serde_json::Value) -> Option<Dim> {
+        if let Some(n) = v.as_i64() {
+            return Some(Dim::known(n));
+        }
+        let mut out = Dim::known(0);
+        for term in v.as_array()? {
+            let (coeff, symbols) = term.as_array()?.split_first()?;
+            let mut t = Dim::known(coeff.as_i64()?);
+            for s in symbols {
+                t = t.mul(&Dim::sym(s.as_str()?));
+            }
+            out = out.add(&t);
+        }
+        Some(out)
+    }
+}
+
 /// Formats a shape as `[N,3,224,224]`.
 pub fn fmt_shape(shape: &[Dim]) -> String {
     let parts: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
@@ -381,6 +422,23 @@ mod tests {
         let odd = Dim::sym("H").add(&Dim::known(1));
         assert_eq!(odd.div_floor(&Dim::known(2)).to_string(), "floor((H+1)/2)");
         assert_eq!(Dim::known(7).div_ceil(&Dim::known(2)).as_known(), Some(4));
+    }
+
+    #[test]
+    fn terms_json_round_trips_and_evaluates() {
+        let d = Dim::sym("N").mul(&Dim::sym("seq")).mul(&Dim::known(24)).add(&Dim::known(5));
+        let j = d.to_terms_json();
+        assert_eq!(j, serde_json::json!([[5], [24, "N", "seq"]]));
+        assert_eq!(Dim::from_terms_json(&j), Some(d.clone()));
+        let env = BTreeMap::from([("N".to_string(), 2), ("seq".to_string(), 3)]);
+        assert_eq!(Dim::from_terms_json(&j).unwrap().eval(&env).as_known(), Some(149));
+        assert_eq!(Dim::known(7).to_terms_json(), serde_json::json!(7));
+        assert_eq!(Dim::from_terms_json(&serde_json::json!(7)), Some(Dim::known(7)));
+        for bad in
+            [serde_json::json!("N"), serde_json::json!([["N", 2]]), serde_json::json!([[]]), serde_json::json!([[1.5]])]
+        {
+            assert_eq!(Dim::from_terms_json(&bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -330,6 +330,7 @@ fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
         args: vec![ch.src, ch.out],
         writes: vec![1],
         workspace_bytes: 0,
+        flops: Dim::known(0),
         context: c,
     })
 }

@@ -486,8 +486,23 @@ impl<'a> LowerCtx<'a> {
             args,
             writes,
             workspace_bytes,
+            flops: Dim::known(0),
             context,
         });
+        Ok(())
+    }
+
+    /// Sets the floating-point operations of the kernel emitted last (`flops`, in the node's
+    /// dims: the compile-time ones are substituted here), for throughput reports; see
+    /// [`Program::kernel_work`] for what each op family counts. Why after the emit: an op's
+    /// lowering may emit helper kernels (layout changes, padding) before or after the one that
+    /// computes, and only it knows which kernel does the arithmetic.
+    pub fn set_flops(&mut self, flops: &Dim) -> LowerResult<()> {
+        let bound = self.bind(flops);
+        let k = self.program.kernels.last_mut().ok_or_else(|| {
+            LowerError::Invalid("the work of a kernel was given before any kernel was emitted".into())
+        })?;
+        k.flops = bound;
         Ok(())
     }
 

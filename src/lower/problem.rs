@@ -32,6 +32,15 @@ pub struct ConvProblem {
 }
 
 impl ConvProblem {
+    /// Multiply-adds ×2 of the convolution: 2·N·P·Q·K·(C/group)·R·S (padding the lowering adds
+    /// for a library kernel is not useful work and is not counted).
+    pub fn flops(&self) -> Dim {
+        // Through Dim: a product beyond i64 becomes its overflow symbol, never a wrapped value.
+        [self.p, self.q, self.k, self.c / self.group.max(1), self.r, self.s]
+            .iter()
+            .fold(Dim::known(2).mul(&self.n), |acc, &x| acc.mul(&Dim::known(x)))
+    }
+
     /// The sizes and window of the problem as template fields (everything but the batch and the
     /// group), named as the convolution templates and the library ABI (`O2aConvArgs`) name them.
     pub fn geometry_fields(&self) -> [(&'static str, i64); 14] {
@@ -91,6 +100,11 @@ pub struct GemmProblem {
 }
 
 impl GemmProblem {
+    /// Multiply-adds ×2 of the product: 2·batch_count·M·N·K (the epilogue not counted).
+    pub fn flops(&self) -> Dim {
+        Dim::known(2).mul(&self.batch_count).mul(&self.m).mul(&self.n).mul(&self.k)
+    }
+
     /// `[batch_count, m, n, k]` with the run-time dims other than the batch at their values in
     /// `dims` and the others of `dim_ranges` at their largest: what is left symbolic depends on
     /// the batch only. A target picks an instance by these sizes.

@@ -51,6 +51,11 @@ pub struct KernelInstance {
     pub writes: Vec<usize>,
     /// Bytes of scratch memory the launcher needs (the shared workspace is the largest of these).
     pub workspace_bytes: u64,
+    /// Floating-point operations of one launch, a polynomial in the run-time dims (a
+    /// multiply-add counts 2): set by the op lowerings that know their problem
+    /// ([`crate::lower::LowerCtx::set_flops`]), zero for kernels that only move data or whose
+    /// arithmetic is not counted. See [`Program::kernel_work`] for the whole convention.
+    pub flops: Dim,
     /// The family's template fields (shapes as C++ expressions in the run-time dims `dims.v[i]`, tile configs, …).
     pub context: Map<String, Json>,
 }
@@ -238,6 +243,33 @@ impl Program {
             t = of;
         }
         t
+    }
+
+    /// The work of kernel `k` for reports of achieved throughput (`bench --kernels`), as
+    /// polynomials in the run-time dims: `(flops, bytes)`.
+    ///
+    /// Flops: the kernel's [`KernelInstance::flops`], the useful arithmetic of the op it
+    /// computes, a multiply-add counting 2: a convolution 2·N·P·Q·K·(C/group)·R·S (the model's
+    /// problem, not channel or im2col padding), a matrix product 2·batch·M·N·K, fused attention
+    /// 4·B·H·Sq·Skv·D (its two products; softmax not counted), an elementwise kernel one per
+    /// output element; zero for every other kernel (copies, layout changes, reductions, norms).
+    ///
+    /// Bytes: a minimum-traffic figure: every distinct tensor argument counted once at its
+    /// element size, the tensors read (inputs, weights) and those written, whatever the kernel
+    /// re-reads through caches; its scratch workspace is not counted. An argument the kernel
+    /// reads only part of (a gather's table, a slice's source) counts in full.
+    pub fn kernel_work(&self, k: &KernelInstance) -> (Dim, Dim) {
+        let mut seen: Vec<TensorId> = Vec::with_capacity(k.args.len());
+        let mut bytes = Dim::known(0);
+        for &t in &k.args {
+            if seen.contains(&t) {
+                continue;
+            }
+            seen.push(t);
+            let d = &self.tensors[t];
+            bytes = bytes.add(&crate::ir::dim::product(&d.shape).mul(&Dim::known(d.dtype.size_bytes() as i64)));
+        }
+        (k.flops.clone(), bytes)
     }
 
     /// Byte size of a tensor with every run-time dim at its largest (its size at any run is at

@@ -141,6 +141,28 @@ pub struct KernelInfo {
     pub name: String,
     /// The graph node(s) it computes, comma-separated when several were fused.
     pub node: String,
+    /// What one launch computes and moves, from `OUT/build.json` (`None` for a build without
+    /// it: one made before the field, or a library read without its build.json).
+    pub work: Option<KernelWork>,
+}
+
+/// A kernel's work per launch as polynomials in the run-time dims: build.json's `work`
+/// (`Dim::to_terms_json`), counted as `crate::lower::Program::kernel_work` documents: flops
+/// with a multiply-add as 2 (zero where the kernel's arithmetic is not counted), bytes the
+/// minimum traffic (each distinct tensor argument read or written once).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelWork {
+    pub flops: Dim,
+    pub bytes: Dim,
+}
+
+/// A kernel's work at given run-time dim values ([`Library::kernel_work_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkAt {
+    /// Floating-point operations of one launch; 0 where none are counted.
+    pub flops: i64,
+    /// Minimum bytes one launch reads and writes.
+    pub bytes: i64,
 }
 
 /// A loaded model library: its entry points and its interface.
@@ -222,6 +244,25 @@ fn dim_options(dir: &Path) -> BTreeMap<String, String> {
         std::fs::read_to_string(dir.join("build.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
     let dims = meta.as_ref().and_then(|m| m["run_dims"].as_array().cloned()).unwrap_or_default();
     dims.iter().filter_map(|d| Some((d["symbol"].as_str()?.to_string(), d["option"].as_str()?.to_string()))).collect()
+}
+
+/// Each kernel's work by kernel name, from `OUT/build.json`'s `kernels[].work` (see
+/// [`KernelWork`]). Advisory, as the dims' options: a missing build.json, a build from before
+/// the field, or an entry that is not two polynomials leaves those kernels without work, which
+/// reports then print as unknown rather than failing the run.
+fn kernel_work(dir: &Path) -> BTreeMap<String, KernelWork> {
+    let meta: Option<serde_json::Value> =
+        std::fs::read_to_string(dir.join("build.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+    let kernels = meta.as_ref().and_then(|m| m["kernels"].as_array().cloned()).unwrap_or_default();
+    kernels
+        .iter()
+        .filter_map(|k| {
+            let work = &k["work"];
+            let flops = Dim::from_terms_json(&work["flops"])?;
+            let bytes = Dim::from_terms_json(&work["bytes"])?;
+            Some((k["name"].as_str()?.to_string(), KernelWork { flops, bytes }))
+        })
+        .collect()
 }
 
 /// Refuses a library beside the header, weights or manifest of another build: `model.h`'s
@@ -453,6 +494,10 @@ impl Library {
         self.inputs = inputs;
         self.outputs = outputs;
         self.kernels = self.read_kernels()?;
+        let mut work = kernel_work(&self.dir);
+        for k in &mut self.kernels {
+            k.work = work.remove(&k.name);
+        }
         Ok(())
     }
 
@@ -469,7 +514,7 @@ impl Library {
                 let (name, node) =
                     unsafe { (c_str((api.kernel_name)(null, index)), c_str((api.kernel_node)(null, index))) };
                 match (name, node) {
-                    (Some(name), Some(node)) => Ok(KernelInfo { name, node }),
+                    (Some(name), Some(node)) => Ok(KernelInfo { name, node, work: None }),
                     _ => Err(self.corrupt(&format!("kernel {k} of {n} has no name or node"))),
                 }
             })
@@ -562,6 +607,16 @@ impl Library {
     /// The kernels of the run sequence, in launch order.
     pub fn kernels(&self) -> &[KernelInfo] {
         &self.kernels
+    }
+
+    /// The work of kernel `k` at the run-time dim values `dims` (in [`run_dims`](Self::run_dims)
+    /// order): `None` past the last kernel, when the build states no work for it, or when its
+    /// polynomials name a dim this library does not have (a build.json of another build).
+    pub fn kernel_work_at(&self, k: usize, dims: &[i64]) -> Option<WorkAt> {
+        let work = self.kernels.get(k)?.work.as_ref()?;
+        let env: BTreeMap<String, i64> = self.dims.iter().map(|d| d.symbol.clone()).zip(dims.iter().copied()).collect();
+        let at = |d: &Dim| d.eval(&env).as_known();
+        Some(WorkAt { flops: at(&work.flops)?, bytes: at(&work.bytes)? })
     }
 
     pub fn num_kernels(&self) -> usize {

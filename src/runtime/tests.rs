@@ -37,6 +37,7 @@ fn kernel(name: &str, node: &str, args: Vec<usize>, workspace_bytes: u64) -> Ker
         args,
         writes: vec![],
         workspace_bytes,
+        flops: Dim::known(0),
         context: Map::new(),
     }
 }
@@ -755,4 +756,26 @@ fn two_prefixed_models_link_into_one_program() {
     }
     drop((lu, lb));
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// build.json's `kernels[].work` is read by kernel name; a build without it (or with an entry
+/// that is not two polynomials) leaves those kernels without work rather than failing.
+#[test]
+fn kernel_work_is_read_from_build_json_by_name() {
+    let dir = temp_dir("kernel-work");
+    let conv = Dim::sym("N").mul(&Dim::known(1_000_000));
+    let meta = serde_json::json!({ "kernels": [
+        { "name": "k000_conv2d_library", "work": { "flops": conv.to_terms_json(), "bytes": 4096 } },
+        { "name": "k001_cast", "work": { "flops": 0, "bytes": [[2, "N"], [16]] } },
+        { "name": "k002_old" },
+        { "name": "k003_bad", "work": { "flops": "2*N", "bytes": 1 } },
+    ]});
+    std::fs::write(dir.join("build.json"), meta.to_string()).unwrap();
+    let work = kernel_work(&dir);
+    assert_eq!(work.keys().collect::<Vec<_>>(), ["k000_conv2d_library", "k001_cast"]);
+    assert_eq!(work["k000_conv2d_library"], KernelWork { flops: conv, bytes: Dim::known(4096) });
+    let env = BTreeMap::from([("N".to_string(), 32)]);
+    assert_eq!(work["k001_cast"].bytes.eval(&env).as_known(), Some(80));
+    std::fs::remove_file(dir.join("build.json")).unwrap();
+    assert!(kernel_work(&dir).is_empty());
 }

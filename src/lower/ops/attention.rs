@@ -50,6 +50,7 @@ fn lower_attention(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     c.insert("head_dim".into(), json!(head.unwrap_or(0)));
     let mut args = vec![q, k, v];
     c.insert("has_mask".into(), json!(mask.is_some()));
+    let flops = attention_flops(&b, &heads, &sq, &sk, &d, &dv);
     let scores = [b, heads, sq, sk];
     let strides = match mask {
         Some(m) => {
@@ -66,7 +67,14 @@ fn lower_attention(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     c.insert("o_arg".into(), json!(args.len()));
     args.push(o);
     let writes = vec![args.len() - 1];
-    cx.emit(&node.name, "attention", args, writes, c, 0)
+    cx.emit(&node.name, "attention", args, writes, c, 0)?;
+    cx.set_flops(&flops)
+}
+
+/// The two products of attention, multiply-adds ×2: Q·Kᵀ (2·B·H·Sq·Skv·D) and P·V
+/// (2·B·H·Sq·Skv·Dv), so 4·B·H·Sq·Skv·D when Dv = D; the softmax and masking are not counted.
+pub fn attention_flops(b: &Dim, heads: &Dim, sq: &Dim, sk: &Dim, d: &Dim, dv: &Dim) -> Dim {
+    Dim::known(2).mul(b).mul(heads).mul(sq).mul(sk).mul(&d.add(dv))
 }
 
 /// `[B, H, Sq, Sk, D, Dv]` and the views of q, k, v and the output in their tensors.

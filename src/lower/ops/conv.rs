@@ -452,6 +452,8 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         node.inputs.get(3).copied().flatten().is_some(),
     )?;
     let ConvProblem { ref n, h, w, c, k, r, s: s_, p, q, group, .. } = problem;
+    // The model's problem, before any padding the library form adds.
+    let flops = problem.flops();
     let (n, cg) = (n.clone(), c / group);
     let d = Dim::known;
     let nhwc_in = vec![n.clone(), d(h), d(w), d(c)];
@@ -553,13 +555,15 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     if out_moves {
         let out_nhwc = cx.temp(&format!("{}.nhwc", node.name), fdt, nhwc_out);
         emit_conv(cx, node, &p_final, inst, [x_k, w_k], w_layout, bias, res, out_nhwc)?;
+        cx.set_flops(&flops)?;
         let out = cx.output(node, 0)?;
         ensure_float(cx, out, "output")?;
         emit_matrix_transpose(cx, node, out_nhwc, out, &n, p * q, k)
     } else {
         let out = cx.output(node, 0)?;
         ensure_float(cx, out, "output")?;
-        emit_conv(cx, node, &p_final, inst, [x_k, w_k], w_layout, bias, res, out)
+        emit_conv(cx, node, &p_final, inst, [x_k, w_k], w_layout, bias, res, out)?;
+        cx.set_flops(&flops)
     }
 }
 

@@ -277,7 +277,10 @@ pub(crate) fn emit_elementwise(
     let mut args: Vec<TensorId> = operands.iter().map(|o| o.tensor).collect();
     args.push(out);
     let writes = vec![operands.len()];
-    cx.emit(node, "elementwise", args, writes, c, 0)
+    cx.emit(node, "elementwise", args, writes, c, 0)?;
+    // One flop per output element, however many ops the expression fuses: a throughput figure
+    // that stays comparable between kernels (their time is memory traffic anyway).
+    cx.set_flops(&n)
 }
 
 /// The device dtype of operand `i`, which must be present.

@@ -464,7 +464,8 @@ fn lower_product(cx: &mut LowerCtx, node: &Node, op: &Gemm, what: &str) -> Lower
         c.insert("res_ld".into(), json!(e(&n)?));
         c.insert("res_batch_stride".into(), json!(e(&matrix(&lib_m, &n))?));
     }
-    cx.emit_instance(&node.name, inst, args, vec![out_index as usize], c)
+    cx.emit_instance(&node.name, inst, args, vec![out_index as usize], c)?;
+    cx.set_flops(&problem.flops())
 }
 
 #[cfg(test)]
