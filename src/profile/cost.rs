@@ -706,7 +706,7 @@ mod tests {
         assert!(sig.starts_with("gemm b1 m512 n256 k64 "), "{sig}");
         // With a time for that signature, the gemm costs it.
         let mut m = Measurements::new();
-        m.entry(sig).or_default().insert("gemm_sm80 128x128x32 w64x64x32 s4".into(), 0.02);
+        m.entry(sig).or_default().insert("gemm_sm80 64x64x32 w32x32x32 s5".into(), 0.02);
         let target = CudaTarget::new(Arch::Sm90a).with_measurements(m);
         let cost = MeasuredCost::new(&target, 4).with_dims([("seq".to_string(), 128)].into_iter().collect());
         let s = cost.cost(&gemm_node(), Some(&g), &[Some(&a), Some(&b), None, None], &out);
