@@ -184,9 +184,10 @@ fn gemm_sm90_bias_residual_cooperative_128x192() {
 /// candidates.
 #[test]
 fn gemm_sm90_linear_bias_gelu_pingpong_128x128_and_cooperative_256x128() {
-    for (case, tile, schedule) in
-        [("linear_bias_gelu_128x128_pingpong", (128, 128, 64), "pingpong"), ("linear_bias_gelu_256x128", (256, 128, 64), "cooperative")]
-    {
+    for (case, tile, schedule) in [
+        ("linear_bias_gelu_128x128_pingpong", (128, 128, 64), "pingpong"),
+        ("linear_bias_gelu_256x128", (256, 128, 64), "cooperative"),
+    ] {
         check(&Variant {
             case,
             has_bias: true,
