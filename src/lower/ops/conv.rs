@@ -71,7 +71,7 @@ pub const DEPTHWISE_TEMPLATE: &str = "conv2d_depthwise";
 
 /// Shared memory a tiled depthwise block may use: the static limit of every CUDA device (and
 /// within a ROCm workgroup's 64 KB LDS), so no launch needs an opt-in.
-const DEPTHWISE_TILE_SMEM_BYTES: i64 = 48 * 1024;
+pub const DEPTHWISE_TILE_SMEM_BYTES: i64 = 48 * 1024;
 /// Threads of a tiled depthwise block at most (the register kernel's block size too).
 const DEPTHWISE_BLOCK_THREADS: i64 = 256;
 
