@@ -10,7 +10,11 @@
 # Writes $OUT/BENCHMARKS.md: the repository's BENCHMARKS.md with this run's figures replacing those
 # of the benchmarks it measured (scripts/gpu/bench_store.py).
 #
-#   scripts/gpu-transformers.sh [--seq 128] [--seq2 77] [--batches 1,8,32] [--max-batch 32]
+#   scripts/gpu-transformers.sh [--seq 128] [--seq2 77] [--batches LIST] [--max-batch N]
+#                               (default: each model at the batches of issue 14's benchmark, BERT
+#                                                     1,8,32,128 and ViT 1,8,64, built up to its
+#                                                     largest; --batches / --max-batch set them for
+#                                                     every model)
 #                               [--exporters torchscript,dynamo] [--models bert,vit|none] [--budget 560]
 #                               [--size base|tiny]   (tiny: the small test configurations, for a dry run)
 #                               [--rowwise]          (also the softmax / layernorm bandwidth sweep of
@@ -38,6 +42,10 @@
 #                                                     O2A_ATTENTION_WARPS setting, as
 #                                                     <build>_attnwarps<W>: the fused attention
 #                                                     kernel's block width forced to W warps)
+#                               [--torch-compile 1,32] (also time torch.compile(mode="max-autotune")
+#                                                     at these batches next to PyTorch eager and
+#                                                     CUDA graph; each batch compiles and autotunes
+#                                                     for minutes, so few)
 #                               [--profile]          (profile every build's kernels on this GPU first,
 #                                                     `compile --profile`, into one cache shared by
 #                                                     the builds; they are named <build>_profiled)
@@ -50,7 +58,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES=1,8,32 MAX_BATCH=32 EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0 PDL_MODES= ATTENTION_WARPS=
+SEQ=128 SEQ2=77 BATCHES= MAX_BATCH= EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0 PDL_MODES= ATTENTION_WARPS= TORCH_COMPILE=
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -66,6 +74,7 @@ while (($#)); do
     --profile) PROFILE=1 ;;
     --pdl-modes) PDL_MODES=$2; shift ;;
     --attention-warps) ATTENTION_WARPS=$2; shift ;;
+    --torch-compile) TORCH_COMPILE=$2; shift ;;
     --seq-range) SEQ_RANGE=$2; shift ;;
     --seq-range-attention) SEQ_RANGE_ATTENTION=$2; shift ;;
     --seq-range-only) SEQ_RANGE_ONLY=1 ;;
@@ -98,6 +107,14 @@ record() { echo "$1" >>"$RESULTS"; }
 # A JSON file as one line (json.dump escapes newlines inside strings, so raw ones are layout).
 json_of() { if [[ -s $1 ]]; then tr -d '\n' <"$1"; else echo null; fi; }
 within_budget() { (($(elapsed) + $1 < BUDGET)); }
+# The batches a model is timed at and the largest batch it is built for (--batches and
+# --max-batch, else the model's own: BERT-base 1, 8, 32, 128; ViT-B/16 1, 8, 64).
+batches_of() { # model (the build name's prefix)
+  if [[ -n $BATCHES ]]; then echo "$BATCHES"; elif [[ $1 == bert ]]; then echo 1,8,32,128; else echo 1,8,64; fi
+}
+max_batch_of() { # model
+  if [[ -n $MAX_BATCH ]]; then echo "$MAX_BATCH"; else local b; b=$(batches_of "$1"); echo "${b##*,}"; fi
+}
 
 # 1. Exports, in parallel (CPU only).
 IFS=, read -ra MODEL_LIST <<<"$MODELS"
@@ -129,7 +146,7 @@ build() { # name onnx seq [extra compile options...]
   local choice=(--no-profile)
   ((PROFILE)) && choice=(--profile --profile-cache "$W/profile.json")
   t0=$(date +%s.%N)
-  "$BIN" compile "$onnx" -o "$W/build_$name" "${dims[@]}" --max-batch "$MAX_BATCH" "${choice[@]}" \
+  "$BIN" compile "$onnx" -o "$W/build_$name" "${dims[@]}" --max-batch "$(max_batch_of "${name%%_*}")" "${choice[@]}" \
     --jobs "$JOBS" "$@" >"$W/build_$name.log" 2>&1
   local rc=$?
   local secs
@@ -207,7 +224,8 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   within_budget 40 || { say "bench $name: not run (time budget)"; continue; }
   bench_dims=()
   [[ $name == *_seqrange* ]] && bench_dims=(--dim "seq=${SEQ_OF[$name]}")
-  "$BIN" bench "$W/build_$name" --batch "$BATCHES" "${bench_dims[@]}" --json >"$W/bench_$name.json" 2>"$W/bench_$name.err"
+  batches=$(batches_of "${name%%_*}")
+  "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json >"$W/bench_$name.json" 2>"$W/bench_$name.err"
   say "bench $name: rc $? $(tr -d '\n ' <"$W/bench_$name.json" | head -c 400)"
   record "{\"kind\":\"bench\",\"name\":\"$name\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_$name.json")}"
   # The same library with other programmatic dependent launch settings (templates/cuda/library.cuh.hbs):
@@ -215,14 +233,14 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   for mode in ${PDL_MODES//,/ }; do
     tag=pdl_$mode
     [[ $mode == 0 ]] && tag=pdl_off
-    O2A_PDL=$mode "$BIN" bench "$W/build_$name" --batch "$BATCHES" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
+    O2A_PDL=$mode "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
     say "bench $name with O2A_PDL=$mode: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
     record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
   done
   # The fused attention kernel's block width forced (templates/cuda/kernels/attention.cu.hbs).
   for warps in ${ATTENTION_WARPS//,/ }; do
     tag=attnwarps$warps
-    O2A_ATTENTION_WARPS=$warps "$BIN" bench "$W/build_$name" --batch "$BATCHES" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
+    O2A_ATTENTION_WARPS=$warps "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
     say "bench $name with O2A_ATTENTION_WARPS=$warps: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
     record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
   done
@@ -253,14 +271,26 @@ for name in $(for m in "${MODEL_LIST[@]}"; do echo "${m}_${EXPORTER_LIST[0]}_fus
   $(printf '%s\n' "${!BUILT[@]}" | grep _seqrange); do
   [[ -n ${BUILT[$name]:-} ]] || continue
   within_budget 90 || { say "kernel times $name: not run (time budget)"; continue; }
-  "$BIN" bench "$W/build_$name" --batch "${BATCHES%%,*},${BATCHES##*,}" --kernels --kernel-top 15 \
+  batches=$(batches_of "${name%%_*}")
+  "$BIN" bench "$W/build_$name" --batch "${batches%%,*},${batches##*,}" --kernels --kernel-top 15 \
     >"$OUT/kernels_$name.txt" 2>&1
   say "kernel times $name: rc $? ($OUT/kernels_$name.txt)"
 done
+# torch.compile (--torch-compile): a few minutes of compilation and autotuning per batch.
+tc_args=() tc_need=60
+if [[ -n $TORCH_COMPILE ]]; then
+  tc_args=(--compile max-autotune --compile-batch "$TORCH_COMPILE")
+  tc_need=$((60 + 180 * $(tr ',' '\n' <<<"$TORCH_COMPILE" | grep -c .)))
+fi
 for m in "${MODEL_LIST[@]}"; do
   within_budget 60 || { say "PyTorch $m: not run (time budget)"; continue; }
-  "$PY" scripts/gpu/bench_transformers.py "$m" --size "$SIZE" --batch "$BATCHES" --seq "$SEQ" --json-out "$W/torch_$m.json" \
-    >"$W/torch_$m.log" 2>&1
+  m_tc=("${tc_args[@]}")
+  if ((${#m_tc[@]})) && ! within_budget "$tc_need"; then
+    say "torch.compile $m: not run (time budget)"
+    m_tc=()
+  fi
+  "$PY" scripts/gpu/bench_transformers.py "$m" --size "$SIZE" --batch "$(batches_of "$m")" --seq "$SEQ" "${m_tc[@]}" \
+    --json-out "$W/torch_$m.json" >"$W/torch_$m.log" 2>&1
   grep bench_transformers "$W/torch_$m.log" || tail -5 "$W/torch_$m.log"
   record "{\"kind\":\"torch\",\"model\":\"$m\",\"result\":$(json_of "$W/torch_$m.json")}"
 done
@@ -280,6 +310,6 @@ fi
 # 7. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2 --batches $BATCHES --max-batch $MAX_BATCH --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')$( ((SEQ_RANGE)) && echo " --seq-range $SEQ_RANGE --seq-range-attention $SEQ_RANGE_ATTENTION")$( ((SEQ_RANGE_ONLY)) && echo ' --seq-range-only')$([[ -z $PDL_MODES ]] || echo " --pdl-modes $PDL_MODES")$([[ -z $ATTENTION_WARPS ]] || echo " --attention-warps $ATTENTION_WARPS")"
+  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2$([[ -z $BATCHES ]] || echo " --batches $BATCHES")$([[ -z $MAX_BATCH ]] || echo " --max-batch $MAX_BATCH") --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')$( ((SEQ_RANGE)) && echo " --seq-range $SEQ_RANGE --seq-range-attention $SEQ_RANGE_ATTENTION")$( ((SEQ_RANGE_ONLY)) && echo ' --seq-range-only')$([[ -z $PDL_MODES ]] || echo " --pdl-modes $PDL_MODES")$([[ -z $ATTENTION_WARPS ]] || echo " --attention-warps $ATTENTION_WARPS")$([[ -z $TORCH_COMPILE ]] || echo " --torch-compile $TORCH_COMPILE")"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

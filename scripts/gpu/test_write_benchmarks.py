@@ -188,6 +188,23 @@ class Writers(unittest.TestCase):
         self.assertEqual(self.row(store, "bert", 1, label + ", O2A_PDL=0")["onnx2ait"]["ms"], 0.6)
         self.assertEqual(self.row(store, "bert", 1, label + ", O2A_ATTENTION_WARPS=8")["onnx2ait"]["ms"], 0.4)
 
+    def test_transformer_torch_compile_column(self):
+        # A run that timed torch.compile (gpu-transformers.sh --torch-compile) stores it as that
+        # engine with its mode; batches it did not time get none.
+        recs = transformer_records(0.5)
+        recs.append({"kind": "bench", "name": "vit_torchscript", "seq": 0,
+                     "result": [{"batch": 8, "graph_median_ms": 4.0, "median_ms": 5.0}]})
+        recs[-2]["result"]["batches"]["1"]["torch_compile"] = {"median_ms": 1.5, "mode": "max-autotune",
+                                                                "compile_seconds": 90.0}
+        recs[-2]["result"]["batches"]["8"] = {"eager": {"median_ms": 6.0}, "cuda_graph": {"median_ms": 4.4}}
+        store = self.write_transformers(recs, "f" * 40, "2026-12-04 11:00 UTC")
+        one = self.row(store, "vit", 1)
+        self.assertEqual((one["torch_compile"]["ms"], one["torch_compile"]["mode"]), (1.5, "max-autotune"))
+        self.assertNotIn("torch_compile", self.row(store, "vit", 8))
+        text = read(self.md)
+        self.assertIn("torch.compile max-autotune", text)
+        self.assertIn("| 0.75× |", text)  # 1.5 / 2.0 in the run's own table
+
     def test_run_time_length_builds_and_figures_of_two_gpus(self):
         # A run-time-length build on an H200 next to PyTorch, then the same build on an H100
         # without PyTorch: its own label, and no ratio of the H100's figure to the H200's peers.

@@ -131,9 +131,14 @@ def section(recs, commit, command, when=None, gpu=None, regenerated=None):
         for r in outside:
             lines.append(f"| {r['name']} | {r['seq']} | {r['rc']} | {'refused (ok)' if r['rc'] != 0 else 'ACCEPTED (wrong)'} |")
     torch = {r["model"]: r.get("result") or {} for r in recs if r["kind"] == "torch"}
+    # torch.compile's column only when the run timed it (--torch-compile); its mode in the header
+    # (bench_store reads "torch.compile MODE" as that engine).
+    tc_modes = sorted({(b.get("torch_compile") or {}).get("mode") for t in torch.values()
+                       for b in (t.get("batches") or {}).values()} - {None})
+    tc_head = f" torch.compile {'/'.join(tc_modes)} | torch.compile ÷ onnx2ait |" if tc_modes else ""
     lines += ["", "### Latency (median ms; CUDA graph replay for both; ratio = PyTorch CUDA graph / onnx2ait)", "",
-              "| build | seq | batch | onnx2ait (graph) | onnx2ait (plain launches) | PyTorch eager | PyTorch + CUDA graph | ratio |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| build | seq | batch | onnx2ait (graph) | onnx2ait (plain launches) | PyTorch eager | PyTorch + CUDA graph | ratio |"
+              + tc_head, "|---|---|---|---|---|---|---|---|" + ("---|---|" if tc_modes else "")]
     # One line per (model, note), naming the batches it applies to (the same note otherwise repeats
     # for every batch and every build of the model).
     notes = {}
@@ -155,8 +160,12 @@ def section(recs, commit, command, when=None, gpu=None, regenerated=None):
                 batches = notes.setdefault((model, p["cuda_graph_note"]), [])
                 if b["batch"] not in batches:
                     batches.append(b["batch"])
+            tc_cells = ""
+            if tc_modes:
+                tc = (p.get("torch_compile") or {}).get("median_ms")
+                tc_cells = f" {fmt(tc)} | {f'{tc / ours:.2f}×' if tc and ours else '—'} |"
             lines.append(f"| {r['name']} | {r['seq'] if model == 'bert' else '—'} | {b['batch']} | {fmt(ours)} | "
-                         f"{fmt(b.get('median_ms'))} | {fmt(eager)} | {fmt(graph)} | {ratio} |")
+                         f"{fmt(b.get('median_ms'))} | {fmt(eager)} | {fmt(graph)} | {ratio} |" + tc_cells)
     if notes:
         lines += [""] + [f"- PyTorch {model} batch {', '.join(map(str, batches))}: {note}"
                          for (model, note), batches in notes.items()]
