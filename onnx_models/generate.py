@@ -735,6 +735,19 @@ def indexing_gather():
 
 
 @model
+def indexing_gather_rows():
+    b = ModelBuilder("indexing_gather_rows", "Gather of whole rows of 16-byte multiples (the gather kernel's vector "
+                     "path): an embedding lookup (table [64, 32], int64 ids [2, 7] incl. negative) and axis 1 of a "
+                     "[4, 10, 16] tensor with int32 indices (incl. negative).")
+    table = b.input("table", [64, 32])
+    x = b.input("x", [4, 10, 16])
+    ids = [[0, 5, 63, -1, 17, 17, 2], [-64, 40, 8, 1, 33, 62, 9]]
+    b.output(b.node("Gather", [table, b.ints("ids", ids)]),
+             b.node("Gather", [x, b.init("cols", np.array([9, -10, 3], np.int32))], axis=1))
+    return b
+
+
+@model
 def indexing_pad():
     b = ModelBuilder("indexing_pad", "Pad (opset 13, pads input): constant with value 1.5 and a negative pad (crop); "
                      "reflect; edge.")
