@@ -6,6 +6,8 @@
 //!
 //! Without nvcc the test is skipped, unless `CI` or `ONNX2AIT_REQUIRE_NVCC` is set.
 
+mod common;
+
 use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::build::Compiler;
 use onnx2ait::codegen::Templates;
@@ -42,12 +44,7 @@ fn context(
 /// Renders the model headers and one kernel file per context into a fresh folder.
 fn render(cases: &[Json]) -> (PathBuf, Vec<PathBuf>) {
     let t = Templates::for_target("cuda").expect("cuda templates");
-    let dir = std::env::temp_dir().join(format!("o2a-im2col-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    std::fs::write(dir.join("library.cuh"), t.render("library.cuh", &json!({})).expect("library.cuh")).expect("write");
-    let common = t.render("common.cuh", &json!({ "model_name": "im2col_test" })).expect("common.cuh");
-    std::fs::write(dir.join("common.cuh"), common).expect("write");
+    let dir = common::cuda_kernel_dir("im2col", "kernels", "im2col_test");
     let mut sources = Vec::new();
     for ctx in cases {
         let text = t.render("kernels/im2col.cu", ctx).unwrap_or_else(|e| panic!("im2col renders: {e}"));

@@ -1,10 +1,12 @@
 //! Helpers shared by the test binaries that snapshot generated code (`tests/codegen.rs`,
-//! `tests/exports.rs`, `tests/rocm.rs`); a folder module, so cargo does not build it as a test of
+//! `tests/exports.rs`, `tests/rocm.rs`) or compile kernel templates (`tests/im2col_template.rs`,
+//! `tests/depthwise_template.rs`); a folder module, so cargo does not build it as a test of
 //! its own. Each binary uses some of them, hence `allow(dead_code)` on the others.
 
 use std::path::{Path, PathBuf};
 
 /// Every generated file but the weights blob, in name order, as one text.
+#[allow(dead_code)]
 pub fn tree_text(out: &Path) -> String {
     let mut files: Vec<PathBuf> = std::fs::read_dir(out).expect("out dir").flatten().map(|e| e.path()).collect();
     files.sort();
@@ -40,4 +42,17 @@ pub fn fresh_dir(suite: &str, tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("temp dir");
     d
+}
+
+/// A fresh folder (`fresh_dir(suite, tag)`) holding the CUDA model headers a kernel file
+/// includes (`library.cuh`, `common.cuh` for model `model_name`), to render kernels into.
+#[allow(dead_code)]
+pub fn cuda_kernel_dir(suite: &str, tag: &str, model_name: &str) -> PathBuf {
+    use serde_json::json;
+    let t = onnx2ait::codegen::Templates::for_target("cuda").expect("cuda templates");
+    let dir = fresh_dir(suite, tag);
+    std::fs::write(dir.join("library.cuh"), t.render("library.cuh", &json!({})).expect("library.cuh")).expect("write");
+    let common = t.render("common.cuh", &json!({ "model_name": model_name })).expect("common.cuh");
+    std::fs::write(dir.join("common.cuh"), common).expect("write");
+    dir
 }
