@@ -212,27 +212,32 @@ fn attention_option_fuses_attention_by_default_on_cuda() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `--squeeze-excite fused` makes one scale kernel of each squeeze-and-excitation block of the
-/// SE rule model (compile's summary and explain's JSON); by default none, and the pooling and
-/// convolutions stay separate kernels.
+/// `--squeeze-excite fused`, the default, makes one scale kernel of each squeeze-and-excitation
+/// block of the SE rule model (compile's summary and explain's JSON); with `unfused` none, and
+/// the pooling and convolutions stay separate kernels.
 #[test]
-fn squeeze_excite_option_fuses_the_scale_on_request() {
+fn squeeze_excite_is_fused_by_default_and_unfused_on_request() {
     let dir = scratch("squeeze_excite");
     let m = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/rules/squeeze_excite.onnx");
     let m = m.to_str().unwrap();
-    let summary = |mode: &str| {
-        let out_dir = dir.join(mode);
-        let args = ["compile", m, "-o", out_dir.to_str().unwrap(), "--no-build", "--squeeze-excite", mode];
+    let summary = |mode: Option<&str>| {
+        let out_dir = dir.join(mode.unwrap_or("default"));
+        let mut args = vec!["compile", m, "-o", out_dir.to_str().unwrap(), "--no-build"];
+        args.extend(mode.map(|mode| ["--squeeze-excite", mode]).into_iter().flatten());
         expect_code(&run(&args), 0);
         std::fs::read_to_string(out_dir.join("summary.txt")).expect("summary.txt written")
     };
-    let fused = summary("fused");
-    assert!(fused.contains("squeeze_excite 2") && fused.contains("global_pool 1"), "{fused}");
-    let unfused = summary("unfused");
+    for fused in [summary(None), summary(Some("fused"))] {
+        assert!(fused.contains("squeeze_excite 2") && fused.contains("global_pool 1"), "{fused}");
+    }
+    let unfused = summary(Some("unfused"));
     assert!(!unfused.contains("squeeze_excite 2") && unfused.contains("global_pool 3"), "{unfused}");
-    let (out, _) = expect_code(&run(&["explain", m, "--json", "--squeeze-excite", "fused"]), 0);
+    let (out, _) = expect_code(&run(&["explain", m, "--json"]), 0);
     let v: serde_json::Value = serde_json::from_str(&out).expect("explain --json parses");
     assert_eq!(v["kernels_after"]["squeeze_excite"], 2, "{out}");
+    let (out, _) = expect_code(&run(&["explain", m, "--json", "--squeeze-excite", "unfused"]), 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("explain --json parses");
+    assert!(v["kernels_after"].get("squeeze_excite").is_none(), "{out}");
     let (_, err) = expect_code(&run(&["compile", m, "-o", "x", "--squeeze-excite", "always"]), 1);
     assert!(err.contains("always"), "{err}");
     std::fs::remove_dir_all(&dir).ok();

@@ -103,6 +103,41 @@ fn squeeze_excite_kernel_snapshot_and_nvcc_builds() {
     }
 }
 
+/// The NHWC global pools of onnx_models/rules/squeeze_excite.onnx (unfused: three of them, 16 to
+/// 48 channels, with the split-pool partial: `partials/pool_split.hbs`) as the lowering writes
+/// them, each compiled alone, warning-free, with the pinned nvcc for sm_90a and sm_80; and their
+/// workspace holds the split's partial rows. Compile-only: the GPU check validates them (the
+/// bundled pool and EfficientNet models at batch 1, where the pooling is split).
+#[test]
+fn global_pool_kernels_build_with_nvcc() {
+    use onnx2ait::build::Compiler;
+    let model = Path::new("onnx_models/rules/squeeze_excite.onnx");
+    let g = onnx2ait::onnx::load_model(model).expect("loads");
+    let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
+    for arch in [Arch::Sm90a, Arch::Sm80] {
+        let out = fresh_dir(&format!("global_pool_{}", arch.as_str()));
+        let gen =
+            generate_cuda(&opt, &LowerOptions { max_batch: 8, ..LowerOptions::default() }, arch, &out).expect("lowers");
+        let pools: Vec<_> = gen.program.kernels.iter().filter(|k| k.template == "global_pool").collect();
+        assert_eq!(pools.len(), 3, "{:?}", gen.program.kernels.iter().map(|k| &k.template).collect::<Vec<_>>());
+        for k in &pools {
+            assert!(k.workspace_bytes >= 512 * 16 * 4, "{}: workspace {}", k.name, k.workspace_bytes);
+        }
+        let Some(nvcc) = Nvcc::discover_for_test(arch, "the global-pool compile test (nvcc)") else { return };
+        for k in &pools {
+            let src = out.join(format!("{}.cu", k.name));
+            let text = std::fs::read_to_string(&src).expect("kernel source");
+            assert!(text.contains("o2a_pool_split") && text.contains("o2a_global_combine"), "{}", src.display());
+            let obj = src.with_extension("o");
+            let run = nvcc.compile_command(&src, &obj, &out).output().expect("nvcc runs");
+            let log = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+            assert!(run.status.success(), "nvcc failed on {} ({}):\n{log}", src.display(), arch.as_str());
+            assert!(!log.to_lowercase().contains("warning"), "nvcc warns on {}:\n{log}", src.display());
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
 /// The unfused squeeze-and-excitation blocks of onnx_models/rules/squeeze_excite.onnx (one with
 /// a squeeze width of 6) lower without a `pad_channels` kernel and without the direct conv: the
 /// padding lives in the weights (`onnx2ait::egraph::channel_padding`), so both dense layers run

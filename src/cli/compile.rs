@@ -100,12 +100,11 @@ pub struct CompileArgs {
     /// or `auto` (default: fused for CUDA, unfused for ROCm, which has no fused kernel yet).
     #[arg(long, default_value = "auto", value_name = "auto|unfused|fused")]
     pub attention: AttentionMode,
-    /// Squeeze-and-excitation blocks (EfficientNet, MobileNetV3): `unfused` (default: a global
-    /// pooling, two 1x1 convolution kernels and the scale product) or `fused` (the pooling, both
-    /// dense layers and their activations in one kernel, squeeze_excite.cu.hbs, then the scale
-    /// product). Not yet the default: the fused kernel is checked on the CPU reference and
-    /// compiles, but has not run on a GPU (README).
-    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    /// Squeeze-and-excitation blocks (EfficientNet, MobileNetV3): `fused` (default: the pooling,
+    /// both dense layers and their activations in one kernel, squeeze_excite.cu.hbs, after a
+    /// split pooling at small batch, then the scale product) or `unfused` (a global pooling, two
+    /// 1x1 convolution kernels and the scale product).
+    #[arg(long, default_value = "fused", value_name = "fused|unfused")]
     pub squeeze_excite: SqueezeExciteMode,
     /// Prefix every exported name of the library's C API and every macro of model.h with NAME
     /// (`NAME_o2a_create`, `NAME_O2A_BUILD_HASH`), so that several models' libraries and headers

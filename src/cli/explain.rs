@@ -77,7 +77,7 @@ pub struct ExplainArgs {
     pub attention: super::compile::AttentionMode,
     /// Squeeze-and-excitation blocks unfused (default) or their scale computed by one kernel
     /// each, as compile's --squeeze-excite.
-    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    #[arg(long, default_value = "fused", value_name = "fused|unfused")]
     pub squeeze_excite: super::compile::SqueezeExciteMode,
 }
 

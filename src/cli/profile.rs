@@ -54,7 +54,7 @@ pub struct ProfileArgs {
     #[arg(long, default_value = "auto", value_name = "auto|unfused|fused")]
     pub attention: super::compile::AttentionMode,
     /// As compile's --squeeze-excite.
-    #[arg(long, default_value = "unfused", value_name = "unfused|fused")]
+    #[arg(long, default_value = "fused", value_name = "fused|unfused")]
     pub squeeze_excite: super::compile::SqueezeExciteMode,
     /// Build the profiler library and stop (no GPU needed); a later run times the candidates
     /// without compiling anything.

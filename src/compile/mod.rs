@@ -118,7 +118,7 @@ pub struct CompileOptions {
     /// Attention blocks fused into one kernel each or not (`--attention`); see
     /// [`OptimizeOptions::pipeline`].
     pub attention: Attention,
-    /// One kernel per squeeze-and-excitation scale (`--squeeze-excite fused`); see
+    /// One kernel per squeeze-and-excitation scale (`--squeeze-excite fused`, the default); see
     /// [`OptimizeOptions::with_squeeze_excite`].
     pub fused_squeeze_excite: bool,
     pub kernel_choice: KernelChoice,
@@ -155,7 +155,7 @@ impl Default for CompileOptions {
             ranges: BTreeMap::new(),
             precision: Precision::Fp16,
             attention: Attention::Auto,
-            fused_squeeze_excite: false,
+            fused_squeeze_excite: true,
             kernel_choice: KernelChoice::ProfileCache(None),
             profile_gpu: None,
             reuse_within: 0.01,

@@ -113,9 +113,9 @@ impl OptimizeOptions {
 
     /// With `fused`, adds the squeeze-excite phase (rewrites/squeeze_excite.rules) after fusion:
     /// each squeeze-and-excitation block's pooling, two 1x1 convolutions and activations become
-    /// one `kernel::SqueezeExciteScale` (`compile --squeeze-excite fused`). Opt-in, as fused
-    /// attention was, until the kernel has run on a GPU: the unfused path (a global pooling, two
-    /// convolution kernels, a channel-padding kernel for odd squeeze widths) is the measured one.
+    /// one `kernel::SqueezeExciteScale` (`compile --squeeze-excite fused`, the compile default,
+    /// [`crate::compile::CompileOptions`]). The standard pipeline leaves it out, so the other
+    /// phases' tests see the unfused blocks.
     pub fn with_squeeze_excite(mut self, fused: bool) -> Result<OptimizeOptions> {
         self.phases.retain(|p| p.name != SQUEEZE_EXCITE_PHASE);
         if fused {

@@ -269,6 +269,17 @@ fn lower_lp_pool(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     emit_window(cx, node, x, out, None, false, &w, Reduction::Lp { p: op.p })
 }
 
+/// Partial rows (image, pixel range) of a split global pool's workspace
+/// (`templates/cuda/partials/pool_split.hbs`): at small batch the pixels of an image are split
+/// into ranges reduced by separate blocks, at most this many rows in all, each `C` fp32 values.
+pub(crate) const POOL_SPLIT_MAX_ROWS: u64 = 512;
+
+/// Workspace of a split NHWC pool over `c` channels: none when `c` is not known at compile time
+/// (the kernel then pools one range per image; it checks the size it is given).
+pub(crate) fn pool_split_workspace(c: &Dim) -> u64 {
+    c.as_known().map_or(0, |c| POOL_SPLIT_MAX_ROWS * c.max(0) as u64 * 4)
+}
+
 /// Emits a global reduction of x: `[N, L, C]` when `nhwc`, else `[N·C, L]` planes.
 fn emit_global(
     cx: &mut LowerCtx,
@@ -300,7 +311,9 @@ fn emit_global(
         }),
     );
     red.fields(&mut ctx);
-    cx.emit(&node.name, "global_pool", vec![x, out], vec![1], ctx, 0)
+    ctx.insert("split_max_rows".into(), json!(POOL_SPLIT_MAX_ROWS));
+    let workspace = if nhwc { pool_split_workspace(&c) } else { 0 };
+    cx.emit(&node.name, "global_pool", vec![x, out], vec![1], ctx, workspace)
 }
 
 /// Kernel-level GlobalAvgPool (NCHW or NHWC; `flatten` only changes the output's shape).

@@ -13,9 +13,15 @@
 //! image. The pooled means, the hidden layer and the shares live in shared memory, which bounds
 //! C (`kernel::SqueezeExciteScale::MAX_CHANNELS`).
 //!
+//! At small batch a block per image leaves most of the GPU idle while it pools (EfficientNet-B0's
+//! first block pools 112x112x32 values), so the launcher first splits each image's pixels into
+//! ranges pooled by separate blocks into fp32 partial rows of the workspace
+//! (`partials/pool_split.hbs`, shared with the global pool), and the block per image then adds
+//! its rows in order instead of pooling: one launch more, the pooling spread over the GPU.
+//!
 //! The product `x · scale` is not done here: the scale needs every pixel of x first. It stays an
 //! elementwise kernel (merged into any elementwise chain reading x), so the block costs two
-//! launches.
+//! launches (three when the pooling is split).
 
 use super::{require_float, LowerSpec};
 use crate::ir::ops::kernel::SqueezeExciteScale;
@@ -24,6 +30,7 @@ use crate::lower::{ctype, LowerCtx, LowerError, LowerResult};
 use serde_json::{json, Map};
 
 use super::conv::act_expr;
+use super::pool::{pool_split_workspace, POOL_SPLIT_MAX_ROWS};
 
 pub const OPS: &[LowerSpec] = &[LowerSpec::of::<SqueezeExciteScale>("SqueezeExciteScale", lower_squeeze_excite)];
 
@@ -102,5 +109,7 @@ fn lower_squeeze_excite(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     ctx.insert("y_arg".into(), json!(args.len()));
     args.push(y);
     let writes = vec![args.len() - 1];
-    cx.emit(&node.name, "squeeze_excite", args, writes, ctx, 0)
+    ctx.insert("split_max_rows".into(), json!(POOL_SPLIT_MAX_ROWS));
+    let workspace = pool_split_workspace(&xs[3]);
+    cx.emit(&node.name, "squeeze_excite", args, writes, ctx, workspace)
 }

@@ -97,7 +97,7 @@ def compile(
     dims: Optional[Mapping[str, Union[int, Tuple[int, int]]]] = None,
     precision: str = "fp16",
     attention: str = "auto",
-    squeeze_excite: str = "unfused",
+    squeeze_excite: str = "fused",
     profile: bool = False,
     profile_cache: Optional[PathLike] = None,
     no_profile: bool = False,
@@ -121,7 +121,7 @@ def compile(
                    (--dim seq=1..512)
     precision      "fp16" or "fp32" storage of float values on the GPU (--precision)
     attention      "auto" (default: fused on CUDA), "fused" or "unfused" attention kernels (--attention)
-    squeeze_excite "unfused" (default) or "fused" squeeze-and-excitation scales (--squeeze-excite)
+    squeeze_excite "fused" (default) or "unfused" squeeze-and-excitation scales (--squeeze-excite)
     profile        profile the kernels on this machine's GPU first (--profile)
     profile_cache  the profile cache file to read (and write with profile=True) (--profile-cache)
     no_profile     ignore profile caches: the heuristic chooses (--no-profile)
