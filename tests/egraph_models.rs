@@ -382,7 +382,7 @@ fn explain_command_prints_json_and_writes_dot() {
     assert_eq!(v["ops_before"]["Gemm"], 2);
     let phases: Vec<&str> =
         v["phases"].as_array().expect("phases is a list").iter().filter_map(|p| p["name"].as_str()).collect();
-    assert_eq!(phases, ["cleanup", "layout", "fusion", "cleanup"]);
+    assert_eq!(phases, ["cleanup", "layout", "fusion", "squeeze-excite", "cleanup"]);
     for f in ["before.dot", "after.dot"] {
         assert!(dir.join(f).exists(), "{f} not written");
     }
