@@ -134,7 +134,65 @@ fn global_pool_kernels_build_with_nvcc() {
             assert!(run.status.success(), "nvcc failed on {} ({}):\n{log}", src.display(), arch.as_str());
             assert!(!log.to_lowercase().contains("warning"), "nvcc warns on {}:\n{log}", src.display());
         }
+        if arch == Arch::Sm90a {
+            assert_eq!(split_plan_violations(&nvcc, &out, &pools[0].name), 0, "o2a_plan_split breaks its invariants");
+        }
         let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
+/// The split rule of `partials/pool_split.hbs` run on the host: a generated global-pool kernel
+/// file with a checker appended, built into a library and called. Returns the number of broken
+/// invariants over a grid of (images, pixels, channel vectors): every pixel in exactly one
+/// non-empty range, the partial rows within the workspace, no split without a workspace or when
+/// the images alone fill the GPU, every thread with at least its minimum of pixels, and
+/// EfficientNet-B0's first pool at batch 1 (112x112 pixels, 4 vectors) spread over blocks.
+fn split_plan_violations(nvcc: &Nvcc, out: &Path, kernel: &str) -> i32 {
+    let mut src = std::fs::read_to_string(out.join(format!("{kernel}.cu"))).expect("kernel source");
+    src.push_str(
+        r#"
+// model.cu's, which this library does not link.
+void o2a_set_error(const char*, ...) {}
+
+extern "C" int o2a_split_plan_violations() {
+  int bad = 0;
+  const int64_t ns[] = {1, 2, 3, 7, 8, 33, 64, 65, 128, 263, 264, 511, 512, 513, 4096};
+  const int64_t ls[] = {1, 7, 49, 196, 784, 3136, 12544, 50176, int64_t(1) << 20};
+  const int64_t cvs[] = {1, 2, 3, 4, 12, 32, 33, 144, 160, 1000};
+  for (int64_t n : ns) for (int64_t l : ls) for (int64_t cv : cvs) for (bool may : {false, true}) {
+    const o2a_split_plan p = o2a_plan_split(n, l, cv, may);
+    const int64_t shares = O2A_SPLIT_THREADS / p.block.x, cblocks = p.grid.x;
+    bad += p.splits < 1 || p.chunk < 1;
+    bad += p.splits * p.chunk < l;                       // every pixel in a range
+    bad += (p.splits - 1) * p.chunk >= l;                // no empty range
+    bad += p.splits > 1 && n * p.splits > O2A_SPLIT_MAX_ROWS;  // the rows fit the workspace
+    bad += !may && p.splits != 1;
+    bad += p.splits > 1 && n * cblocks >= O2A_SPLIT_TARGET_BLOCKS;
+    bad += p.splits > 1 && p.chunk < shares * O2A_SPLIT_MIN_PIXELS_PER_THREAD;
+    bad += int64_t(p.block.x) * p.block.y != O2A_SPLIT_THREADS;
+    bad += cblocks * p.block.x < cv || (cblocks - 1) * p.block.x >= cv;  // every vector, no idle block
+    bad += int64_t(p.grid.y) != p.splits || int64_t(p.grid.z) != (n < 65535 ? n : 65535);
+  }
+  const o2a_split_plan e = o2a_plan_split(1, 112 * 112, 4, true);
+  bad += 100 * (e.splits < 32);
+  return bad;
+}
+"#,
+    );
+    let name = "k999_split_plan_check.cu";
+    std::fs::write(out.join(name), src).expect("write");
+    let opts = BuildOptions { jobs: Some(1), cache_dir: None, ..Default::default() };
+    let headers = [PathBuf::from("common.cuh"), PathBuf::from("library.cuh")];
+    let r = onnx2ait::build::build(out, &[PathBuf::from(name)], &headers, nvcc, &opts, "libcheck.so")
+        .unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: the library was just built from a generated kernel file plus the function above;
+    // its initialisers only register fat binaries with the static CUDA runtime, and the function
+    // takes no arguments and launches nothing.
+    unsafe {
+        let lib = libloading::Library::new(&r.lib).expect("load the check library");
+        let f: libloading::Symbol<unsafe extern "C" fn() -> i32> =
+            lib.get(b"o2a_split_plan_violations").expect("symbol");
+        f()
     }
 }
 
