@@ -75,8 +75,8 @@ pub struct ExplainArgs {
     /// the default, is fused: explain prices the CUDA target).
     #[arg(long, default_value = "auto", value_name = "auto|unfused|fused")]
     pub attention: super::compile::AttentionMode,
-    /// Squeeze-and-excitation blocks unfused (default) or their scale computed by one kernel
-    /// each, as compile's --squeeze-excite.
+    /// Squeeze-and-excitation blocks with their scale computed by one kernel each (default) or
+    /// unfused, as compile's --squeeze-excite.
     #[arg(long, default_value = "fused", value_name = "fused|unfused")]
     pub squeeze_excite: super::compile::SqueezeExciteMode,
 }
