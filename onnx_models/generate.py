@@ -1082,6 +1082,20 @@ def convnet_symbolic_batch():
 
 
 @model
+def conv_split_reduction():
+    b = ModelBuilder("conv_split_reduction", "Deep reductions on a tiny 4x4 image with a SYMBOLIC batch N, as in "
+                     "ResNet's last stage at batch 1: conv3x3 128->32+BN+Relu, conv1x1 32->512+Relu, conv1x1 "
+                     "512->128 + bias + residual (x) + Relu. At small batches their grids have 1-2 CTAs, so the CUDA "
+                     "heuristic splits the reduction (conv2d_splitk_sm80, with and without the residual).")
+    x = b.input("x", ["N", 128, 4, 4])
+    y = b.node("Relu", [conv_bn(b, x, 128, 32, 3, pad=1)])
+    y = b.node("Relu", [b.node("Conv", [y, b.he("w_expand", (512, 32, 1, 1), 32)], kernel_shape=[1, 1])])
+    y = b.node("Conv", [y, b.he("w_project", (128, 512, 1, 1), 512), b.small("b_project", (128,))], kernel_shape=[1, 1])
+    b.output(b.node("Relu", [b.node("Add", [y, x])]))
+    return b
+
+
+@model
 def external_data_mlp():
     b = ModelBuilder("external_data_mlp", "Two-layer MLP whose weights are stored as EXTERNAL DATA in "
                      "external_data_mlp.onnx.data beside the model (every initializer, size_threshold 0).")

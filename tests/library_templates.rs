@@ -15,6 +15,8 @@ mod conv_group_sm80;
 mod conv_sm80;
 #[path = "library_templates/conv_sm90.rs"]
 mod conv_sm90;
+#[path = "library_templates/conv_splitk_sm80.rs"]
+mod conv_splitk_sm80;
 #[path = "library_templates/gemm_sm80.rs"]
 mod gemm_sm80;
 #[path = "library_templates/gemm_sm90.rs"]

@@ -379,6 +379,51 @@ pub const SM90_CONV_GEMM_NARROW_TILE: Sm90Tile = Sm90Tile::new(128, 32, 1, true)
 /// The library template of a 1x1 convolution computed by the sm90 GEMM (conv ABI).
 pub const CONV_GEMM_TEMPLATE: &str = "conv2d_gemm_sm90";
 
+/// The library template of a convolution whose reduction is split over several CTAs (CUTLASS 2.x
+/// parallel split-K into fp32 partials, then a fused reduction; see the template's header).
+pub const CONV_SPLITK_TEMPLATE: &str = "conv2d_splitk_sm80";
+
+/// The split-K convolution's tile: 64x64 leaves the fewest idle rows on ResNet's 7x7 late stage
+/// (49 rows) and makes the most column tiles to multiply by the slices.
+pub const SPLITK_TILE: Tile = TILES[3];
+
+/// Mirrors `kMaxSlices` / `kMinIterations` of templates/cuda/library/conv2d_splitk_sm80.cu.hbs.
+const SPLITK_MAX_SLICES: i64 = 16;
+const SPLITK_MIN_ITERATIONS: i64 = 4;
+
+/// The slice count the split-K instance runs `p` at batch `n` with, aiming at `target_ctas` CTAs:
+/// a mirror of the template's `plan_slices` (the library template test checks the template
+/// against the same cases as this module's test), which the heuristic needs to know whether
+/// splitting helps. The most slices that divide the C / tile_k channel blocks evenly, keep
+/// tiles x slices within the target, leave each slice [`SPLITK_MIN_ITERATIONS`] k-iterations and
+/// keep the fp32 partials within [`LIBRARY_WORKSPACE_BYTES`].
+pub fn splitk_slices(p: &ConvProblem, n: i64, target_ctas: i64) -> i64 {
+    let t = SPLITK_TILE;
+    let rows = n * p.p * p.q;
+    let tiles = ((rows + t.m - 1) / t.m) * ((p.k + t.n - 1) / t.n);
+    let c_blocks = (p.c + t.k - 1) / t.k;
+    let partial_bytes = rows * p.k * 4;
+    let mut best = 1;
+    for s in 2..=SPLITK_MAX_SLICES.min(c_blocks) {
+        if tiles * s > target_ctas
+            || p.r * p.s * ((c_blocks + s - 1) / s) < SPLITK_MIN_ITERATIONS
+            || partial_bytes * s > LIBRARY_WORKSPACE_BYTES as i64
+        {
+            break;
+        }
+        if c_blocks % s == 0 {
+            best = s;
+        }
+    }
+    best
+}
+
+/// The heuristic splits a convolution's reduction when its data-parallel grid has at most this
+/// fraction of the SMs (1/8: ResNet-50's late stages at batch 1 make 4 to 13 CTAs) and the split
+/// makes at least [`SPLITK_MIN_GAIN`] slices.
+const SPLITK_MAX_DP_SHARE: i64 = 8;
+const SPLITK_MIN_GAIN: i64 = 4;
+
 /// Picks a tile for a GEMM of `m` x `n` (`batches` independent problems) on `sms` SMs.
 pub fn pick_tile(m: i64, n: i64, batches: i64, sms: i64) -> Tile {
     pick_tile_of(&TILES, m, n, batches, sms)
@@ -734,6 +779,12 @@ impl CudaTarget {
                 library("conv2d_sm80", format!("{} {iterator}{align}", t.config()), ctx, epi)
             })
             .collect();
+        if iterator != "kFixedChannels" {
+            let mut ctx = SPLITK_TILE.context(1);
+            ctx.insert("iterator".into(), json!(iterator));
+            ctx.insert("target_ctas".into(), json!(self.sms()));
+            out.push(library(CONV_SPLITK_TEMPLATE, format!("{} {iterator}", SPLITK_TILE.config()), ctx, epi));
+        }
         // sm90 conv limits (TMA im2col descriptors): padding ≤ 128, traversal strides ≤ 8,
         // dilated filter extent < 255. The template checks them too (and the bottom/right
         // corner range); here they keep impossible candidates out of the profile.
@@ -886,6 +937,9 @@ impl CudaTarget {
                 }
             }
         }
+        let ctas = |m: i64, n: i64| ((gemm_m + m - 1) / m) * ((p.k + n - 1) / n);
+        // The data-parallel choice and its grid.
+        let mut data_parallel = None;
         if self.hopper() {
             // Two thirds of a wave: a partial wave of larger tiles beat a full wave of smaller
             // ones in the H200 profile (e.g. 14x14 c512 k512 3x3/2 at batch 64: 128x128 with 100
@@ -897,12 +951,21 @@ impl CudaTarget {
             } else {
                 Sm90Tile::new(64, 128, 1, false)
             });
-            if let Some(c) = find(&format!("conv2d_sm90 {}", t.config(false))) {
+            data_parallel = find(&format!("conv2d_sm90 {}", t.config(false))).map(|c| (c, ctas(t.m, t.n)));
+        }
+        let (choice, grid) = data_parallel.unwrap_or_else(|| {
+            let t = pick_tile(gemm_m, p.k, 1, self.sms());
+            let c = find(&format!("conv2d_sm80 {}", t.config())).unwrap_or_else(|| candidates[0].clone());
+            (c, ctas(t.m, t.n))
+        });
+        // A grid of a few CTAs (ResNet-50's late 3x3 convs at batch 1: 4 CTAs of 64x128 at
+        // 13 TFLOP/s on an H100) leaves most SMs idle through a long reduction: split it.
+        if grid * SPLITK_MAX_DP_SHARE <= self.sms() && splitk_slices(p, n, self.sms()) >= SPLITK_MIN_GAIN {
+            if let Some(c) = find(&format!("{CONV_SPLITK_TEMPLATE} ")) {
                 return c;
             }
         }
-        let t = pick_tile(gemm_m, p.k, 1, self.sms());
-        find(&format!("conv2d_sm80 {}", t.config())).unwrap_or_else(|| candidates[0].clone())
+        choice
     }
 
     fn gemm_epilogue(p: &GemmProblem) -> Epilogue {
@@ -1316,6 +1379,58 @@ mod tests {
         assert_eq!(pick_sm90_tile(&SM90_CONV_TILES, 49, 512, 1, 132), None);
     }
 
+    /// The same cases as the template's host test (tests/library_templates/conv_splitk_sm80.rs),
+    /// so the mirror and the template agree.
+    #[test]
+    fn splitk_slices_mirror_the_template() {
+        let strided = |hw: i64, c: i64, k: i64| {
+            let mut p = conv(Dim::known(1), hw, c, k, 1, 1);
+            (p.strides, p.p, p.q) = ([2, 2], (hw - 1) / 2 + 1, (hw - 1) / 2 + 1);
+            p
+        };
+        for (p, n, want) in [
+            (conv(Dim::known(1), 7, 512, 512, 3, 1), 1, 16),
+            (conv(Dim::known(1), 14, 256, 256, 3, 1), 1, 8),
+            (conv(Dim::known(1), 7, 2048, 512, 1, 1), 1, 16),
+            (conv(Dim::known(1), 7, 512, 2048, 1, 1), 1, 4),
+            (strided(14, 1024, 2048), 1, 4),
+            (conv(Dim::known(1), 7, 128, 64, 1, 1), 1, 1),
+            (conv(Dim::known(1), 7, 512, 512, 3, 1), 64, 1),
+            (conv(Dim::known(1), 7, 384, 512, 3, 1), 1, 12),
+        ] {
+            assert_eq!(splitk_slices(&p, n, 132), want, "{p:?} at batch {n}");
+        }
+    }
+
+    /// ResNet-50's late products at batch 1 split their reduction; from batch 8 (or with a
+    /// grid that fills an eighth of the SMs) they do not.
+    #[test]
+    fn heuristic_splits_small_grids() {
+        let t = CudaTarget::new(Arch::Sm90a);
+        let choice = |p: &ConvProblem, n: i64| {
+            let epi = CudaTarget::conv_epilogue(p);
+            t.conv_heuristic(p, n, &t.conv_candidates(p, &epi)).config
+        };
+        let late = conv(Dim::sym("N"), 7, 512, 512, 3, 1);
+        assert_eq!(choice(&late, 1), "conv2d_splitk_sm80 64x64x32 w32x32x32 s5 kOptimized");
+        assert!(choice(&late, 8).starts_with("conv2d_sm90 "), "{}", choice(&late, 8));
+        assert!(choice(&conv(Dim::sym("N"), 14, 256, 256, 3, 1), 1).starts_with(CONV_SPLITK_TEMPLATE));
+        // 56x56x64: 25 CTAs of 128x64, more than an eighth of 132.
+        assert!(choice(&conv(Dim::sym("N"), 56, 64, 64, 3, 1), 1).starts_with("conv2d_sm90 "));
+        // A short reduction does not split enough (7x7 c128 1x1: at most one slice).
+        assert!(!choice(&conv(Dim::sym("N"), 7, 128, 64, 1, 1), 1).starts_with(CONV_SPLITK_TEMPLATE));
+        // sm_80 (A100): the same rule over the sm80 tiles and 108 SMs.
+        let a100 = CudaTarget::new(Arch::Sm80);
+        let epi = CudaTarget::conv_epilogue(&late);
+        let c = a100.conv_heuristic(&late, 1, &a100.conv_candidates(&late, &epi));
+        assert_eq!(c.template, CONV_SPLITK_TEMPLATE);
+        assert_eq!(c.context["target_ctas"], 108);
+        // The padded stem (fixed-channels iterator) has no split-K candidate.
+        let stem = ConvProblem { c: 8, r: 7, s: 7, ..conv(Dim::sym("N"), 224, 8, 64, 7, 1) };
+        let epi = CudaTarget::conv_epilogue(&stem);
+        assert!(t.conv_candidates(&stem, &epi).iter().all(|c| c.template != CONV_SPLITK_TEMPLATE));
+    }
+
     fn configs(i: &Instance) -> Vec<(i64, String)> {
         i.dispatch.iter().map(|d| (d.max_batch, d.instance.config.clone())).collect()
     }
@@ -1478,7 +1593,7 @@ mod tests {
         sm80.conv2d(&p);
         let rec = sm80.recorded();
         assert_eq!(rec.len(), 4, "one problem per batch range");
-        assert!(rec[0].candidates.iter().all(|c| c.template == "conv2d_sm80"));
+        assert!(rec[0].candidates.iter().all(|c| c.template == "conv2d_sm80" || c.template == CONV_SPLITK_TEMPLATE));
         let hopper = CudaTarget::new(Arch::Sm90a).with_max_batch(256).recording();
         let i = hopper.conv2d(&p);
         let rec = hopper.recorded();
@@ -1533,7 +1648,7 @@ mod tests {
         let t = CudaTarget::new(Arch::Sm90a).with_max_batch(256).recording();
         t.conv2d(&conv(n.clone(), 56, 64, 64, 3, 1));
         assert!(gemm_candidates(&t, "conv2d n256 ").is_empty());
-        // Padding beyond the sm90 limit: sm80 only.
+        // Padding beyond the sm90 limit: the sm80 instances only.
         let mut wide = p.clone();
         wide.pads = [130; 4];
         hopper.conv2d(&wide);
@@ -1541,7 +1656,7 @@ mod tests {
             .recorded()
             .iter()
             .filter(|r| r.signature.contains("pad130"))
-            .all(|r| r.candidates.iter().all(|c| c.template == "conv2d_sm80")));
+            .all(|r| r.candidates.iter().all(|c| c.template == "conv2d_sm80" || c.template == CONV_SPLITK_TEMPLATE)));
     }
 
     #[test]
@@ -1785,11 +1900,18 @@ mod tests {
         assert_eq!(t.sms(), 132, "the H200's SM count");
         // batch -> (heuristic ms, best ms, problems)
         let mut sums: BTreeMap<i64, (f64, f64, usize)> = BTreeMap::new();
+        let mut split: BTreeMap<i64, usize> = BTreeMap::new();
         for (sig, candidates) in problems.as_object().expect("problems") {
             let Some((n, p)) = parse_conv_signature(sig) else { continue };
             let epi = CudaTarget::conv_epilogue(&p);
             assert_eq!(&CudaTarget::conv_signature(&p, n, &epi), sig, "the signature round-trips");
             let heuristic = t.conv_heuristic(&p, n, &t.conv_candidates(&p, &epi));
+            if heuristic.template == CONV_SPLITK_TEMPLATE {
+                // Split-K came after this profile (its evidence is the H100 runs in
+                // BENCHMARKS.md): such problems are left out of the sums, and counted.
+                *split.entry(n).or_default() += 1;
+                continue;
+            }
             let times: BTreeMap<&str, f64> = candidates
                 .as_object()
                 .expect("candidates")
@@ -1822,11 +1944,14 @@ mod tests {
             gemms += 1;
         }
         assert_eq!(gemms, 8);
+        // The split-K choices: ResNet-50's and MobileNetV2's products with a few CTAs at batch 1,
+        // and MobileNetV2's 7x7 c960 -> k160 projections (2 epilogues) at batch 8.
+        assert_eq!(split, BTreeMap::from([(1, 29), (8, 2)]), "split-K choices per batch");
         let limits = [(1, 1.03), (8, 1.05), (64, 1.06), (256, 1.06)];
         assert_eq!(sums.keys().copied().collect::<Vec<_>>(), limits.map(|l| l.0));
         for (batch, limit) in limits {
             let (chosen, best, count) = sums[&batch];
-            assert_eq!(count, 94, "batch {batch}");
+            assert_eq!(count + split.get(&batch).copied().unwrap_or(0), 94, "batch {batch}");
             assert!(
                 chosen <= limit * best,
                 "batch {batch}: the heuristic's choices take {chosen:.3} ms, the fastest {best:.3} ms ({:.3}x > {limit})",
