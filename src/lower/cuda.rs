@@ -21,8 +21,10 @@
 //!   sm80 mainloop, on every arch): when [`group_conv_fit`] accepts it — C and K split into the
 //!   groups, Cg = C / group a multiple of 4 (8-byte accesses; 16-byte when Cg % 8 == 0), K % 8 ==
 //!   0, and Kg = K / group either a multiple of 32 (kSingleGroup: each CTA's tile within one
-//!   group) or 4, 8 or 16 (kMultipleGroup: 32 / Kg groups per 32-wide tile). CUTLASS 3.x's sm90
-//!   conv has no group mode. A depthwise convolution (Cg = 1) keeps its own kernel.
+//!   group) or 4, 8 or 16 (kMultipleGroup: 32 / Kg groups per 32-wide tile), and the lowering
+//!   takes the instances only for Kg ≥ 32: narrower groups go to the direct kernel (measured
+//!   0.4–26 TFLOP/s in the several-groups mode, see `conv2d`). CUTLASS 3.x's sm90 conv has no
+//!   group mode. A depthwise convolution (Cg = 1) keeps its own kernel.
 //! - everything else → `conv2d_direct` (or `conv2d_depthwise`).
 //! - matrix product: the contiguous dim of each operand (K of a row-major A, M of a transposed A,
 //!   N of B, K of a transposed B) and N of the output are multiples of 8; bias absent or one value
@@ -1174,7 +1176,13 @@ impl Target for CudaTarget {
         let library_ok = if p.group == 1 {
             (p.c % ALIGNMENT == 0 || p.c == THIN_CHANNELS) && p.k % ALIGNMENT == 0 && p.c > 0 && p.k > 0
         } else {
-            group_conv_fit(p).is_ok()
+            // Fewer than 32 filters per group put several groups in one 32-wide tile
+            // (kMultipleGroup), which computes every group's k-loop over the whole tile width:
+            // ResNeXt-50's 3x3 convs with 4, 8 and 16 filters per group ran at 0.4–1.2, 1.2–8
+            // and 2–26 TFLOP/s on an H100 (batch 1 / 8 / 64, BENCHMARKS.md 2026-12-06 00:05;
+            // stage 1 took 1.51 ms per conv at batch 64, 57% of the model). The direct kernel
+            // needs no padding of groups: it takes those convs.
+            group_conv_fit(p).is_ok() && p.k / p.group >= GROUP_TILE_N
         };
         if !library_ok {
             return self.conv_direct(p);
@@ -1489,10 +1497,15 @@ mod tests {
         // (c = k, pixels, candidate tiles, their iterator / mode / groups / alignment, the
         // heuristic's tile at batch 1 and 256)
         type Case<'a> = (i64, i64, &'a [&'a str], &'a str, (&'a str, &'a str));
-        let cases: [Case; 5] = [
-            (128, 56, &NARROW, "kAnalytic multiple g32 a4", ("64x32x32", "128x32x32")),
-            (256, 28, &NARROW, "kAnalytic multiple g32 a8", ("64x32x32", "128x32x32")),
-            (512, 14, &NARROW, "kAnalytic multiple g32 a8", ("64x32x32", "128x32x32")),
+        // Fewer than 32 filters per group (several groups per tile): the direct kernel.
+        for (c, hw) in [(128, 56), (256, 28), (512, 14)] {
+            for arch in Arch::ALL {
+                let t = CudaTarget::new(arch).with_max_batch(256).recording();
+                assert_eq!(t.conv2d(&conv(n.clone(), hw, c, c, 3, 32)).template, "conv2d_direct", "{arch} c{c}");
+                assert!(t.recorded().is_empty(), "no library problem to profile");
+            }
+        }
+        let cases: [Case; 2] = [
             (1024, 7, &NARROW, "kOptimized single g32 a8", ("64x32x32", "128x32x32")),
             (2048, 7, wide, "kOptimized single g32 a8", ("64x32x32", "128x64x32")),
         ];
@@ -1519,8 +1532,8 @@ mod tests {
             }
         }
         // Stride 2, residual, pre-activation: the same candidates with their epilogue.
-        let mut p = conv(n.clone(), 56, 256, 256, 3, 32);
-        (p.strides, p.p, p.q, p.residual, p.pre_act, p.act) = ([2, 2], 28, 28, true, Some(Act::Relu), Some(Act::Relu));
+        let mut p = conv(n.clone(), 14, 1024, 1024, 3, 32);
+        (p.strides, p.p, p.q, p.residual, p.pre_act, p.act) = ([2, 2], 7, 7, true, Some(Act::Relu), Some(Act::Relu));
         let i = CudaTarget::new(Arch::Sm90a).with_max_batch(64).conv2d(&p);
         let inst = &i.dispatch.last().unwrap().instance;
         assert_eq!(inst.template, CONV_GROUP_TEMPLATE);
@@ -1563,11 +1576,11 @@ mod tests {
     /// ungrouped problem of the same sizes (the signature names the groups).
     #[test]
     fn grouped_measurements_decide() {
-        let p = conv(Dim::known(8), 28, 256, 256, 3, 32);
+        let p = conv(Dim::known(8), 7, 1024, 1024, 3, 32);
         let probe = CudaTarget::new(Arch::Sm90a).recording();
         probe.conv2d(&p);
         let rec = probe.recorded();
-        let ungrouped = conv(Dim::known(8), 28, 256, 256, 3, 1);
+        let ungrouped = conv(Dim::known(8), 7, 1024, 1024, 3, 1);
         let ungrouped_sig = CudaTarget::new(Arch::Sm90a).conv_signature_at(&ungrouped, 8).expect("a library problem");
         assert_ne!(rec[0].signature, ungrouped_sig);
         let slow = rec[0].candidates[0].config.clone();

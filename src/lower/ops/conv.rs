@@ -1253,12 +1253,13 @@ pub(crate) mod tests {
             .collect()
     }
 
-    /// ResNeXt-50 (32x4d) 3x3 convolutions: 128 channels in 32 groups of 4 at stride 1 and 2, and
-    /// 256 channels in 32 groups of 8, each with BN folded into a bias and a ReLU, run on the
-    /// grouped CUTLASS instance (several groups per 32-wide tile), never on the direct kernel;
-    /// the node's KRSC weights [K, R, S, C / group] are what the instance reads, unpermuted.
+    /// ResNeXt-50 (32x4d) 3x3 convolutions with 4 and 8 filters per group (128 channels in 32
+    /// groups of 4 at stride 1 and 2, 256 in 32 groups of 8, BN folded into a bias, ReLU, one
+    /// with a residual) run on the direct kernel: the grouped CUTLASS instance would put several
+    /// groups in each 32-wide tile (see `CudaTarget::conv2d`). The ungrouped 1x1 between them
+    /// stays a library conv.
     #[test]
-    fn resnext_grouped_convolutions_use_the_grouped_instance() {
+    fn resnext_narrow_groups_run_on_the_direct_kernel() {
         let mut b = G::new();
         let x = b.input("x", nhwc(56, 56, 128));
         let bias128 = b.konst("b128", &[128], |i| i as f32 * 0.01);
@@ -1273,37 +1274,18 @@ pub(crate) mod tests {
         b.node("g8_res", conv_op(1, 1, 32, Some(Act::Relu)), vec![Some(y3), Some(w8), Some(bias256), Some(y3)]);
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         let templates: Vec<&str> = p.kernels.iter().map(|k| k.template.as_str()).collect();
-        assert_eq!(templates, ["conv2d_library"; 4]);
-        assert!(!templates.contains(&DIRECT_TEMPLATE));
-        for (i, (node, stride, cg, align)) in
+        assert_eq!(templates, [DIRECT_TEMPLATE, DIRECT_TEMPLATE, "conv2d_library", DIRECT_TEMPLATE]);
+        for (i, (node, stride, cg, kpt)) in
             [("g4_s1", 1, 4, 4), ("g4_s2", 2, 4, 4), ("g8_res", 1, 8, 8)].into_iter().enumerate()
         {
             let k = &p.kernels[if i == 2 { 3 } else { i }];
             assert_eq!(k.node, node);
-            assert_eq!((k.context["group"].as_i64(), k.context["cg"].as_i64()), (Some(32), Some(cg)));
+            assert_eq!((k.context["cg"].as_i64(), k.context["k_per_thread"].as_i64()), (Some(cg), Some(kpt)));
             assert_eq!(k.context["stride_h"], stride);
-            let configs = dispatch_configs(k);
-            assert!(!configs.is_empty());
-            for config in &configs {
-                assert!(
-                    config.starts_with("conv2d_group_sm80 ")
-                        && config.ends_with(&format!(" kAnalytic multiple g32 a{align}")),
-                    "{node}: {config}"
-                );
-            }
-            // The weights are the node's own constant, KRSC [K, 3, 3, Cg] (no RSCK transpose).
-            let wt = &p.tensors[k.args[1]];
-            assert_eq!(wt.shape, [k.context["k"].as_i64().unwrap(), 3, 3, cg].map(Dim::known).to_vec());
         }
-        let first = weight_f32(&p, p.kernels[0].args[1]);
-        assert_eq!(first[..14], (0..14).map(|i| (i % 13) as f32 - 6.0).collect::<Vec<_>>()[..]);
-        // The residual reaches the grouped instance's epilogue.
+        assert!(p.library.iter().all(|l| l.template != "conv2d_group_sm80"));
         let res = &p.kernels[3];
-        assert_eq!((res.context["has_residual"].as_bool(), res.context["res_index"].as_i64()), (Some(true), Some(3)));
-        let inst = &res.context["dispatch"][0];
-        assert!(inst["fn"].as_str().is_some_and(|f| f.starts_with("o2a_conv2d_group_sm80_")), "{inst}");
-        let lib = p.library.iter().find(|l| l.template == "conv2d_group_sm80" && l.context["has_residual"] == true);
-        assert!(lib.is_some(), "the residual grouped instance is in the program's library");
+        assert_eq!(res.context["has_residual"].as_bool(), Some(true));
         render_all(&p);
     }
 
