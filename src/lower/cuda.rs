@@ -397,7 +397,7 @@ const SPLITK_MIN_ITERATIONS: i64 = 4;
 /// a mirror of the template's `plan_slices` (the library template test checks the template
 /// against the same cases as this module's test), which the heuristic needs to know whether
 /// splitting helps. The most slices that divide the C / tile_k channel blocks evenly, keep
-/// tiles x slices within the target, leave each slice [`SPLITK_MIN_ITERATIONS`] k-iterations and
+/// tiles x slices within the target, leave each slice `SPLITK_MIN_ITERATIONS` k-iterations and
 /// keep the fp32 partials within [`LIBRARY_WORKSPACE_BYTES`].
 pub fn splitk_slices(p: &ConvProblem, n: i64, target_ctas: i64) -> i64 {
     let t = SPLITK_TILE;

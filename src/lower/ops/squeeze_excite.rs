@@ -19,7 +19,7 @@
 //! (`partials/pool_split.hbs`, shared with the global pool), and the block per image then adds
 //! its rows in order instead of pooling: one launch more, the pooling spread over the GPU.
 //!
-//! Up to [`WIDE_MAX_IMAGES`] images the dense layers are spread over blocks too: a block per image
+//! Up to `WIDE_MAX_IMAGES` images the dense layers are spread over blocks too: a block per image
 //! reads both weight matrices through one SM (MobileNetV3-Large's 960 x 240 layers: 0.052 ms at
 //! batch 1 on an H100). Then a grid of (row blocks, images) pools and computes the hidden layer
 //! into the workspace, and a second grid the scale; each row's dot product is computed exactly
