@@ -17,6 +17,8 @@ mod conv_sm80;
 mod conv_sm90;
 #[path = "library_templates/conv_splitk_sm80.rs"]
 mod conv_splitk_sm80;
+#[path = "library_templates/gemm_skinny.rs"]
+mod gemm_skinny;
 #[path = "library_templates/gemm_sm80.rs"]
 mod gemm_sm80;
 #[path = "library_templates/gemm_sm90.rs"]

@@ -555,15 +555,21 @@ mod tests {
 
     /// The rule programmatic dependent launch rests on (templates/cuda/library.cuh.hbs): o2a_launch
     /// may start a kernel before its predecessor completes, so every kernel of the kernel
-    /// templates waits for it (o2a_grid_wait) before anything else, and none bypasses o2a_launch.
+    /// templates, of the library templates and of library.cuh waits for it (o2a_grid_wait) before
+    /// anything else, and none bypasses the launch helpers.
     #[test]
     fn every_kernel_waits_for_its_predecessor_first() {
         let mut kernels = 0;
         for (path, text) in TEMPLATE_FILES {
-            if !path.contains("/kernels/") {
+            let launched_by_helpers =
+                path.contains("/kernels/") || path.contains("/library/") || path.ends_with("/library.cuh.hbs");
+            if !launched_by_helpers {
                 continue;
             }
-            assert!(!text.contains("<<<"), "templates/{path}: launches with <<<>>>; use o2a_launch");
+            // library.cuh's own launch helpers are where <<<>>> may appear.
+            if !path.ends_with("/library.cuh.hbs") {
+                assert!(!text.contains("<<<"), "templates/{path}: launches with <<<>>>; use o2a_launch");
+            }
             for (at, _) in text.match_indices("__global__") {
                 let rest = &text[at..];
                 let body = rest
@@ -577,5 +583,40 @@ mod tests {
             }
         }
         assert!(kernels >= 50, "found only {kernels} kernels: the scan lost its way");
+    }
+
+    /// A CUTLASS kernel launched with PDL must itself wait for its predecessor: the CUTLASS 2.x
+    /// kernels run behind o2a_grid_wait (o2a_launch_cutlass2), and a CUTLASS 3.x kernel is only
+    /// launched with PDL by a template that compiles CUTLASS's own wait in (and fails to build
+    /// where CUTLASS would compile it out) and asks for PDL only through that switch (kGdc).
+    #[test]
+    fn cutlass_kernels_launched_with_pdl_wait_for_their_predecessor() {
+        let mut pdl_instances = 0;
+        for (path, text) in TEMPLATE_FILES {
+            if !path.contains("/library/") {
+                continue;
+            }
+            assert!(
+                !text.contains("cutlass::Kernel<"),
+                "templates/{path}: launches a CUTLASS 2.x kernel directly; use o2a_launch_cutlass2"
+            );
+            let launches_cutlass3 = text.contains("o2a_launch_ex(cutlass::device_kernel<");
+            let runs_with_pdl = text.contains("op.run(stream, nullptr, kGdc");
+            if launches_cutlass3 || runs_with_pdl {
+                for needed in [
+                    "#define CUTLASS_ENABLE_GDC_FOR_SM90 1",
+                    "!defined(CUTLASS_GDC_ENABLED)\n#error",
+                    "kGdc && o2a_pdl_library_enabled()",
+                ] {
+                    assert!(text.contains(&needed), "templates/{path}: launches CUTLASS 3 with PDL without `{needed}`");
+                }
+                pdl_instances += 1;
+            }
+            if text.contains("o2a_launch_cutlass2<") {
+                pdl_instances += 1;
+            }
+        }
+        // conv2d_sm80, conv2d_group_sm80, conv2d_splitk_sm80, conv2d_sm90, gemm_sm90.
+        assert!(pdl_instances >= 5, "found only {pdl_instances} library templates launched with PDL");
     }
 }
