@@ -243,9 +243,8 @@ fn grouped_convolutions_build_with_nvcc_for_sm90a() {
     assert!(
         convs.iter().any(|k| k.template == "conv2d_direct") && convs.iter().any(|k| k.template == "conv2d_library")
     );
-    let modes: Vec<&str> =
-        gen.program.library.iter().map(|l| l.context["group_mode"].as_str().expect("a grouped instance")).collect();
-    assert!(!modes.is_empty() && modes.iter().all(|m| *m == "kSingleGroup"), "{modes:?}");
+    let configs: Vec<&str> = gen.program.library.iter().map(|l| l.config.as_str()).collect();
+    assert!(!configs.is_empty() && configs.iter().all(|c| c.contains(" single g")), "{configs:?}");
     let Some(nvcc) = Nvcc::discover_for_test(Arch::Sm90a, "the grouped-convolution compile test (nvcc)") else {
         let _ = std::fs::remove_dir_all(&out);
         return;

@@ -20,11 +20,10 @@
 //! - grouped convolution (1 < group, [`CONV_GROUP_TEMPLATE`]: CUTLASS 2.x grouped implicit GEMM,
 //!   sm80 mainloop, on every arch): when [`group_conv_fit`] accepts it — C and K split into the
 //!   groups, Cg = C / group a multiple of 4 (8-byte accesses; 16-byte when Cg % 8 == 0), K % 8 ==
-//!   0, and Kg = K / group either a multiple of 32 (kSingleGroup: each CTA's tile within one
-//!   group) or 4, 8 or 16 (kMultipleGroup: 32 / Kg groups per 32-wide tile), and the lowering
-//!   takes the instances only for Kg ≥ 32: narrower groups go to the direct kernel (measured
-//!   0.4–26 TFLOP/s in the several-groups mode, see `conv2d`). CUTLASS 3.x's sm90 conv has no
-//!   group mode. A depthwise convolution (Cg = 1) keeps its own kernel.
+//!   0, and Kg = K / group a multiple of 32 (kSingleGroup: each CTA's tile within one group).
+//!   Narrower groups go to the direct kernel (CUTLASS's several-groups-per-tile mode measured
+//!   0.4–26 TFLOP/s, see [`group_conv_fit`]). CUTLASS 3.x's sm90 conv has no group mode. A
+//!   depthwise convolution (Cg = 1) keeps its own kernel.
 //! - everything else → `conv2d_direct` (or `conv2d_depthwise`).
 //! - matrix product: the contiguous dim of each operand (K of a row-major A, M of a transposed A,
 //!   N of B, K of a transposed B) and N of the output are multiples of 8; bias absent or one value
@@ -51,7 +50,7 @@
 //!    skipped when it is twice as wide or tall as the problem (M ≤ 64 or N ≤ 64 rules out the 128
 //!    side), the first tile whose grid fills every SM wins, otherwise the smallest tile (most
 //!    CTAs). A grouped convolution takes that rule over the grouped tiles its filters per group
-//!    allow ([`GROUP_TILES`], [`GroupMode`]) on every arch; it has not been measured against the
+//!    fill ([`GROUP_TILES`]) on every arch; it has not been measured against the
 //!    direct kernel yet (the profiler times library instances only), so the lowering prefers the
 //!    tensor cores wherever an instance applies.
 //!
@@ -456,14 +455,11 @@ fn pick_tile_of(tiles: &[Tile], m: i64, n: i64, batches: i64, sms: i64) -> Tile 
 /// implicit GEMM with the Sm80 mainloop (templates/cuda/library/conv2d_group_sm80.cu.hbs).
 pub const CONV_GROUP_TEMPLATE: &str = "conv2d_group_sm80";
 
-/// Width of the narrowest grouped tiles, and the only width a tile of several groups has.
+/// Width of the narrowest grouped tiles: the fewest filters per group the instances take.
 const GROUP_TILE_N: i64 = 32;
 
 /// Tiles of grouped convolutions, largest first: the sm80 table, then two 32-wide tiles (four
-/// and two warps of 32x32), the widest that one group of 32 filters fills, and the only ones
-/// offered for several groups per tile: such a tile does `tile_n / Kg` times the useful MMA work
-/// (each group's k-loop runs over the whole tile width, the other groups' filters zeroed), so
-/// wider ones only waste more.
+/// and two warps of 32x32), the widest that one group of 32 filters fills.
 pub const GROUP_TILES: [Tile; 5] = [
     // Not TILES[0]: its 64 KiB of shared memory would need the opt-in the grouped kernels
     // do not make.
@@ -474,48 +470,16 @@ pub const GROUP_TILES: [Tile; 5] = [
     Tile::new([64, GROUP_TILE_N, 32], [32, 32, 32], 5),
 ];
 
-/// How a tile's output channels meet the groups (CUTLASS's `conv::GroupMode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GroupMode {
-    /// The tile lies in one group: Kg is a multiple of the tile width.
-    Single,
-    /// The tile spans `tile_n / Kg` whole groups: Kg divides the tile width.
-    Multiple,
-}
-
-impl GroupMode {
-    /// The mode of a tile `tile_n` wide for `kg` filters per group, if it has one.
-    fn of(kg: i64, tile_n: i64) -> Option<GroupMode> {
-        if kg % tile_n == 0 {
-            Some(GroupMode::Single)
-        } else if tile_n == GROUP_TILE_N && tile_n % kg == 0 {
-            Some(GroupMode::Multiple)
-        } else {
-            None
-        }
-    }
-
-    fn cutlass(self) -> &'static str {
-        match self {
-            GroupMode::Single => "kSingleGroup",
-            GroupMode::Multiple => "kMultipleGroup",
-        }
-    }
-
-    fn tag(self) -> &'static str {
-        match self {
-            GroupMode::Single => "single",
-            GroupMode::Multiple => "multiple",
-        }
-    }
-}
-
 /// Whether the grouped library instances ([`CONV_GROUP_TEMPLATE`]) compute convolution `p`, with
 /// every check the instance (and CUTLASS's `can_implement` in it) makes at run time that the
 /// problem decides at compile time: the groups split C and K; Cg = C / group is a multiple of 4
 /// (the activation and filter accesses: 16 bytes when Cg % 8 == 0, else 8); K % 8 == 0 (the
-/// epilogue's 16-byte stores); Kg = K / group is a multiple of 32 or one of 4, 8, 16 (see
-/// [`GroupMode`]); one image of input and output each stays under CUTLASS 2.x's 2^31-byte tensor
+/// epilogue's 16-byte stores); Kg = K / group is a multiple of 32, so each CTA's tile lies in one
+/// group (CUTLASS's kSingleGroup). Fewer filters per group would put several groups in one
+/// 32-wide tile (kMultipleGroup), which runs every group's k-loop over the whole tile width:
+/// ResNeXt-50's 3x3 convs with 4, 8 and 16 filters per group ran at 0.4–1.2, 1.2–8 and 2–26
+/// TFLOP/s on an H100 (batch 1 / 8 / 64, BENCHMARKS.md 2026-12-06 00:05), and the direct kernel
+/// that takes them since ran the model 1.4–1.7x faster (02:30). One image of input and output each stays under CUTLASS 2.x's 2^31-byte tensor
 /// limit (batches are split into whole images). The filter-size limit of the optimized iterator
 /// is met by choosing the analytic one. Ok: the access width (8 or 4 halfs); Err: why not.
 pub fn group_conv_fit(p: &ConvProblem) -> std::result::Result<i64, String> {
@@ -533,9 +497,9 @@ pub fn group_conv_fit(p: &ConvProblem) -> std::result::Result<i64, String> {
     if p.k % ALIGNMENT != 0 {
         return Err(format!("K = {} is not a multiple of {ALIGNMENT} (the epilogue's vector stores)", p.k));
     }
-    if kg % GROUP_TILE_N != 0 && !(kg >= 4 && GROUP_TILE_N % kg == 0) {
+    if kg % GROUP_TILE_N != 0 {
         return Err(format!(
-            "{kg} filters per group neither fill whole {GROUP_TILE_N}-wide tiles nor divide one into 4, 8 or 16"
+            "{kg} filters per group do not fill whole {GROUP_TILE_N}-wide tiles (narrower groups run on the direct kernel)"
         ));
     }
     let image_bytes = (p.h * p.w * p.c).max(p.p * p.q * p.k) * 2;
@@ -825,35 +789,33 @@ impl CudaTarget {
     }
 
     /// The grouped instances that compute `p` (none when [`group_conv_fit`] rejects it): every
-    /// tile of [`GROUP_TILES`] with a [`GroupMode`] for its filters per group. The group count is
-    /// compiled in (it picks the mode, and the instance checks C and K against it); the analytic
-    /// iterators where the mode or a filter side above 32 needs them.
+    /// tile of [`GROUP_TILES`] its filters per group fill. The group count is compiled in (the
+    /// instance checks C and K against it); the analytic iterators where a filter side above 32
+    /// needs them.
     fn group_conv_candidates(p: &ConvProblem, epi: &Epilogue) -> Vec<LibraryInstance> {
         let Ok(input_alignment) = group_conv_fit(p) else { return Vec::new() };
         let kg = p.k / p.group;
         GROUP_TILES
             .iter()
-            .filter_map(|t| {
-                let mode = GroupMode::of(kg, t.n)?;
-                let iterator =
-                    if mode == GroupMode::Multiple || p.r > 32 || p.s > 32 { "kAnalytic" } else { "kOptimized" };
+            .filter(|t| kg % t.n == 0)
+            .map(|t| {
+                let iterator = if p.r > 32 || p.s > 32 { "kAnalytic" } else { "kOptimized" };
                 let mut ctx = t.context(4);
                 ctx.insert("groups".into(), json!(p.group));
-                ctx.insert("group_mode".into(), json!(mode.cutlass()));
                 ctx.insert("iterator".into(), json!(iterator));
                 ctx.insert("input_alignment".into(), json!(input_alignment));
-                let config = format!("{} {iterator} {} g{} a{input_alignment}", t.config(), mode.tag(), p.group);
-                Some(library(CONV_GROUP_TEMPLATE, config, ctx, epi))
+                let config = format!("{} {iterator} single g{} a{input_alignment}", t.config(), p.group);
+                library(CONV_GROUP_TEMPLATE, config, ctx, epi)
             })
             .collect()
     }
 
     /// The heuristic grouped instance at batch `n`: the sm80 rule ([`pick_tile`]) over the grouped
-    /// tiles that have a [`GroupMode`] for the problem, so several groups per tile take a 32-wide
-    /// tile, and one group of Kg filters the widest tile Kg fills when its grid fills the GPU.
+    /// tiles the problem's Kg filters per group fill, so the widest such tile when its grid fills
+    /// the GPU.
     fn group_conv_heuristic(&self, p: &ConvProblem, n: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
         let kg = p.k / p.group.max(1);
-        let tiles: Vec<Tile> = GROUP_TILES.iter().copied().filter(|t| GroupMode::of(kg, t.n).is_some()).collect();
+        let tiles: Vec<Tile> = GROUP_TILES.iter().copied().filter(|t| kg % t.n == 0).collect();
         let fallback = || candidates[0].clone();
         if tiles.is_empty() {
             return fallback();
@@ -1198,13 +1160,8 @@ impl Target for CudaTarget {
         let library_ok = if p.group == 1 {
             (p.c % ALIGNMENT == 0 || p.c == THIN_CHANNELS) && p.k % ALIGNMENT == 0 && p.c > 0 && p.k > 0
         } else {
-            // Fewer than 32 filters per group put several groups in one 32-wide tile
-            // (kMultipleGroup), which computes every group's k-loop over the whole tile width:
-            // ResNeXt-50's 3x3 convs with 4, 8 and 16 filters per group ran at 0.4–1.2, 1.2–8
-            // and 2–26 TFLOP/s on an H100 (batch 1 / 8 / 64, BENCHMARKS.md 2026-12-06 00:05;
-            // stage 1 took 1.51 ms per conv at batch 64, 57% of the model). The direct kernel
-            // needs no padding of groups: it takes those convs.
-            group_conv_fit(p).is_ok() && p.k / p.group >= GROUP_TILE_N
+            // Fewer than 32 filters per group go to the direct kernel (see group_conv_fit).
+            group_conv_fit(p).is_ok()
         };
         if !library_ok {
             return self.conv_direct(p);
@@ -1509,8 +1466,8 @@ mod tests {
 
     /// ResNeXt-50 32x4d's grouped 3x3 convolutions (32 groups of 4, 8, 16 and 32 channels and
     /// filters, at 56, 28, 14 and 7 pixels) and a 64-filter group: the grouped instances on every
-    /// arch (the sm90 kernels have no group mode), several groups per 32-wide tile up to 16
-    /// filters per group, one group per tile from 32; the heuristic's tiles per batch range.
+    /// arch (the sm90 kernels have no group mode) from 32 filters per group, one group per tile,
+    /// the direct kernel below; the heuristic's tiles per batch range.
     #[test]
     fn grouped_convolutions_run_on_the_grouped_instances() {
         let n = Dim::sym("N");
@@ -1519,7 +1476,7 @@ mod tests {
         // (c = k, pixels, candidate tiles, their iterator / mode / groups / alignment, the
         // heuristic's tile at batch 1 and 256)
         type Case<'a> = (i64, i64, &'a [&'a str], &'a str, (&'a str, &'a str));
-        // Fewer than 32 filters per group (several groups per tile): the direct kernel.
+        // Fewer than 32 filters per group: the direct kernel.
         for (c, hw) in [(128, 56), (256, 28), (512, 14)] {
             for arch in Arch::ALL {
                 let t = CudaTarget::new(arch).with_max_batch(256).recording();
@@ -1566,7 +1523,11 @@ mod tests {
         // Filters larger than the optimized iterator's 32x32: analytic, one group per tile.
         let big = CudaTarget::new(Arch::Sm80).conv2d(&conv(Dim::known(1), 40, 64, 64, 33, 2));
         assert_eq!(big.dispatch[0].instance.context["iterator"], "kAnalytic");
-        assert_eq!(big.dispatch[0].instance.context["group_mode"], "kSingleGroup");
+        assert!(
+            big.dispatch[0].instance.config.ends_with(" kAnalytic single g2 a8"),
+            "{}",
+            big.dispatch[0].instance.config
+        );
     }
 
     /// What the grouped instances refuse, each with its reason, computed by our own kernels.
@@ -1578,10 +1539,11 @@ mod tests {
             (conv(n.clone(), 56, 64, 64, 3, 32), "2 channels per group are not a multiple of 4"),
             (conv(n.clone(), 56, 192, 192, 3, 32), "6 channels per group are not a multiple of 4"),
             (conv(n.clone(), 56, 12, 12, 3, 3), "K = 12 is not a multiple of 8"),
-            (conv(n.clone(), 56, 96, 96, 3, 2), "48 filters per group neither fill whole 32-wide tiles"),
-            (conv(n.clone(), 56, 128, 64, 3, 32), "2 filters per group neither fill whole 32-wide tiles"),
+            (conv(n.clone(), 56, 96, 96, 3, 2), "48 filters per group do not fill whole 32-wide tiles"),
+            (conv(n.clone(), 56, 128, 64, 3, 32), "2 filters per group do not fill whole 32-wide tiles"),
+            (conv(n.clone(), 56, 128, 128, 3, 32), "4 filters per group do not fill whole 32-wide tiles"),
             (conv(n.clone(), 56, 100, 128, 3, 32), "C = 100 and K = 128 do not split into 32 groups"),
-            (conv(n.clone(), 46341, 32, 32, 3, 8), "beyond CUTLASS 2.x's 2^31-byte tensor limit"),
+            (conv(n.clone(), 2897, 256, 256, 3, 8), "beyond CUTLASS 2.x's 2^31-byte tensor limit"),
         ] {
             let e = group_conv_fit(&p).expect_err("refused");
             assert!(e.contains(why), "{e}");
@@ -1590,8 +1552,9 @@ mod tests {
         // Depthwise: its own kernel, as before.
         assert!(group_conv_fit(&conv(n.clone(), 56, 32, 32, 3, 32)).is_err());
         assert_eq!(t.conv2d(&conv(n.clone(), 56, 32, 32, 3, 32)).template, DEPTHWISE_TEMPLATE);
-        assert_eq!(group_conv_fit(&conv(n.clone(), 56, 128, 128, 3, 32)), Ok(4));
-        assert_eq!(group_conv_fit(&conv(n, 56, 256, 128, 3, 32)), Ok(8));
+        assert_eq!(group_conv_fit(&conv(n.clone(), 14, 1024, 1024, 3, 32)), Ok(8));
+        assert_eq!(group_conv_fit(&conv(n.clone(), 14, 128, 1024, 3, 32)), Ok(4));
+        assert_eq!(group_conv_fit(&conv(n, 14, 256, 1024, 3, 32)), Ok(8));
     }
 
     /// A grouped problem's measurements decide between its tiles, and never mix with the
