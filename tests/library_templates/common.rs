@@ -108,8 +108,9 @@ pub fn run_host_driver(nvcc: &Nvcc, obj: &Path, driver: &str) {
 /// A host CHECK-mode driver for `run_host_driver`: the includes, `o2a_set_error` (into
 /// `g_err`), a `failures` count and `expect(what, args, mode, want)`, which calls `instance`
 /// (taking `const {args_type}*`) and counts a failure when the status differs from `want` or an
-/// error message does not start with `error_prefix`; then `body` (its own helpers and `main`,
-/// which returns `failures == 0 ? 0 : 1`).
+/// error message does not start with `error_prefix`; `finish_with_abi_rules(empty, null_tensor)`,
+/// the checks every instance shares, which `main` returns; then `body` (its own helpers and
+/// `main`).
 pub fn check_driver(instance: &str, args_type: &str, error_prefix: &str, body: &str) -> String {
     format!(
         r#"
@@ -131,6 +132,18 @@ static void expect(const char* what, const {args_type}* a, int mode, int want) {
   int rc = {instance}(a, nullptr, O2A_LIBRARY_WORKSPACE_BYTES, nullptr, mode);
   printf("%-36s rc=%d want=%d %s\n", what, rc, want, g_err);
   if (rc != want || (rc != O2A_OK && strstr(g_err, "{error_prefix}") != g_err)) failures++;
+}}
+// The answers every library instance gives alike (the ABI of library.cuh), then the summary and
+// the exit status: null args are invalid; `empty` (an empty output) runs as a no-op; `null_tensor`
+// (a valid problem with a pointer the instance reads cleared) passes CHECK, which may be asked
+// before tensors exist, and is invalid in RUN.
+static int finish_with_abi_rules(const {args_type}& empty, const {args_type}& null_tensor) {{
+  expect("null args", nullptr, O2A_LIBRARY_CHECK, O2A_ERR_INVALID_ARGUMENT);
+  expect("empty output, RUN", &empty, O2A_LIBRARY_RUN, O2A_OK);
+  expect("null tensor, CHECK", &null_tensor, O2A_LIBRARY_CHECK, O2A_OK);
+  expect("null tensor, RUN", &null_tensor, O2A_LIBRARY_RUN, O2A_ERR_INVALID_ARGUMENT);
+  printf("%d failures\n", failures);
+  return failures != 0;
 }}
 {body}"#
     )

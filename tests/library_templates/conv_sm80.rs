@@ -76,7 +76,7 @@ static O2aConvArgs conv(int n, int h, int w, int c, int k, int r, int stride, in
   return a;
 }
 int main() {
-  const int CHECK = O2A_LIBRARY_CHECK, RUN = O2A_LIBRARY_RUN;
+  const int CHECK = O2A_LIBRARY_CHECK;
   O2aConvArgs stem = conv(8, 224, 224, 8, 64, 7, 2, 3);
   expect("stem", &stem, CHECK, O2A_OK);
   O2aConvArgs c64 = conv(8, 56, 56, 64, 64, 3, 1, 1);
@@ -92,14 +92,9 @@ int main() {
   O2aConvArgs bad = stem; bad.dil_w = 0;
   expect("dilation 0", &bad, CHECK, O2A_ERR_INVALID_ARGUMENT);
   expect("unknown mode", &stem, 7, O2A_ERR_INVALID_ARGUMENT);
-  expect("null args", nullptr, CHECK, O2A_ERR_INVALID_ARGUMENT);
   O2aConvArgs empty = stem; empty.n = 0;
-  expect("empty batch, RUN", &empty, RUN, O2A_OK);
   O2aConvArgs nul = stem; nul.x = nullptr;
-  expect("null x, CHECK", &nul, CHECK, O2A_OK);
-  expect("null x, RUN", &nul, RUN, O2A_ERR_INVALID_ARGUMENT);
-  printf("%d failures\n", failures);
-  return failures != 0;
+  return finish_with_abi_rules(empty, nul);
 }
 "#;
 
