@@ -479,9 +479,10 @@ pub const GROUP_TILES: [Tile; 5] = [
 /// 32-wide tile (kMultipleGroup), which runs every group's k-loop over the whole tile width:
 /// ResNeXt-50's 3x3 convs with 4, 8 and 16 filters per group ran at 0.4–1.2, 1.2–8 and 2–26
 /// TFLOP/s on an H100 (batch 1 / 8 / 64, BENCHMARKS.md 2026-12-06 00:05), and the direct kernel
-/// that takes them since ran the model 1.4–1.7x faster (02:30). One image of input and output each stays under CUTLASS 2.x's 2^31-byte tensor
-/// limit (batches are split into whole images). The filter-size limit of the optimized iterator
-/// is met by choosing the analytic one. Ok: the access width (8 or 4 halfs); Err: why not.
+/// that takes them since ran the model 1.4–1.7x faster (02:26). One image of input and output
+/// each stays under CUTLASS 2.x's 2^31-byte tensor limit (batches are split into whole images).
+/// The filter-size limit of the optimized iterator is met by choosing the analytic one. Ok: the
+/// access width (8 or 4 halfs); Err: why not.
 pub fn group_conv_fit(p: &ConvProblem) -> std::result::Result<i64, String> {
     let g = p.group;
     if g < 2 {
