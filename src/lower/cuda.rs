@@ -521,6 +521,48 @@ fn pick_sm90_tile(tiles: &[Sm90Tile], m: i64, n: i64, batches: i64, min_ctas: i6
         .copied()
 }
 
+/// The sm90 GEMM tile the heuristic picks for `batches` m x n products on `sms` SMs: of the
+/// data-parallel tiles (cluster 1x1, not stream-K) that are not twice the problem's size on a
+/// side, the one with the least modelled time, waves x tile area ÷ efficiency, where waves =
+/// ⌈tiles ÷ SMs⌉ (the persistent scheduler gives each SM that many tiles at most) and the
+/// efficiency is the tile's relative rate per SM ([`gemm_tile_efficiency`]); ties go to the
+/// earlier tile of [`SM90_GEMM_TILES`]. Picking the largest tile that fills one wave, as before,
+/// left a transformer's N = 768 products on 128x256 tiles: ViT-B/16 at batch 32 (M = 6304) makes
+/// 150 of them, 1.14 waves, and its feed-forward output product ran 0.0705 ms where 128x192
+/// (200 tiles, 2 waves of 2/3 the area) ran 0.0540 ms (H100 profile of 2026-12-06 05:34). Over
+/// that profile's 33 GEMM problems the model's picks sum to 0.770 ms against 0.863 ms for the
+/// old rule and 0.762 ms for the fastest of each.
+fn pick_sm90_gemm_tile(m: i64, n: i64, batches: i64, sms: i64) -> Sm90Tile {
+    let mut best: Option<(f64, Sm90Tile)> = None;
+    for t in SM90_GEMM_TILES.iter().filter(|t| t.cluster_m == 1 && t.cluster_n == 1 && !t.stream_k) {
+        if t.m > 64 && m <= 64 || t.n > 64 && n <= 64 || t.n > 128 && n <= 128 {
+            continue;
+        }
+        let tiles = ((m + t.m - 1) / t.m) * ((n + t.n - 1) / t.n) * batches.max(1);
+        let waves = (tiles + sms - 1) / sms.max(1);
+        let cost = (waves * t.m * t.n) as f64 / gemm_tile_efficiency(t);
+        if best.is_none_or(|(c, _)| cost < c) {
+            best = Some((cost, *t));
+        }
+    }
+    best.map_or(Sm90Tile::new(64, 64, 1, true), |(_, t)| t)
+}
+
+/// A GEMM tile's rate per SM relative to the 128-row tiles of 192 columns or more, for
+/// [`pick_sm90_gemm_tile`]: from the same H100 profile, the 128x256, 256x128, 128x192 and
+/// ping-pong 128x128 tiles ran a large product (M = 6304, N = 3072, K = 768) within 2% of each
+/// other per unit of tile area, the cooperative 128x128 about 5% slower; the 64-row ping-pong
+/// tiles lose more (half-height wgmma and more epilogues per output), which keeps them for
+/// products too small to fill the GPU with 128-row tiles.
+fn gemm_tile_efficiency(t: &Sm90Tile) -> f64 {
+    match (t.m, t.n, t.pingpong) {
+        (64, 64, _) => 0.6,
+        (64, _, _) => 0.8,
+        (128, 128, false) => 0.95,
+        _ => 1.0,
+    }
+}
+
 /// Whether a dim is a multiple of `q` for every value of the batch (every coefficient of its
 /// polynomial is).
 pub fn multiple_of(d: &Dim, q: i64) -> bool {
@@ -1047,13 +1089,14 @@ impl CudaTarget {
             }
         }
         if self.hopper() {
-            // Below a wave, the smallest data-parallel sm90 tile (ping-pong 64x64): on the H200
-            // it won every classifier product of ResNet-50 and MobileNetV2 (M = 1..256, N = 1000,
-            // K = 1280 or 2048), 0.009 ms where the sm80 64x64 tile took 0.014–0.015 ms. Not
+            // The tile of least modelled time (`pick_sm90_gemm_tile`). Products too small to fill
+            // a wave of larger tiles land on the ping-pong 64x64 tile: on the H200 it won every
+            // classifier product of ResNet-50 and MobileNetV2 (M = 1..256, N = 1000, K = 1280 or
+            // 2048), 0.009 ms where the sm80 64x64 tile took 0.014–0.015 ms. Not
             // stream-K: BERT-base at batch 1 with the stream-K 128x64 tile on its linear layers
             // ran 1.007 ms against 0.737 ms (BENCHMARKS.md, 2026-12-05 03:37 and 02:04 runs):
             // each such product took 0.016–0.020 ms. The profiler still times the stream-K tiles.
-            let t = pick_sm90_tile(&SM90_GEMM_TILES, m, n, bc, self.sms()).unwrap_or(Sm90Tile::new(64, 64, 1, true));
+            let t = pick_sm90_gemm_tile(m, n, bc, self.sms());
             if let Some(c) = find(&format!("gemm_sm90 {}", t.config(true))) {
                 return c;
             }
@@ -1787,6 +1830,7 @@ mod tests {
             assert!(!tile.stream_k || !tile.pingpong, "{tile:?}");
         }
         assert!(!pick_sm90_tile(&SM90_GEMM_TILES, 1 << 20, 1 << 12, 1, 1).unwrap().stream_k);
+        assert!(!pick_sm90_gemm_tile(1 << 20, 1 << 12, 1, 132).stream_k);
         // A node whose measured choice is a stream-K instance reserves its partial tiles.
         let d = |config: &str| Dispatch {
             max_batch: 1,
@@ -1796,6 +1840,33 @@ mod tests {
         };
         assert_eq!(dispatch_workspace(&[d("gemm_sm90 128x64x64 c1x1 cooperative streamk")]), STREAM_K_WORKSPACE_BYTES);
         assert_eq!(dispatch_workspace(&[d("gemm_sm90 64x64x64 c1x1 pingpong")]), LIBRARY_WORKSPACE_BYTES);
+    }
+
+    /// The heuristic's GEMM tiles for ViT-B/16's products on 132 SMs (the fastest of the H100
+    /// profile of 2026-12-06 05:34 in the comments, ms): wave quantisation, not the largest tile
+    /// that fills the GPU, decides.
+    #[test]
+    fn gemm_tiles_minimise_the_modelled_waves() {
+        let pick = |m, n| {
+            let t = pick_sm90_gemm_tile(m, n, 1, 132);
+            (t.m, t.n, t.pingpong)
+        };
+        // Batch 32 (M = 6304): N = 768 takes 128x192 (0.0540; 128x256 0.0705), N = 2304 the
+        // ping-pong 128x128 (0.0411; 128x256 0.0442), N = 3072 stays on 128x256 (within 2%).
+        assert_eq!(pick(6304, 768), (128, 192, false));
+        assert_eq!(pick(6304, 2304), (128, 128, true));
+        assert_eq!(pick(6304, 3072), (128, 256, false));
+        // Batch 8 (M = 1576): N = 3072 on 128x192 (0.0200; 128x256 0.0246), N = 768 on the
+        // ping-pong 128x128 (0.0209; 64x128 0.0237), N = 2304 on 128x256 (one wave of 117).
+        assert_eq!(pick(1576, 3072), (128, 192, false));
+        assert_eq!(pick(1576, 768), (128, 128, true));
+        assert_eq!(pick(1576, 2304), (128, 256, false));
+        // Batch 1 (M = 197): 64x128 for the wide products, 64x64 for N = 768 and classifiers.
+        assert_eq!(pick(197, 3072), (64, 128, true));
+        assert_eq!(pick(197, 768), (64, 64, true));
+        assert_eq!(pick(256, 1000), (64, 64, true));
+        // Nothing wider than the problem: N = 64 keeps 64-column tiles.
+        assert_eq!(pick(100_000, 64).1, 64);
     }
 
     #[test]

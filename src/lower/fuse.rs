@@ -461,7 +461,7 @@ mod tests {
     }
 
     /// ResNet-50's stem as the optimiser leaves it: an fp32 NCHW input, a layout transform to
-    /// NHWC, the 7x7 convolution on 3 channels (an im2col and a 1x1 library product on CUDA, see
+    /// NHWC, the 7x7 convolution on 3 channels (the tensor-core stem kernel on CUDA, see
     /// `ops::conv`: it reads the unpadded 3-channel NHWC input).
     fn resnet_stem() -> G {
         let mut b = G::new();
@@ -476,9 +476,10 @@ mod tests {
     #[test]
     fn resnet_stem_input_becomes_one_kernel() {
         let p = lowered(&resnet_stem().g);
-        // Unfused: cast, transpose, im2col, conv, cast. The im2col kernel reads the 3-channel
-        // NHWC tensor, so the transform has nothing to pad.
-        assert_eq!(templates(&p), ["nchw_to_nhwc", "im2col", "conv", "cast"]);
+        // Unfused: cast, transpose, conv, cast. The stem kernel reads the 3-channel NHWC
+        // tensor, so the transform has nothing to pad.
+        assert_eq!(templates(&p), ["nchw_to_nhwc", "conv", "cast"]);
+        assert_eq!(p.kernels[1].template, "conv2d_stem");
         check_consistent(&p);
         let k = &p.kernels[0];
         assert_eq!(k.node, "graph inputs, to_nhwc");
@@ -489,32 +490,30 @@ mod tests {
         );
         assert_eq!((c["c_in"].as_i64(), c["c_out"].as_i64(), c["vec"].as_i64()), (Some(3), Some(3), Some(1)));
         assert_eq!(c["thin"], json!(true));
-        // It reads the caller's fp32 input and writes what the im2col kernel reads.
+        // It reads the caller's fp32 input and writes what the stem kernel reads.
         let (src, out) = (&p.tensors[k.args[0]], &p.tensors[k.args[1]]);
         assert_eq!((src.dtype, &src.storage), (DType::F32, &Storage::Input { index: 0 }));
         assert_eq!(out.shape, vec![Dim::sym("N"), Dim::known(224), Dim::known(224), Dim::known(3)]);
         assert_eq!(p.kernels[1].args[0], k.args[1]);
-        assert_eq!(p.kernels[2].args[0], p.kernels[1].args[1]);
-        // The intermediate (the fp16 copy) is gone: input, NHWC input, flattened weight, patch
-        // matrix, conv output, graph output.
+        // The intermediate (the fp16 copy) is gone: input, NHWC input, flattened weight, conv
+        // output, graph output. No patch matrix.
         let names: Vec<&str> = p.tensors.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["data", "to_nhwc.out", "w.im2col152", "to_nhwc.out.im2col152", "conv0.out", "conv0.out"]);
-        // Planned: the patch matrix takes N*112*112*152 halves at the largest batch.
-        assert!(p.memory.arena_bytes >= 256 * 112 * 112 * 152 * 2);
+        assert_eq!(names, ["data", "to_nhwc.out", "w.stem160", "conv0.out", "conv0.out"]);
         render_fused(&p, "fuse_stem");
     }
 
     #[test]
     fn nchw_convolution_stem_fuses_its_own_transforms() {
         // A convolution the optimiser left in NCHW transposes its input itself (ops::conv); the
-        // 3x3 thin filter then takes the im2col path, which reads the 3-channel tensor.
+        // 3x3 thin filter then takes the stem kernel, which reads the 3-channel tensor.
         let mut b = G::new();
         let x = b.input("x", nchw(3, 32, 32));
         let w = b.konst("w", &[16, 3, 3, 3], |i| i as f32);
         let y = b.node("c", conv(Layout::Nchw, 1, 1), vec![Some(x), Some(w), None, None]);
         b.g.outputs.push(y);
         let p = lowered(&b.g);
-        assert_eq!(templates(&p), ["nchw_to_nhwc", "im2col", "conv", "transpose", "cast"]);
+        assert_eq!(templates(&p), ["nchw_to_nhwc", "conv", "transpose", "cast"]);
+        assert_eq!(p.kernels[1].template, "conv2d_stem");
         check_consistent(&p);
         let c = &p.kernels[0].context;
         assert_eq!((c["pixels"].as_str(), c["c_in"].as_i64(), c["c_out"].as_i64()), (Some("1024"), Some(3), Some(3)));

@@ -432,12 +432,16 @@ impl Target for RocmTarget {
         K1 as usize
     }
 
-    /// The fused attention kernel is written on NVIDIA's wmma fragments and has no HIP version yet.
+    /// The fused attention and tensor-core stem kernels are written on NVIDIA's mma.sync fragments
+    /// and have no HIP version yet.
     fn own_kernel(&self, template: &str) -> std::result::Result<(), String> {
         match template {
             "attention" => Err("the fused attention kernel (--attention fused) is not written for ROCm yet; \
                  compile without --attention fused"
                 .into()),
+            crate::lower::ops::conv::STEM_TEMPLATE => {
+                Err("the tensor-core stem kernel is not written for ROCm yet (thin stems take the library path)".into())
+            }
             _ => Ok(()),
         }
     }

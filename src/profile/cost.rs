@@ -351,6 +351,9 @@ pub fn conv_problem(
     match library_form(target, &problem, wf.konst.is_some()).map_err(|e| match e {
         LowerError::Unsupported(m) | LowerError::Invalid(m) => m,
     })? {
+        LibraryForm::Stem(_) => {
+            Err("a thin stem runs on the target's own tensor-core kernel (priced analytically)".into())
+        }
         LibraryForm::Im2col { problem: product, .. } => Ok(product),
         LibraryForm::Padded(padded) => Ok(padded),
         LibraryForm::AsIs => Ok(problem),
@@ -549,21 +552,33 @@ mod tests {
 
     #[test]
     fn nchw_adds_the_analytical_transforms_and_the_stem_is_unfolded() {
-        // An NCHW stem conv, C = 3, 7x7: the problem is the 1x1 product of its im2col patch
-        // matrix (7·7·3 = 147 columns, padded to 152), as the lowering builds it.
-        let op = Conv2d {
+        let probe = CudaTarget::new(Arch::Sm90a);
+        // ResNet's stem (C = 3, 7x7/2 to 64) runs on the stem kernel: no library problem, priced
+        // analytically.
+        let resnet = Conv2d {
             layout: Layout::Nchw,
             geom: crate::ir::ops::kernel::ConvGeom { strides: [2, 2], pads: [3; 4], dilations: [1, 1], group: 1 },
             act: None,
             pre_act: None,
         };
         let (x, w, _, out) = conv_fact_args("2,3,224,224", &[64, 3, 7, 7], "2,64,112,112");
+        let why = conv_problem(&resnet, &[Some(&x), Some(&w), None, None], &out, &probe).expect_err("the stem kernel");
+        assert!(why.contains("own tensor-core kernel"), "{why}");
+        // An NCHW 11x11/4 stem (too large for the stem kernel's shared memory): the problem is
+        // the 1x1 product of its im2col patch matrix (11·11·3 = 363 columns, padded to 368), as
+        // the lowering builds it.
+        let op = Conv2d {
+            layout: Layout::Nchw,
+            geom: crate::ir::ops::kernel::ConvGeom { strides: [4, 4], pads: [2; 4], dilations: [1, 1], group: 1 },
+            act: None,
+            pre_act: None,
+        };
+        let (x, w, _, out) = conv_fact_args("2,3,224,224", &[64, 3, 11, 11], "2,64,55,55");
         let inputs = [Some(&x), Some(&w), None, None];
-        let probe = CudaTarget::new(Arch::Sm90a);
         let p = conv_problem(&op, &inputs, &out, &probe).expect("a library problem");
-        assert_eq!((p.h, p.c, p.k, p.r, p.p, p.strides, p.pads), (112, 152, 64, 1, 112, [1, 1], [0; 4]));
+        assert_eq!((p.h, p.c, p.k, p.r, p.p, p.strides, p.pads), (55, 368, 64, 1, 55, [1, 1], [0; 4]));
         let sig = probe.conv_signature_at(&p, 1).expect("library");
-        assert!(sig.starts_with("conv2d n2 h112 w112 c152 k64 r1 s1 p112 q112 pad0,0 str1,1 "), "{sig}");
+        assert!(sig.starts_with("conv2d n2 h55 w55 c368 k64 r1 s1 p55 q55 pad0,0 str1,1 "), "{sig}");
         // Run-time weights are not padded: C = 3 goes to the direct kernel, no signature.
         let runtime_w = crate::ir::ops::testutil::fact(DType::F16, "64,3,7,7");
         let unpadded = conv_problem(&op, &[Some(&x), Some(&runtime_w), None, None], &out, &probe).expect("problem");

@@ -1,0 +1,183 @@
+//! templates/cuda/kernels/conv2d_stem.cu.hbs (the thin-stem convolution on tensor cores) renders
+//! with the fields the lowering gives it (`ops::conv::stem_tile` / `stem_instance`, so the tile
+//! sizes are the ones models get) and compiles warning-free with the pinned nvcc for sm_90a and
+//! sm_80, with no register spills and its shared memory within the static 48 KB (ptxas -v). The
+//! cases are the stems of the CNN families (ResNet's 7x7/2 to 64 channels, MobileNet's and
+//! EfficientNet's 3x3/2 to 16 or 32) and odd ones: one or four channels, 96 output channels
+//! (two channel blocks, the second partial), dilation, asymmetric strides, a residual, maps
+//! narrower than a tile. Compile-only: the GPU check runs the kernel through the model
+//! validations (ResNet-50, the MobileNets and EfficientNet-B0, and every bundled model with an
+//! RGB input convolution) against ONNX Runtime.
+//!
+//! Without nvcc the test is skipped, unless `CI` or `ONNX2AIT_REQUIRE_NVCC` is set.
+
+mod common;
+
+use onnx2ait::build::nvcc::Nvcc;
+use onnx2ait::build::Compiler;
+use onnx2ait::codegen::Templates;
+use onnx2ait::ir::Dim;
+use onnx2ait::lower::cuda::Arch;
+use onnx2ait::lower::ops::conv::{stem_instance, stem_tile, StemTile};
+use onnx2ait::lower::ConvProblem;
+use serde_json::{json, Value as Json};
+use std::path::{Path, PathBuf};
+
+/// A convolution of a `c`-channel `h` x `w` map with an `r` x `s` filter to `k` channels.
+#[allow(clippy::too_many_arguments)]
+fn problem(
+    [h, w, c]: [i64; 3],
+    k: i64,
+    [r, s]: [i64; 2],
+    pads: [i64; 2],
+    strides: [i64; 2],
+    dilations: [i64; 2],
+    residual: bool,
+) -> ConvProblem {
+    let out = |x: i64, f: i64, pad: i64, stride: i64, dil: i64| (x + 2 * pad - (f - 1) * dil - 1) / stride + 1;
+    ConvProblem {
+        n: Dim::known(8),
+        h,
+        w,
+        c,
+        k,
+        r,
+        s,
+        p: out(h, r, pads[0], strides[0], dilations[0]),
+        q: out(w, s, pads[1], strides[1], dilations[1]),
+        pads: [pads[0], pads[1], pads[0], pads[1]],
+        strides,
+        dilations,
+        group: 1,
+        bias: true,
+        residual,
+        pre_act: None,
+        act: None,
+    }
+}
+
+/// The kernel fields of one stem node as the lowering writes them (`[K, Kp]` weights).
+fn context(name: &str, batch: &str, p: &ConvProblem, tile: &StemTile) -> Json {
+    let instance = stem_instance(tile);
+    assert_eq!(instance.template, "conv2d_stem");
+    let mut ctx = json!({
+        "name": name, "node": name, "workspace_bytes": 0, "args": [], "n": batch,
+        "w_stride_k": tile.columns, "w_stride_r": p.s * p.c, "w_stride_s": p.c, "w_stride_c": 1,
+        "x_index": 0, "w_index": 1, "bias_index": 2, "res_index": if p.residual { 3 } else { -1 },
+        "out_index": if p.residual { 4 } else { 3 },
+        "has_bias": p.bias, "has_residual": p.residual,
+        // ReLU before the residual, SiLU after it: both epilogue slots in use.
+        "pre_act": "fmaxf(v, 0.0f)", "act": "v / (1.0f + __expf(-v))",
+    });
+    let map = ctx.as_object_mut().expect("object");
+    for (k, v) in p.geometry_fields() {
+        map.insert(k.into(), json!(v));
+    }
+    for (k, v) in instance.context {
+        map.insert(k, v);
+    }
+    ctx
+}
+
+fn cases() -> Vec<Json> {
+    let shapes = [
+        problem([224, 224, 3], 64, [7, 7], [3, 3], [2, 2], [1, 1], false), // ResNet
+        problem([224, 224, 3], 32, [3, 3], [1, 1], [2, 2], [1, 1], false), // MobileNetV2, EfficientNet
+        problem([224, 224, 3], 16, [3, 3], [1, 1], [2, 2], [1, 1], true),  // MobileNetV3 (+ a residual)
+        problem([33, 45, 1], 96, [5, 3], [2, 0], [1, 2], [2, 1], false),   // gray, dilated, 2 blocks
+        problem([12, 9, 4], 8, [3, 3], [1, 1], [1, 1], [1, 1], true),      // RGBA, maps narrower than 16
+        problem([7, 6, 2], 24, [2, 2], [0, 0], [1, 1], [1, 1], false),     // 4-column tiles
+    ];
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let tile = stem_tile(p).unwrap_or_else(|| panic!("case {i} takes the stem kernel: {p:?}"));
+            // A run-time batch for half of them.
+            let batch = if i % 2 == 0 { "(dims.v[0])" } else { "8" };
+            context(&format!("k{i:03}_conv2d_stem"), batch, p, &tile)
+        })
+        .collect()
+}
+
+/// Renders the model headers and one kernel file per context into a fresh folder.
+fn render(tag: &str, cases: &[Json]) -> (PathBuf, Vec<PathBuf>) {
+    let t = Templates::for_target("cuda").expect("cuda templates");
+    let dir = common::cuda_kernel_dir("stem", tag, "stem_test");
+    let mut sources = Vec::new();
+    for ctx in cases {
+        let text = t.render("kernels/conv2d_stem.cu", ctx).unwrap_or_else(|e| panic!("conv2d_stem renders: {e}"));
+        assert!(!text.contains("{{"), "unrendered handlebars");
+        let name = ctx["name"].as_str().expect("name");
+        assert!(text.contains(&format!("int {name}(void* const* t, o2a_dims dims")), "the launcher is defined");
+        let src = dir.join(format!("{name}.cu"));
+        std::fs::write(&src, text).expect("write");
+        sources.push(src);
+    }
+    (dir, sources)
+}
+
+/// Compiles with ptxas -v; returns its resource lines.
+fn compile(nvcc: &Nvcc, src: &Path, dir: &Path) -> String {
+    let obj = src.with_extension("o");
+    let out = nvcc.compile_command(src, &obj, dir).arg("-Xptxas=-v").output().expect("nvcc runs");
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "nvcc failed on {}:\n{log}", src.display());
+    assert!(!log.to_lowercase().contains("warning"), "nvcc warns on {}:\n{log}", src.display());
+    for line in log.lines().filter(|l| l.contains("spill")) {
+        assert!(line.contains("0 bytes spill stores, 0 bytes spill loads"), "{} spills:\n{log}", src.display());
+    }
+    log.lines()
+        .filter(|l| l.contains("conv2d_stem_kernel") || l.contains("registers") || l.contains("spill"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn compile_all(arch: Arch, tag: &str) {
+    let cases = cases();
+    let (dir, sources) = render(tag, &cases);
+    let Some(nvcc) = Nvcc::discover_for_test(arch, "the stem template test") else { return };
+    for src in &sources {
+        let resources = compile(&nvcc, src, &dir);
+        eprintln!("{} ({tag}):\n{resources}", src.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn stem_kernels_compile_for_sm90a() {
+    compile_all(Arch::Sm90a, "sm90a");
+}
+
+#[test]
+fn stem_kernels_compile_for_sm80() {
+    compile_all(Arch::Sm80, "sm80");
+}
+
+/// The rule of `ops::conv::stem_tile` (no nvcc needed): the CNN stems take 8x16-pixel tiles of
+/// up to 64 channels over whole k16 steps within 48 KB; grouped, wide-input, 1x1, and
+/// odd-channel-count convolutions, and filters too large for shared memory, do not.
+#[test]
+fn stem_selection_rule() {
+    let resnet = problem([224, 224, 3], 64, [7, 7], [3, 3], [2, 2], [1, 1], false);
+    let tile = stem_tile(&resnet).expect("ResNet's stem");
+    assert_eq!(tile, StemTile { tile_p: 8, tile_q: 16, block_n: 64, columns: 160 });
+    assert!(tile.smem_bytes(&resnet) <= 48 * 1024);
+    let mobilenet = problem([224, 224, 3], 32, [3, 3], [1, 1], [2, 2], [1, 1], false);
+    assert_eq!(stem_tile(&mobilenet), Some(StemTile { tile_p: 8, tile_q: 16, block_n: 32, columns: 32 }));
+    let narrow = problem([12, 9, 4], 8, [3, 3], [1, 1], [1, 1], [1, 1], false);
+    assert_eq!(stem_tile(&narrow).map(|t| (t.tile_p, t.tile_q)), Some((16, 8)));
+
+    let mut grouped = resnet.clone();
+    grouped.group = 3;
+    grouped.k = 63;
+    assert_eq!(stem_tile(&grouped), None, "grouped");
+    let wide = problem([56, 56, 8], 64, [3, 3], [1, 1], [1, 1], [1, 1], false);
+    assert_eq!(stem_tile(&wide), None, "8 input channels: the library's implicit GEMM reads them 16 bytes at a time");
+    let pointwise = problem([56, 56, 3], 64, [1, 1], [0, 0], [1, 1], [1, 1], false);
+    assert_eq!(stem_tile(&pointwise), None, "1x1");
+    let odd_k = problem([224, 224, 3], 30, [3, 3], [1, 1], [2, 2], [1, 1], false);
+    assert_eq!(stem_tile(&odd_k), None, "K not a multiple of 8");
+    let huge = problem([512, 512, 3], 64, [11, 11], [5, 5], [4, 4], [1, 1], false);
+    assert_eq!(stem_tile(&huge), None, "11x11/4: 64 rows of 368 columns and a 39x71 input tile exceed 48 KB");
+}
