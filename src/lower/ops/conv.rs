@@ -209,11 +209,13 @@ pub struct StemTile {
 
 impl StemTile {
     /// The block's shared memory, as the template declares it: the weight rows (padded by 8
-    /// halves), the input tile with its halo, and the column table (ints).
+    /// halves), the input tile with its halo, the output tile (rows padded by 8 halves), and the
+    /// column table (ints).
     pub fn smem_bytes(&self, p: &ConvProblem) -> i64 {
         let rows = (self.tile_p - 1) * p.strides[0] + (p.r - 1) * p.dilations[0] + 1;
         let cols = (self.tile_q - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1;
-        (self.block_n * (self.columns + 8) + rows * cols * p.c) * 2 + self.columns * 4
+        let out_tile = self.tile_p * self.tile_q * (self.block_n + 8);
+        (self.block_n * (self.columns + 8) + rows * cols * p.c + out_tile) * 2 + self.columns * 4
     }
 }
 
