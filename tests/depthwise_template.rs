@@ -12,15 +12,11 @@
 
 mod common;
 
-use onnx2ait::build::nvcc::Nvcc;
-use onnx2ait::build::Compiler;
-use onnx2ait::codegen::Templates;
 use onnx2ait::ir::Dim;
 use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::ops::conv::{depthwise_instance, depthwise_tile};
 use onnx2ait::lower::ConvProblem;
 use serde_json::{json, Value as Json};
-use std::path::{Path, PathBuf};
 
 /// A depthwise problem over an `hw` x `hw` x `c` map with an `rs` x `rs` filter, "same" padding.
 fn problem(hw: i64, c: i64, rs: i64, stride: i64, dil: i64, residual: bool) -> ConvProblem {
@@ -99,51 +95,15 @@ fn cases() -> Vec<(Json, bool)> {
         .collect()
 }
 
-/// Renders the model headers and one kernel file per context into a fresh folder.
-fn render(tag: &str, cases: &[(Json, bool)]) -> (PathBuf, Vec<PathBuf>) {
-    let t = Templates::for_target("cuda").expect("cuda templates");
-    let dir = common::cuda_kernel_dir("depthwise", tag, "depthwise_test");
-    let mut sources = Vec::new();
-    for (ctx, tiled) in cases {
-        let text = t.render("kernels/conv2d_depthwise.cu", ctx).unwrap_or_else(|e| panic!("depthwise renders: {e}"));
-        assert!(!text.contains("{{"), "unrendered handlebars");
-        assert_eq!(text.contains("__shared__ uint4 tile"), *tiled, "the variant the lowering chose");
-        let name = ctx["name"].as_str().expect("name");
-        assert!(text.contains(&format!("int {name}(void* const* t, o2a_dims dims")), "the launcher is defined");
-        let src = dir.join(format!("{name}.cu"));
-        std::fs::write(&src, text).expect("write");
-        sources.push(src);
-    }
-    (dir, sources)
-}
-
-/// Compiles with ptxas -v; returns its resource lines.
-fn compile(nvcc: &Nvcc, src: &Path, dir: &Path) -> String {
-    let obj = src.with_extension("o");
-    let out = nvcc.compile_command(src, &obj, dir).arg("-Xptxas=-v").output().expect("nvcc runs");
-    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "nvcc failed on {}:\n{log}", src.display());
-    assert!(!log.to_lowercase().contains("warning"), "nvcc warns on {}:\n{log}", src.display());
-    let resources: String = log
-        .lines()
-        .filter(|l| l.contains("conv2d_depthwise_kernel") || l.contains("registers") || l.contains("spill"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    for line in log.lines().filter(|l| l.contains("spill")) {
-        assert!(line.contains("0 bytes spill stores, 0 bytes spill loads"), "{} spills:\n{log}", src.display());
-    }
-    resources
-}
-
 fn compile_all(arch: Arch, tag: &str) {
     let cases = cases();
-    let (dir, sources) = render(tag, &cases);
-    let Some(nvcc) = Nvcc::discover_for_test(arch, "the depthwise template test") else { return };
-    for src in &sources {
-        let resources = compile(&nvcc, src, &dir);
-        eprintln!("{} ({tag}):\n{resources}", src.display());
+    let dir = common::cuda_kernel_dir("depthwise", tag, "depthwise_test");
+    let contexts: Vec<Json> = cases.iter().map(|(ctx, _)| ctx.clone()).collect();
+    let sources = common::render_kernels(&dir, "kernels/conv2d_depthwise.cu", &contexts);
+    for ((_, text), (_, tiled)) in sources.iter().zip(&cases) {
+        assert_eq!(text.contains("__shared__ uint4 tile"), *tiled, "the variant the lowering chose");
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    common::compile_kernels(arch, "the depthwise template test", &dir, &sources, "conv2d_depthwise_kernel");
 }
 
 #[test]

@@ -10,10 +10,9 @@ mod common;
 
 use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::build::Compiler;
-use onnx2ait::codegen::Templates;
 use onnx2ait::lower::cuda::Arch;
 use serde_json::{json, Value as Json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn nvcc() -> Option<Nvcc> {
     Nvcc::discover_for_test(Arch::Sm90a, "the im2col template test")
@@ -41,23 +40,6 @@ fn context(
     })
 }
 
-/// Renders the model headers and one kernel file per context into a fresh folder.
-fn render(cases: &[Json]) -> (PathBuf, Vec<PathBuf>) {
-    let t = Templates::for_target("cuda").expect("cuda templates");
-    let dir = common::cuda_kernel_dir("im2col", "kernels", "im2col_test");
-    let mut sources = Vec::new();
-    for ctx in cases {
-        let text = t.render("kernels/im2col.cu", ctx).unwrap_or_else(|e| panic!("im2col renders: {e}"));
-        assert!(!text.contains("{{"), "unrendered handlebars");
-        let name = ctx["name"].as_str().expect("name");
-        assert!(text.contains(&format!("int {name}(void* const* t, o2a_dims dims")), "the launcher is defined");
-        let src = dir.join(format!("{name}.cu"));
-        std::fs::write(&src, text).expect("write");
-        sources.push(src);
-    }
-    (dir, sources)
-}
-
 fn compile(nvcc: &Nvcc, src: &Path, dir: &Path) {
     let obj = src.with_extension("o");
     let out = nvcc.compile_command(src, &obj, dir).output().expect("nvcc runs");
@@ -82,9 +64,10 @@ fn im2col_kernel_compiles() {
         context("k000_im2col", "(dims.v[0])", [224, 224, 3], [7, 7], [112, 112], [3, 3], [2, 2], [1, 1], 152),
         context("k001_im2col", "2", [50_000, 50_000, 1], [3, 5], [24_999, 49_992], [1, 0], [2, 1], [2, 2], 16),
     ];
-    let (dir, sources) = render(&cases);
+    let dir = common::cuda_kernel_dir("im2col", "kernels", "im2col_test");
+    let sources = common::render_kernels(&dir, "kernels/im2col.cu", &cases);
     let Some(nvcc) = nvcc() else { return };
-    for src in &sources {
+    for (src, _) in &sources {
         let started = std::time::Instant::now();
         compile(&nvcc, src, &dir);
         eprintln!("{}: compiled in {:.1} s", src.display(), started.elapsed().as_secs_f64());

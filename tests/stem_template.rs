@@ -13,15 +13,11 @@
 
 mod common;
 
-use onnx2ait::build::nvcc::Nvcc;
-use onnx2ait::build::Compiler;
-use onnx2ait::codegen::Templates;
 use onnx2ait::ir::Dim;
 use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::ops::conv::{stem_instance, stem_tile, StemTile};
 use onnx2ait::lower::ConvProblem;
 use serde_json::{json, Value as Json};
-use std::path::{Path, PathBuf};
 
 /// A convolution of a `c`-channel `h` x `w` map with an `r` x `s` filter to `k` channels.
 #[allow(clippy::too_many_arguments)]
@@ -100,48 +96,10 @@ fn cases() -> Vec<Json> {
         .collect()
 }
 
-/// Renders the model headers and one kernel file per context into a fresh folder.
-fn render(tag: &str, cases: &[Json]) -> (PathBuf, Vec<PathBuf>) {
-    let t = Templates::for_target("cuda").expect("cuda templates");
-    let dir = common::cuda_kernel_dir("stem", tag, "stem_test");
-    let mut sources = Vec::new();
-    for ctx in cases {
-        let text = t.render("kernels/conv2d_stem.cu", ctx).unwrap_or_else(|e| panic!("conv2d_stem renders: {e}"));
-        assert!(!text.contains("{{"), "unrendered handlebars");
-        let name = ctx["name"].as_str().expect("name");
-        assert!(text.contains(&format!("int {name}(void* const* t, o2a_dims dims")), "the launcher is defined");
-        let src = dir.join(format!("{name}.cu"));
-        std::fs::write(&src, text).expect("write");
-        sources.push(src);
-    }
-    (dir, sources)
-}
-
-/// Compiles with ptxas -v; returns its resource lines.
-fn compile(nvcc: &Nvcc, src: &Path, dir: &Path) -> String {
-    let obj = src.with_extension("o");
-    let out = nvcc.compile_command(src, &obj, dir).arg("-Xptxas=-v").output().expect("nvcc runs");
-    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "nvcc failed on {}:\n{log}", src.display());
-    assert!(!log.to_lowercase().contains("warning"), "nvcc warns on {}:\n{log}", src.display());
-    for line in log.lines().filter(|l| l.contains("spill")) {
-        assert!(line.contains("0 bytes spill stores, 0 bytes spill loads"), "{} spills:\n{log}", src.display());
-    }
-    log.lines()
-        .filter(|l| l.contains("conv2d_stem_kernel") || l.contains("registers") || l.contains("spill"))
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
-
 fn compile_all(arch: Arch, tag: &str) {
-    let cases = cases();
-    let (dir, sources) = render(tag, &cases);
-    let Some(nvcc) = Nvcc::discover_for_test(arch, "the stem template test") else { return };
-    for src in &sources {
-        let resources = compile(&nvcc, src, &dir);
-        eprintln!("{} ({tag}):\n{resources}", src.display());
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::cuda_kernel_dir("stem", tag, "stem_test");
+    let sources = common::render_kernels(&dir, "kernels/conv2d_stem.cu", &cases());
+    common::compile_kernels(arch, "the stem template test", &dir, &sources, "conv2d_stem_kernel");
 }
 
 #[test]

@@ -1302,6 +1302,8 @@ impl Target for CudaTarget {
     /// H200, ResNet-50's stem took 1.155 ms at batch 256 (139 TFLOP/s of padded work), where the
     /// patch matrix costs one extra pass over memory and the 1x1 product runs at the GEMM rate.
     ///
+    /// The lowering asks only for stems the tensor-core stem kernel does not take
+    /// (`ops::conv::stem_tile`: K not a multiple of 8, or a tile beyond its shared memory).
     /// Offered only when the im2col kernel can stage the window under one output pixel
     /// (`im2col_tile_q`); otherwise the stem is padded to 4 channels as before.
     fn conv_im2col_columns(&self, p: &ConvProblem) -> Option<i64> {

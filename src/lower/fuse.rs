@@ -4,8 +4,9 @@
 //! Today one pattern, the channels-first model input: a cast of the caller's fp32 (or fp16)
 //! NCHW tensor to fp16, the `transpose` family's tiled matrix transpose NCHW → NHWC
 //! (`[B, C, HW] → [B, HW, C]`) and the `pad_channels` kernel of a thin convolution (C = 3 → 4;
-//! a thin stem with a wider filter takes the im2col path instead, see `ops::conv`, and then only
-//! the cast and the transpose fuse) are three passes over the input. Any two or three of them in that order — cast →
+//! a thin stem with a wider filter runs on the stem kernel or the im2col path instead, both of
+//! which read the unpadded input, see `ops::conv`, and then only the cast and the transpose
+//! fuse) are three passes over the input. Any two or three of them in that order — cast →
 //! transpose → pad, cast → transpose, transpose → pad — become one [`NCHW_TO_NHWC_TEMPLATE`]
 //! kernel that reads the original input and writes the padded fp16 NHWC tensor.
 //!

@@ -1200,9 +1200,10 @@ pub(crate) mod tests {
     /// outside the image), the column table, each warp's A and B fragments gathered lane by lane
     /// in the PTX m16n8k16 layout (A rows g, g + 8 at columns 2t, 2t + 1 (+ 8); B column g at rows
     /// 2t, 2t + 1 (+ 8)), the products, and the epilogue's stores from the lanes' accumulators
-    /// (rows g, g + 8 at columns 2t, 2t + 1). `wt` is the `[K, Kp]` weight matrix. Returns the
-    /// `[N, P, Q, K]` output, checking that each element is stored exactly once and that every
-    /// gathered element lies inside the staged tile.
+    /// (rows g, g + 8 at columns 2t, 2t + 1; the kernel stages them through its output tile).
+    /// `wt` is the `[K, Kp]` weight matrix. Returns the `[N, P, Q, K]` output, checking that each
+    /// element is stored exactly once and that every gathered element lies inside the staged
+    /// tile.
     fn simulate_stem(x: &[f32], n: usize, p: &ConvProblem, tile: &StemTile, wt: &[f32]) -> Vec<f32> {
         let u = |v: i64| v as usize;
         let [h, w, c, k, r, s, pp, qq] = [p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q].map(u);
