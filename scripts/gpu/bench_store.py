@@ -9,6 +9,9 @@ latest for some benchmark (date, GPU, commit, command) and one record per benchm
     builds      (model, onnx2ait build, seq, step): wall seconds, detail, run
     validation  (model, onnx2ait build, seq, batch, output): rel err, top-1, result, run
     bundled     (bundled model): result, rel err, top-1, compile time, note, run
+    rowwise     (GPU, op, K): the softmax / layernorm bandwidth sweep of scripts/gpu/bench_rowwise.py,
+                onnx2ait's, torch's and the copy rate in TB/s, and run (one row per GPU, so a
+                sweep on one GPU does not replace another's)
 
 Each kept run's own section (the full report the writer rendered for it: build, validation,
 per-kernel tables, kernel sweep, schedule, commands) is kept too, between <!-- run ID --> markers.
@@ -189,11 +192,13 @@ def result_of(text):
 
 def parse_section(text):
     """The figures of one run's section (as rendered by the writers): {"meta", "latency",
-    "builds", "validation", "bundled", "details"}; keys of records without their run."""
+    "builds", "validation", "bundled", "rowwise", "details"}; keys of records without their run."""
     meta = run_meta(text)
-    run = {"meta": meta, "latency": [], "builds": [], "validation": [], "bundled": [], "details": text.rstrip() + "\n"}
+    run = {"meta": meta, "latency": [], "builds": [], "validation": [], "bundled": [], "rowwise": [],
+           "details": text.rstrip() + "\n"}
     if meta["script"] == "gpu-transformers":
         parse_transformers(text, run)
+        run["rowwise"] = parse_rowwise(text, meta)
     else:
         parse_cnn(text, meta["script"], run)
     return run
@@ -336,6 +341,26 @@ def parse_transformers(text, run):
                                            "batch": int(number(r["batch"])), "cells": cells})
 
 
+ROWWISE_HEAD = "Softmax and layernorm bandwidth"
+
+
+def parse_rowwise(text, meta):
+    """The bandwidth sweep of a transformer run's section: the code block under its
+    "Softmax and layernorm bandwidth" heading, as bench_rowwise.py prints it (op, K, rows,
+    onnx2ait TB/s, torch TB/s, copy TB/s, kernel)."""
+    m = re.search(r"^#+ " + re.escape(ROWWISE_HEAD) + r".*?\n```\n(.*?)^```", text, re.M | re.S)
+    if not m:
+        return []
+    gpu = (meta.get("gpu") or "?").split(",")[0].strip()
+    out = []
+    for line in m.group(1).splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[0] in ("softmax", "layernorm") and f[1].isdigit():
+            out.append({"gpu": gpu, "op": f[0], "k": int(f[1]), "rows": int(f[2]), "onnx2ait_tbs": number(f[3]),
+                        "torch_tbs": number(f[4]), "copy_tbs": number(f[5])})
+    return out
+
+
 # --- the store ----------------------------------------------------------------------------------
 
 KEYS = {
@@ -343,11 +368,12 @@ KEYS = {
     "builds": ("model", "build", "seq", "step"),
     "validation": ("model", "build", "seq", "batch", "output"),
     "bundled": ("model",),
+    "rowwise": ("gpu", "op", "k"),
 }
 
 
 def empty():
-    return {"format": FORMAT, "runs": {}, "latency": [], "builds": [], "validation": [], "bundled": []}
+    return {"format": FORMAT, "runs": {}, "latency": [], "builds": [], "validation": [], "bundled": [], "rowwise": []}
 
 
 def key_of(kind, rec):
@@ -362,9 +388,10 @@ def apply(store, run):
         rid += "+"
     meta = dict(run["meta"], id=rid, details=run["details"])
     store["runs"][rid] = meta
-    for kind in ("builds", "validation", "bundled"):
+    for kind in ("builds", "validation", "bundled", "rowwise"):
+        store.setdefault(kind, [])
         index = {key_of(kind, r): i for i, r in enumerate(store[kind])}
-        for rec in run[kind]:
+        for rec in run.get(kind, []):
             new = dict(rec, run=rid)
             k = key_of(kind, rec)
             if k in index:
@@ -388,7 +415,7 @@ def apply(store, run):
 
 
 def prune(store):
-    used = {r["run"] for kind in ("builds", "validation", "bundled") for r in store[kind]}
+    used = {r["run"] for kind in ("builds", "validation", "bundled", "rowwise") for r in store.get(kind, [])}
     used |= {c["run"] for r in store["latency"] for c in r["cells"].values()}
     latest = {}
     for rid, m in store["runs"].items():
@@ -461,6 +488,7 @@ def load_text(text):
         details = demote(re.sub(r"^<a id=\"[^\"]*\"></a>\n\n?", "", d.group(1)), -1) if d else ""
         runs[r["id"]] = dict(r, details=details)
     store["runs"] = runs
+    store.setdefault("rowwise", [])
     relabel_legacy_builds(store)
     return store
 
@@ -602,6 +630,21 @@ def render_bundled(store):
         ["model", "result", "GPU rel err", "top-1", "compile", "note", "run"], body)
 
 
+def render_rowwise(store):
+    rows = sorted(store.get("rowwise", []), key=lambda r: sort_key(r, "gpu", "op", "k"))
+    if not rows:
+        return []
+    tb = lambda v: DASH if v is None else f"{v:.2f}"
+    body = [[cell(r["gpu"]), r["op"], str(r["k"]), str(r["rows"]), tb(r["onnx2ait_tbs"]), tb(r["torch_tbs"]),
+             tb(r["copy_tbs"]), DASH if not r["copy_tbs"] or r["onnx2ait_tbs"] is None
+             else f"{r['onnx2ait_tbs'] / r['copy_tbs']:.0%}", run_link(store, r["run"])] for r in rows]
+    return [f"## {ROWWISE_HEAD}", "",
+            "scripts/gpu/bench_rowwise.py (`scripts/gpu-transformers.sh --rowwise`): fp16 `[rows, K]` tensors of 64 Mi "
+            "elements through onnx2ait's softmax and layernorm kernels, `torch.softmax` / `layer_norm` and a device "
+            "copy, in TB/s of bytes read and written over the kernel time; the latest sweep of each GPU.", ""] + table(
+        ["GPU", "op", "K", "rows", "onnx2ait TB/s", "torch TB/s", "copy TB/s", "onnx2ait ÷ copy", "run"], body)
+
+
 def store_json(store):
     """The JSON block: one record per line, so that a run's diff shows which figures it replaced."""
     runs = sorted(({k: v for k, v in m.items() if k != "details"} for m in store["runs"].values()),
@@ -631,7 +674,9 @@ def render(store):
         "end of this file; do not edit. A run replaces the figures of the benchmarks it measured and keeps the others. "
         "Earlier figures: `git log -p BENCHMARKS.md`.",
         "",
-        "Models: " + " · ".join(toc + ["[Bundled models](#bundled-models)" if store["bundled"] else ""]).strip(" ·"),
+        "Models: " + " · ".join(toc + ["[Bundled models](#bundled-models)" if store["bundled"] else ""]
+                                + ["[Softmax and layernorm bandwidth](#softmax-and-layernorm-bandwidth)"
+                                   if store.get("rowwise") else ""]).strip(" ·"),
         "",
     ]
     for m in models:
@@ -641,6 +686,8 @@ def render(store):
                 out += part + [""]
     if store["bundled"]:
         out += render_bundled(store) + [""]
+    if store.get("rowwise"):
+        out += render_rowwise(store) + [""]
     out += ["## Runs", "", "The runs the figures above come from (and the latest run of each script), newest first.", ""]
     out += table(["run", "GPU", "commit", "command", "result"],
                  [[run_link(store, r["id"]), cell(r["gpu"]), f"`{r['commit']}`", f"`{cell(r['command'])}`",
@@ -661,6 +708,23 @@ def write(path, store):
     os.replace(tmp, path)
 
 
+def restore_rowwise(store, old_text, rid):
+    """Files the bandwidth sweep of run `rid` of an earlier BENCHMARKS.md (from git) in `store`:
+    only its rowwise figures, under its own run (date, GPU, commit, command), as the run's
+    writer would have filed them had the store kept sweeps then. Returns the store."""
+    m = re.search(rf"^<!-- run {re.escape(rid)} -->\n(.*?)^<!-- /run {re.escape(rid)} -->", old_text, re.M | re.S)
+    if not m:
+        raise SystemExit(f"run {rid} has no section in that file")
+    section = demote(re.sub(r"^<a id=\"[^\"]*\"></a>\n\n?", "", m.group(1)), -1)
+    run = parse_section(section)
+    if not run["rowwise"]:
+        raise SystemExit(f"run {rid} has no softmax / layernorm sweep")
+    run = dict(run, latency=[], builds=[], validation=[], bundled=[])
+    if rid in store["runs"]:  # the run is still listed: file the sweep under it, not as a new run
+        run["details"] = store["runs"][rid]["details"]
+    return apply(store, run)
+
+
 def record_run(previous, out, section):
     """What a writer does with a new run's section: load the store of `previous` (a BENCHMARKS.md;
     migrated when of the older format), apply the section's figures, render `out`."""
@@ -668,3 +732,18 @@ def record_run(previous, out, section):
     apply(store, parse_section(section))
     write(out, store)
     return store
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="Maintenance of the store of BENCHMARKS.md (the writers record runs).")
+    ap.add_argument("--restore-rowwise", nargs=2, metavar=("OLD_BENCHMARKS_MD", "RUN_ID"),
+                    help="file the softmax / layernorm sweep of a run of an earlier BENCHMARKS.md (git show REV:BENCHMARKS.md)")
+    ap.add_argument("--previous", required=True, help="the BENCHMARKS.md to update")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    st = load(a.previous)
+    if a.restore_rowwise:
+        with open(a.restore_rowwise[0]) as f:
+            restore_rowwise(st, f.read(), a.restore_rowwise[1])
+    write(a.out, st)

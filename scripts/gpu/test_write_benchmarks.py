@@ -86,13 +86,18 @@ class Writers(unittest.TestCase):
                         "--out", self.md] + prev, check=True, capture_output=True)
         return bench_store.load(self.md)
 
-    def write_transformers(self, recs, commit, when, gpu="NVIDIA H200, 580"):
+    def write_transformers(self, recs, commit, when, gpu="NVIDIA H200, 580", rowwise=None):
         path = os.path.join(self.tmp.name, "results.jsonl")
         with open(path, "w") as f:
             f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+        extra = []
+        if rowwise is not None:
+            extra = ["--rowwise", os.path.join(self.tmp.name, "rowwise.txt")]
+            with open(extra[1], "w") as f:
+                f.write(rowwise)
         subprocess.run([sys.executable, os.path.join(HERE, "write_transformer_benchmarks.py"), path,
                         "--previous", self.md, "--out", self.md, "--commit", commit, "--when", when,
-                        "--gpu", gpu, "--command", "scripts/gpu-transformers.sh"],
+                        "--gpu", gpu, "--command", "scripts/gpu-transformers.sh"] + extra,
                        check=True, capture_output=True)
         return bench_store.load(self.md)
 
@@ -232,6 +237,38 @@ class Writers(unittest.TestCase):
         self.assertNotIn("×", line())
         # The fixed-length build of the first run keeps its own row.
         self.assertEqual(self.row(store, "bert", 1, "torchscript export, heuristic kernels")["onnx2ait"]["ms"], 1.0)
+
+    @staticmethod
+    def sweep(tbs):
+        """bench_rowwise.py's table with onnx2ait at `tbs` TB/s for both ops at K = 128 and 1024."""
+        lines = ["op              K     rows  onnx2ait TB/s  torch TB/s  copy TB/s  kernel"]
+        for op in ("softmax", "layernorm"):
+            for k in (128, 1024):
+                lines.append(f"{op:<9} {k:>7} {2**26 // k:>8} {tbs:>14.2f} {1.5:>11.2f} {3.8:>10.2f}  k000_{op}")
+        return "\n".join(lines) + "\n"
+
+    def test_rowwise_sweeps_are_kept_per_gpu(self):
+        self.write_transformers(transformer_records(0.5), "a" * 40, "2026-12-05 03:37 UTC", rowwise=self.sweep(3.7))
+        first = read(self.md)
+        self.write_transformers(transformer_records(0.5), "b" * 40, "2026-12-05 14:44 UTC",
+                                gpu="NVIDIA H100 80GB HBM3, 580", rowwise=self.sweep(2.7))
+        # A later run without a sweep replaces the latencies and keeps both GPUs' sweeps.
+        store = self.write_transformers(transformer_records(0.4), "c" * 40, "2026-12-06 10:00 UTC")
+        by_gpu = {(r["gpu"], r["op"], r["k"]): r for r in store["rowwise"]}
+        self.assertEqual(len(by_gpu), 8)
+        self.assertEqual(by_gpu[("NVIDIA H200", "softmax", 1024)]["onnx2ait_tbs"], 3.7)
+        self.assertEqual(by_gpu[("NVIDIA H100 80GB HBM3", "layernorm", 128)]["onnx2ait_tbs"], 2.7)
+        self.assertEqual(by_gpu[("NVIDIA H200", "softmax", 1024)]["run"], "2026-12-05T0337Z-aaaaaaaaaaaa")
+        text = read(self.md)
+        self.assertIn("## Softmax and layernorm bandwidth", text)
+        self.assertIn("| NVIDIA H200 | softmax | 1024 | 65536 | 3.70 | 1.50 | 3.80 | 97% |", text)
+        self.assertEqual(bench_store.render(bench_store.load_text(text)), text)
+        # A sweep from a file the store did not keep it in comes back under its own run.
+        fresh = bench_store.empty()
+        bench_store.restore_rowwise(fresh, first, "2026-12-05T0337Z-aaaaaaaaaaaa")
+        self.assertEqual(len(fresh["rowwise"]), 4)
+        self.assertEqual(fresh["latency"], [])
+        self.assertEqual(list(fresh["runs"]), ["2026-12-05T0337Z-aaaaaaaaaaaa"])
 
     def test_render_load_round_trip(self):
         self.write_cnn(bench_run("2026-12-01 10:00 UTC", "a" * 40))

@@ -5,8 +5,9 @@
         --commit SHA --command TEXT
 
 RESULTS.jsonl holds one JSON record per line (kind: export, build, validate, outside_range, bench, torch). The
-run's section is rendered from the records; its figures (builds, validation, latency) replace
-those of the same benchmarks in the store of --previous, every other benchmark keeps its latest
+run's section is rendered from the records; its figures (builds, validation, latency, and the
+softmax / layernorm sweep of --rowwise, kept per GPU) replace those of the same benchmarks in the
+store of --previous, every other benchmark keeps its latest
 figure, and --out is rendered from the store (scripts/gpu/bench_store.py). The section itself is
 kept whole as the latest transformer run's report. Every figure comes from the records; a step
 that did not run or failed says so.
