@@ -184,8 +184,9 @@ pub fn depthwise_instance(p: &ConvProblem) -> Instance {
 pub fn is_direct(template: &str) -> bool {
     template == DIRECT_TEMPLATE || template == DEPTHWISE_TEMPLATE
 }
-/// A target's own tensor-core kernel for thin stems (templates/<target>/kernels/conv2d_stem.cu.hbs),
-/// with the direct kernel's fields and the weights as the im2col product's `[K, Kp]`.
+/// A target's own tensor-core kernel for thin stems
+/// (`templates/<target>/kernels/conv2d_stem.cu.hbs`), with the direct kernel's fields and the
+/// weights as the im2col product's `[K, Kp]`.
 pub const STEM_TEMPLATE: &str = "conv2d_stem";
 /// Input channels of a thin stem at most (RGB, RGBA, grayscale).
 pub const STEM_MAX_CHANNELS: i64 = 4;
@@ -222,9 +223,9 @@ impl StemTile {
 /// The stem kernel's tile for `p`, or None where it does not apply: one group, 1 to
 /// [`STEM_MAX_CHANNELS`] input channels, a filter wider than 1x1 (a 1x1 thin convolution is a
 /// product of rank ≤ 4, no stem), K a multiple of 8 (the epilogue's aligned stores), and a
-/// tile that fits [`STEM_SMEM_BYTES`]. The tile is 8 rows x 16 columns of output pixels (a map
-/// narrower than 16 columns takes 8 or 4 columns and more rows, so fewer pixels fall outside
-/// it), up to 64 output channels per block.
+/// tile that fits the static 48 KB of shared memory. The tile is 8 rows x 16 columns of output
+/// pixels (a map narrower than 16 columns takes 8 or 4 columns and more rows, so fewer pixels
+/// fall outside it), up to 64 output channels per block.
 pub fn stem_tile(p: &ConvProblem) -> Option<StemTile> {
     if p.group != 1 || !(1..=STEM_MAX_CHANNELS).contains(&p.c) || p.r * p.s <= 1 || p.k < 8 || p.k % 8 != 0 {
         return None;
