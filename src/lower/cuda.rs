@@ -325,19 +325,20 @@ pub const SM90_CONV_TILES: [Sm90Tile; 5] = [
     Sm90Tile::new(64, 128, 1, false),
 ];
 
-/// sm90 GEMM tiles: the data-parallel ones the heuristic walks, largest first; then tiles only
-/// the profiler tries; then the stream-K ones.
+/// sm90 GEMM tiles: the data-parallel ones, which the heuristic chooses from by modelled time
+/// (`pick_sm90_gemm_tile`; the 2x1 cluster is left to the profiler, and the cooperative 128x128
+/// loses to the ping-pong one of the same size), then the stream-K ones, which only the
+/// profiler tries.
 pub const SM90_GEMM_TILES: [Sm90Tile; 10] = [
     Sm90Tile::new(128, 256, 1, false),
     Sm90Tile::new(128, 128, 2, false),
     Sm90Tile::new(128, 128, 1, false),
     Sm90Tile::new(64, 128, 1, true),
     Sm90Tile::new(64, 64, 1, true),
-    // Profiler candidates (the heuristic reaches them only when no tile above fills the GPU,
-    // and then neither do they). On an H100, BERT-base's products at batch 32 ran at 300–460
-    // TFLOP/s on the tiles above (profile of 2026-12-05 18:54); with these three the
-    // feed-forward output product went from 0.042 to 0.033 ms and QKV from 0.036 to 0.030 ms
-    // (19:20). 128x192: a transformer's N = 768 makes 4 column tiles, so M = 4096 is 128 CTAs,
+    // Added as profiler candidates, now in the heuristic's model too. On an H100, BERT-base's
+    // products at batch 32 ran at 300–460 TFLOP/s on the tiles above (profile of 2026-12-05
+    // 18:54); with these three the feed-forward output product went from 0.042 to 0.033 ms and
+    // QKV from 0.036 to 0.030 ms (19:20). 128x192: a transformer's N = 768 makes 4 column tiles, so M = 4096 is 128 CTAs,
     // one wave of 132 SMs where 128x128 makes 1.45. Ping-pong 128x128: one warp group's
     // epilogue under the other's mainloop, for short reductions (K = 768). 256x128: the
     // 128x256 tile turned, for wide N.
