@@ -46,19 +46,20 @@ struct RowPlan {
     items: i64,
 }
 
-/// Vectors each thread of a block-per-row plan holds: loads in flight per thread. On the H200 a
-/// warp per row holding 4 vectors (K = 1024) moved 3.84 TB/s, while the block plans that spread
-/// long rows one vector per thread over up to 1024 threads reached 2.9–3.3 TB/s at K =
-/// 2048..8192 (BENCHMARKS.md, rowwise sweep of 2026-12-05 03:37).
-const BLOCK_ROW_ITEMS: i64 = 4;
+/// Vectors each thread holds: loads in flight per thread. On the H200 a warp per row holding 4
+/// vectors (K = 1024) moved 3.84 TB/s, while the block plans that spread long rows one vector per
+/// thread over up to 1024 threads reached 2.9–3.3 TB/s at K = 2048..8192 (BENCHMARKS.md, rowwise
+/// sweep of 2026-12-05 03:37); on the H100 short rows with one vector per lane (16 lanes per
+/// 128-element row) stayed at 81–86% of the copy rate (sweep of 2026-12-05 14:44).
+const ROW_ITEMS: i64 = 4;
 
 impl RowPlan {
     /// The plan for rows of `cols` elements of `dt` on a target with `warp`-thread warps:
-    /// accesses of up to 16 bytes (8 halfs, 4 floats); a row of at most 1024 elements gets the
-    /// fewest lanes (a power of two, at most a warp) that cover it in one access each, so a
-    /// 128-element fp16 row takes 16 lanes and a warp computes two rows, where a lane per vector
-    /// of a whole warp left half of it idle; longer rows a block of threads holding
-    /// [`BLOCK_ROW_ITEMS`] vectors each.
+    /// accesses of up to 16 bytes (8 halfs, 4 floats), each thread holding [`ROW_ITEMS`] of them
+    /// where the row allows. A row of at most 1024 elements gets the fewest lanes (a power of
+    /// two, at most a warp, at least two so that each access covers a 32-byte sector) that hold
+    /// it that way, so a 128-element fp16 row takes 4 lanes and a warp computes eight rows;
+    /// longer rows a block of such threads.
     fn for_cols(cols: &Dim, dt: DType, warp: i64) -> RowPlan {
         let Some(k) = cols.as_known().filter(|&k| k > 0) else {
             return RowPlan { threads: 1024, vec: 1, items: 0 };
@@ -68,10 +69,11 @@ impl RowPlan {
         let vectors = k / vec;
         let div_ceil = |a: i64, b: i64| (a + b - 1) / b;
         if k <= 1024 {
-            let threads = if vectors >= warp { warp } else { (vectors as u64).next_power_of_two() as i64 };
+            let fewest = (div_ceil(vectors, ROW_ITEMS) as u64).next_power_of_two() as i64;
+            let threads = fewest.max(vectors.min(2)).min(warp);
             return RowPlan { threads, vec, items: div_ceil(vectors, threads) };
         }
-        let threads = (div_ceil(div_ceil(vectors, BLOCK_ROW_ITEMS), warp) * warp).clamp(2 * warp, 1024);
+        let threads = (div_ceil(div_ceil(vectors, ROW_ITEMS), warp) * warp).clamp(2 * warp, 1024);
         let items = div_ceil(vectors, threads);
         if items <= 8 {
             RowPlan { threads, vec, items }
@@ -246,10 +248,12 @@ mod tests {
     fn row_plans() {
         assert_eq!(RowPlan::for_cols(&Dim::known(768), DType::F16, 32), RowPlan { threads: 32, vec: 8, items: 3 });
         assert_eq!(RowPlan::for_cols(&Dim::known(1000), DType::F16, 32), RowPlan { threads: 32, vec: 8, items: 4 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(7), DType::F16, 32), RowPlan { threads: 8, vec: 1, items: 1 });
-        // Short rows: the fewest lanes that cover the row, several rows to a warp.
-        assert_eq!(RowPlan::for_cols(&Dim::known(128), DType::F16, 32), RowPlan { threads: 16, vec: 8, items: 1 });
-        assert_eq!(RowPlan::for_cols(&Dim::known(32), DType::F16, 32), RowPlan { threads: 4, vec: 8, items: 1 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(7), DType::F16, 32), RowPlan { threads: 2, vec: 1, items: 4 });
+        // Short rows: the fewest lanes holding 4 vectors each (at least two), several rows to a warp.
+        assert_eq!(RowPlan::for_cols(&Dim::known(128), DType::F16, 32), RowPlan { threads: 4, vec: 8, items: 4 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(256), DType::F16, 32), RowPlan { threads: 8, vec: 8, items: 4 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(32), DType::F16, 32), RowPlan { threads: 2, vec: 8, items: 2 });
+        assert_eq!(RowPlan::for_cols(&Dim::known(8), DType::F16, 32), RowPlan { threads: 1, vec: 8, items: 1 });
         // Long rows: a block whose threads hold 4 vectors each.
         assert_eq!(RowPlan::for_cols(&Dim::known(2048), DType::F16, 32), RowPlan { threads: 64, vec: 8, items: 4 });
         assert_eq!(RowPlan::for_cols(&Dim::known(16384), DType::F16, 32), RowPlan { threads: 512, vec: 8, items: 4 });
