@@ -2,15 +2,15 @@
 # shellcheck disable=SC2317 # the step functions are called indirectly, through run_step
 # The benchmark of issue 6, in one command on the GPU machine (from the repository root): the
 # torchvision models (default ResNet-50 and MobileNetV2; random weights of torch.manual_seed(0),
-# dynamic batch, opset 17, fp32 ONNX) through onnx2ait (profile, compile, validate at batch 1,
-# bench) against PyTorch eager, PyTorch + CUDA graph and torch.compile(mode="max-autotune") on the
+# dynamic batch, opset 17, fp32 ONNX) through onnx2ait (profile, compile, validate at batch 1
+# and 8, bench) against PyTorch eager, PyTorch + CUDA graph and torch.compile(mode="max-autotune") on the
 # same weights, all in the same run on the same GPU; then BENCHMARKS.md with every figure and the
 # ratio peer ms / onnx2ait ms (above 1: onnx2ait is faster).
 #
 #   scripts/gpu-bench.sh [--budget S] [--models M,M] [--batches B,B] [--compile-batches B,B]
 #                        [--no-torch-compile] [--tc-parallel N] [--tc-threads N] [--no-profile]
 #                        [--profile-cache FILE] [--arch ARCH] [--max-batch N] [--iters N]
-#                        [--warmup N] [--seeds N]
+#                        [--warmup N] [--seeds N] [--validate-batches B,B]
 #
 #   --budget S            wall-clock budget of the whole run (default 560; the device tool stops a
 #                         command at 600 s). No step starts that its estimate says cannot finish;
@@ -29,10 +29,12 @@
 #   --arch ARCH           onnx2ait compile --arch (default sm_90a)
 #   --max-batch N         onnx2ait compile / profile --max-batch (default 256)
 #   --iters N, --warmup N timed and untimed runs per figure, for every engine (default 50, 10)
-#   --seeds N             validation seeds at batch 1 (default 2). The bound on the error against
+#   --seeds N             validation seeds at each validated batch (default 2). The bound on the error against
 #                         ONNX Runtime is 1e-2, or 1.5x the network's own fp16 error where that is
 #                         larger (scripts/gpu/fp16_error.py --weights auto, PyTorch fp16 vs fp32 on
 #                         the export's weights, measured just before; BENCHMARKS.md states which)
+#   --validate-batches B,B  batches validated against ONNX Runtime (default 1,8; the first is also
+#                         the batch of the fp16 sensitivity measurement's bound)
 #
 # Schedule (the point: the 4-minute torch.compile autotuning of each shape must not serialise
 # with everything else, and no timing may overlap anything):
@@ -49,7 +51,7 @@
 #   5. From here one thing at a time on the GPU, nothing else running: each torch.compile job is
 #      told to time (go file) and exits; `onnx2ait profile` of each model times its candidates
 #      (the GPU is free of autotuning now); then per model: a rebuild if the profile cache changed
-#      since its build, validate at batch 1, onnx2ait bench (with --kernels when this onnx2ait
+#      since its build, validate at batch 1 and 8, onnx2ait bench (with --kernels when this onnx2ait
 #      has it: the per-kernel times of BENCHMARKS.md's "Where the time goes"), PyTorch eager +
 #      CUDA graph.
 #   6. results.json, BENCHMARKS.md (the schedule is in it, with what overlapped what).
@@ -84,7 +86,7 @@ ROOT=$PWD
 CMDLINE="scripts/gpu-bench.sh${*:+ $*}"
 
 BUDGET=560 MODELS=resnet50,mobilenet_v2 BATCHES=1,8,64,256 TC_BATCHES=1,256 TC=1 TC_PARALLEL=0 TC_THREADS=""
-PROFILE=1 PDL_OFF_TOO=0 PROFILE_SEED="" ARCH=sm_90a MAX_BATCH=256 ITERS=50 WARMUP=10 SEEDS=2
+PROFILE=1 PDL_OFF_TOO=0 PROFILE_SEED="" ARCH=sm_90a MAX_BATCH=256 ITERS=50 WARMUP=10 SEEDS=2 VALIDATE_BATCHES=1,8
 TC_MODE=max-autotune
 die() { echo "gpu-bench.sh: error: $*" >&2; exit 2; }
 while (($#)); do
@@ -104,6 +106,7 @@ while (($#)); do
     --iters) ITERS=${2:?--iters needs a count}; shift ;;
     --warmup) WARMUP=${2:?--warmup needs a count}; shift ;;
     --seeds) SEEDS=${2:?--seeds needs a count}; shift ;;
+    --validate-batches) VALIDATE_BATCHES=${2:?--validate-batches needs a list}; shift ;;
     -h | --help) sed -n '3,/^set -euo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -116,12 +119,13 @@ done
 [[ $TC_PARALLEL =~ ^[0-9]+$ ]] || die "--tc-parallel '$TC_PARALLEL' is not a count"
 [[ -z $TC_THREADS || $TC_THREADS =~ ^[1-9][0-9]*$ ]] || die "--tc-threads '$TC_THREADS' is not a count"
 [[ $MODELS =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] || die "--models '$MODELS': names separated by commas"
-for list in "$BATCHES" "$TC_BATCHES"; do
+for list in "$BATCHES" "$TC_BATCHES" "$VALIDATE_BATCHES"; do
   [[ $list =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "'$list' is not a list of batch sizes such as 1,8,64"
   for b in ${list//,/ }; do ((b <= MAX_BATCH)) || die "batch $b is above --max-batch $MAX_BATCH"; done
 done
 IFS=, read -r -a MODEL_LIST <<<"$MODELS"
 IFS=, read -r -a TC_BATCH_LIST <<<"$TC_BATCHES"
+IFS=, read -r -a VALIDATE_BATCH_LIST <<<"$VALIDATE_BATCHES"
 ((SEEDS <= 8)) || die "--seeds: at most 8 (a quick gate; scripts/gpu-check.sh does the thorough validation)"
 
 START=$(date +%s)
@@ -173,14 +177,14 @@ gpu_toolchain_env "$PY" "$ROOT" "$WORK"
 EST_TC_COLD=${GPU_BENCH_TC_ESTIMATE:-330} # torch.compile max-autotune of one shape, cold inductor cache, 4 at once
 EST_TC_WARM=${GPU_BENCH_TC_ESTIMATE:-120} # the same with this machine's inductor cache from an earlier call
 EST_TC_TIME=8      # timing one torch.compile process once it is ready
-EST_VALIDATE=10    # onnx2ait validate at batch 1, per model
+EST_VALIDATE=10    # onnx2ait validate at one batch, per model
 EST_SENSITIVITY=45 # fp16_error.py on one model (PyTorch fp16 vs fp32, the validation bound)
 EST_BENCH=10       # onnx2ait bench (--kernels: --iters more plain runs per batch), per model
 EST_TORCH=20       # PyTorch eager + CUDA graph, per model
 EST_COMPILE=45     # rebuild after profiling (the instances come from the object cache)
 EST_PROFILE_MIN=30 # the least time worth giving `onnx2ait profile`
 REPORT_RESERVE=15  # results.json, BENCHMARKS.md, archives
-VBT=$((EST_VALIDATE + EST_BENCH + EST_TORCH))
+VBT=$((EST_VALIDATE * ${#VALIDATE_BATCH_LIST[@]} + EST_BENCH + EST_TORCH))
 NMODELS=${#MODEL_LIST[@]}
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -696,7 +700,7 @@ step_time_tc() {
 }
 
 step_validate() {
-  local m=$1 build
+  local m=$1 build b part rc=0
   build=$(final_dir "$m")
   [[ -n $build ]] || { missing "onnx2ait $m validation" "no build"; skip "no build"; }
   (($(spare "$REPORT_RESERVE") >= EST_VALIDATE)) || { missing "onnx2ait $m validation" "time budget"; skip "time budget"; }
@@ -712,10 +716,20 @@ step_validate() {
   else
     say "validate $m: no fp16 sensitivity measurement (see logs/fp16_error_$m.log); bound 1e-2"
   fi
-  noted "$PARTS/validate_$m.json" \
-    "$PY" scripts/gpu/checks.py validate --bin "$BIN" --model "$(model_path "$m")" --build "$build" --batch 1 \
-    --seeds "0-$((SEEDS - 1))" --jobs "$SEEDS" --timeout 120 --deadline "$((DEADLINE - REPORT_RESERVE))" \
-    --max-err 1e-2 "${sens_args[@]}" --min-top1 1.0 --json "$PARTS/validate_$m.json"
+  # One record per batch: validate_<model> for the first batch, validate_<model>_b<B> for the others.
+  for b in "${VALIDATE_BATCH_LIST[@]}"; do
+    part=$PARTS/validate_$m.json
+    [[ $b == "${VALIDATE_BATCH_LIST[0]}" ]] || part=$PARTS/validate_${m}_b$b.json
+    if (($(spare "$REPORT_RESERVE") < EST_VALIDATE)); then
+      missing "onnx2ait $m validation at batch $b" "time budget"
+      continue
+    fi
+    noted "$part" \
+      "$PY" scripts/gpu/checks.py validate --bin "$BIN" --model "$(model_path "$m")" --build "$build" --batch "$b" \
+      --seeds "0-$((SEEDS - 1))" --jobs "$SEEDS" --timeout 120 --deadline "$((DEADLINE - REPORT_RESERVE))" \
+      --max-err 1e-2 "${sens_args[@]}" --min-top1 1.0 --json "$part" || rc=1
+  done
+  return "$rc"
 }
 
 step_bench_onnx2ait() {

@@ -130,6 +130,20 @@ class Writers(unittest.TestCase):
         # Both runs are named: batch 8 still comes from the first.
         self.assertEqual(len(store["runs"]), 2)
 
+    def test_bench_validations_at_each_batch_are_kept(self):
+        res = bench_run("2026-12-01 10:00 UTC", "a" * 40)
+        engines = {"gpu": {"worst_err": 6e-4, "top1_agree": 2, "top1_rows": 2}}
+        res["validate_resnet50"] = {"batch": 1, "seeds": [0, 1], "passed": True, "max_err": 0.01, "engines": engines}
+        res["validate_resnet50_b8"] = {"batch": 8, "seeds": [0, 1], "passed": False, "max_err": 0.01,
+                                       "engines": {"gpu": {"worst_err": 3e-2, "top1_agree": 16, "top1_rows": 16}}}
+        store = self.write_cnn(res)
+        rows = sorted((v["batch"], v["rel_err"], v["top1"]) for v in store["validation"] if v["model"] == "resnet50")
+        self.assertEqual(rows, [(1, "6.00e-04", "2/2"), (8, "3.00e-02", "16/16")])
+        text = read(self.md)
+        self.assertIn("validation at batch 1 against ONNX Runtime (2 seeds): rel err 6.00e-04", text)
+        self.assertIn("validation at batch 8 against ONNX Runtime (2 seeds): rel err 3.00e-02, top-1 16/16", text)
+        self.assertIn("FAILED: out of the error bound", text)
+
     def test_run_without_a_figure_left_is_dropped(self):
         self.write_cnn(check_run("2026-12-01 10:00 UTC", "a" * 40, [1], {1: 0.40}))
         store = self.write_cnn(check_run("2026-12-02 10:00 UTC", "b" * 40, [1], {1: 0.35}))

@@ -502,8 +502,8 @@ def bench_model_section(res, model):
     kind = final.get("kind")
     if kind and kind != "none":
         facts.append(f"onnx2ait build benchmarked: {kind}")
-    v = res.get(f"validate_{model}")
-    if v:
+    validations = model_validations(res, model)
+    for v in validations:
         dev = device_engine(v.get("engines"))
         d = (v.get("engines") or {}).get(dev) or {}
         top1 = f"{d['top1_agree']:g}/{d['top1_rows']:g}" if d.get("top1_rows") else DASH
@@ -515,12 +515,12 @@ def bench_model_section(res, model):
                    "**FAILED: out of the error bound** (top-1 identical; check the model's own fp16 sensitivity "
                    "with scripts/gpu/fp16_error.py)" if top1_all else
                    "**FAILED: the outputs disagree with ONNX Runtime: the figures above are of a wrong build**")
-        facts.append(f"validation at batch 1 against ONNX Runtime ({len(v.get('seeds') or [])} seeds): rel err "
-                     f"{sci(d.get('worst_err'))}, top-1 {top1}, bound {sci(v.get('max_err'))}{bound_note(v)}: "
-                     f"{verdict}")
+        facts.append(f"validation at batch {v.get('batch') or 1} against ONNX Runtime ({len(v.get('seeds') or [])} "
+                     f"seeds): rel err {sci(d.get('worst_err'))}, top-1 {top1}, bound {sci(v.get('max_err'))}"
+                     f"{bound_note(v)}: {verdict}")
         for prob in (v.get("problems") or [])[:3]:
             facts.append(f"validation problem: {cell(prob, 200)}")
-    else:
+    if not validations:
         facts.append(f"validation: not run ({why_missing(res, f'validate {model}')})")
     for b in tc_batches:
         rec, t = tc_record(res, model, b), tc_row(res, model, b)
@@ -1008,6 +1008,14 @@ def bench_missing(res):
     return ["### Not measured", ""] + [f"- {cell(i.get('what'), 120)}: {cell(i.get('why'), 240)}" for i in items]
 
 
+def model_validations(res, model):
+    """gpu-bench's validations of `model`, by batch: `validate_<model>` (the first batch, 1 unless
+    --validate-batches says otherwise) and `validate_<model>_b<B>` for the others."""
+    found = [res[k] for k in res if isinstance(res.get(k), dict) and
+             (k == f"validate_{model}" or re.fullmatch(rf"validate_{re.escape(model)}_b\d+", k))]
+    return sorted(found, key=lambda v: v.get("batch") or 1)
+
+
 def bench_commands(res):
     plan = res.get("plan") or {}
     lines = []
@@ -1020,14 +1028,15 @@ def bench_commands(res):
         for key in (f"compile_pre_{m}", f"profile_build_{m}", f"profile_{m}", f"compile_{m}", f"bench_onnx2ait_{m}"):
             if (res.get(key) or {}).get("command"):
                 lines.append(shell_join(res[key]["command"]))
-        runs = (res.get(f"validate_{m}") or {}).get("runs") or []
-        if runs and runs[0].get("command"):
-            c = list(runs[0]["command"])
-            if "--seed" in c:
-                i = c.index("--seed")
-                c = c[:i] + ["--seed", "$S"] + c[i + 2:]
-            lines.append(" ".join(shell_join([x]) if x != "$S" else x for x in c)
-                         + f"   # S = 0..{len(res[f'validate_{m}'].get('seeds') or [1]) - 1}")
+        for v in model_validations(res, m):
+            runs = v.get("runs") or []
+            if runs and runs[0].get("command"):
+                c = list(runs[0]["command"])
+                if "--seed" in c:
+                    i = c.index("--seed")
+                    c = c[:i] + ["--seed", "$S"] + c[i + 2:]
+                lines.append(" ".join(shell_join([x]) if x != "$S" else x for x in c)
+                             + f"   # S = 0..{len(v.get('seeds') or [1]) - 1}")
         if (res.get(f"bench_torch_{m}") or {}).get("command"):
             lines.append("python3 scripts/gpu/" + shell_join(res[f"bench_torch_{m}"]["command"]))
         for b in plan.get("compile_batches") or []:
