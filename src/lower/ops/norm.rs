@@ -3,7 +3,8 @@
 //! input coerced to a matrix at `axis`; 13+: the single `axis`).
 //!
 //! Both templates (`layernorm.cu.hbs`, `softmax.cu.hbs`) reduce rows in fp32 with warp shuffles:
-//! - rows of at most 1024 known elements: one warp per row, the row held in registers;
+//! - rows of at most 1024 known elements: the fewest lanes of a warp (several rows to a warp),
+//!   each holding 4 vectors of the row in registers;
 //! - longer rows up to 64K elements: one block per row (up to 1024 threads), held in registers;
 //! - anything else (unknown or huge rows, misaligned buffers): one block per row reading the row
 //!   from memory on every pass;
@@ -49,8 +50,9 @@ struct RowPlan {
 /// Vectors each thread holds: loads in flight per thread. On the H200 a warp per row holding 4
 /// vectors (K = 1024) moved 3.84 TB/s, while the block plans that spread long rows one vector per
 /// thread over up to 1024 threads reached 2.9–3.3 TB/s at K = 2048..8192 (BENCHMARKS.md, rowwise
-/// sweep of 2026-12-05 03:37); on the H100 short rows with one vector per lane (16 lanes per
-/// 128-element row) stayed at 81–86% of the copy rate (sweep of 2026-12-05 14:44).
+/// sweep of 2026-12-05 03:37). With 4 vectors a thread for every row length, both ops moved
+/// 94–105% of the copy rate at every K from 32 to 16384 on an H100 (sweep of 2026-12-06 08:21);
+/// 8 vectors a thread for K = 8192 and 16384 measured the same within 3% in that run.
 const ROW_ITEMS: i64 = 4;
 
 impl RowPlan {
