@@ -1,7 +1,8 @@
 //! The ROCm target without an AMD GPU: snapshots of the generated tree of every bundled model
-//! (`snapshots/rocm__*.snap`), and the compile-only build of a whole ResNet-50 for gfx942 with
+//! (`snapshots/rocm__*.snap`), and compile-only builds of whole networks for gfx942 with
 //! clang-19 + HIP 5.2 + Composable Kernel (`scripts/setup-rocm.sh`), every object's device code
-//! inspected.
+//! inspected: ResNet-50, MobileNetV2 (depthwise convolutions), the 12-layer BERT encoder and the
+//! tiny ViT and BERT exports.
 
 mod common;
 use common::{bundled_models, tree_text};
@@ -80,21 +81,33 @@ fn rocm_generation_is_deterministic() {
 /// launchers (host code calling instances) hold none. Skipped with a printed reason when the
 /// toolchain is missing (scripts/setup-rocm.sh installs it; scripts/test.sh runs it), except in
 /// CI or with ONNX2AIT_REQUIRE_ROCM, where that fails.
-#[test]
-fn resnet50_builds_for_gfx942_with_mfma() {
-    let model = Path::new("onnx_models/generated/resnet50.onnx");
-    let Some(clang) = HipClang::discover_for_test(RocmArch::Gfx942, "rocm::resnet50_builds_for_gfx942_with_mfma")
-    else {
-        return;
-    };
-    assert!(model.exists(), "{} is missing: run scripts/gen-models.sh", model.display());
-    let out = fresh_dir("resnet50");
-    let g = onnx2ait::onnx::load_model(model).expect("resnet50 loads");
+/// What a whole-model gfx942 build held: objects with gfx942 kernels, host-only node launchers,
+/// CK instances and their MFMA instructions.
+struct Gfx942Build {
+    with_kernels: usize,
+    launchers: usize,
+    instances: usize,
+    mfma: usize,
+}
+
+/// Builds the generated ROCm tree of `model` for gfx942 into `libmodel.so` and checks every
+/// object's device code: a gfx942 code object with kernels in every object that defines kernels
+/// (MFMA instructions in every CK instance), none in the node launchers (host code). `check`
+/// sees the lowered program first. `None` when the toolchain is missing (outside CI).
+fn build_for_gfx942(
+    test: &str,
+    model: &Path,
+    lower: &LowerOptions,
+    check: impl FnOnce(&onnx2ait::lower::Program),
+) -> Option<Gfx942Build> {
+    let clang = HipClang::discover_for_test(RocmArch::Gfx942, test)?;
+    let tag = model.file_stem().unwrap().to_string_lossy().to_string();
+    let out = fresh_dir(&tag);
+    let g = onnx2ait::onnx::load_model(model).unwrap_or_else(|e| panic!("{tag}: {e}"));
     let (opt, _) = optimize(&g, &OptimizeOptions::standard().expect("rules load")).expect("optimises");
-    let lower = LowerOptions { max_batch: 64, ..LowerOptions::default() };
-    let gen = generate_rocm(&opt, &lower, RocmArch::Gfx942, &out).expect("resnet50 lowers for ROCm");
-    let convs = gen.program.kernels.iter().filter(|k| k.template == "conv2d_library").count();
-    assert_eq!(convs, 53, "every conv of ResNet-50 is a CK conv");
+    let gen =
+        generate_rocm(&opt, lower, RocmArch::Gfx942, &out).unwrap_or_else(|e| panic!("{tag} lowers for ROCm: {e}"));
+    check(&gen.program);
     let started = std::time::Instant::now();
     let report = onnx2ait::build::build(
         &out,
@@ -104,11 +117,11 @@ fn resnet50_builds_for_gfx942_with_mfma() {
         &BuildOptions { jobs: None, cache_dir: None, progress: true, ..Default::default() },
         "libmodel.so",
     )
-    .unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{} ({:.0} s)", report.summary(), started.elapsed().as_secs_f64());
+    .unwrap_or_else(|e| panic!("{tag}: {e}"));
+    eprintln!("{tag}: {} ({:.0} s)", report.summary(), started.elapsed().as_secs_f64());
     assert_eq!(report.compiled, gen.files.sources.len());
     assert!(out.join("libmodel.so").exists());
-    let (mut mfma_total, mut with_kernels, mut launchers) = (0, 0, 0);
+    let mut b = Gfx942Build { with_kernels: 0, launchers: 0, instances: gen.program.library.len(), mfma: 0 };
     for src in &gen.files.sources {
         let obj = find_object(&out.join("obj"), src);
         let code = device_code(&obj).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
@@ -116,24 +129,95 @@ fn resnet50_builds_for_gfx942_with_mfma() {
         let text = std::fs::read_to_string(out.join(src)).unwrap();
         if !name.starts_with("o2a_") && !text.contains("__global__") {
             // A node launcher: host code calling library instances, no device code.
-            assert!(code.iter().all(|c| c.kernels == 0), "{name}: unexpected kernels {code:?}");
-            launchers += 1;
+            assert!(code.iter().all(|c| c.kernels == 0), "{tag}/{name}: unexpected kernels {code:?}");
+            b.launchers += 1;
             continue;
         }
         let gfx = code.iter().find(|c| c.target.ends_with("gfx942")).unwrap_or_else(|| {
-            panic!("{name}: no gfx942 code object ({:?})", code.iter().map(|c| &c.target).collect::<Vec<_>>())
+            panic!("{tag}/{name}: no gfx942 code object ({:?})", code.iter().map(|c| &c.target).collect::<Vec<_>>())
         });
-        assert!(gfx.kernels > 0, "{name}: its gfx942 code object has no kernels");
+        assert!(gfx.kernels > 0, "{tag}/{name}: its gfx942 code object has no kernels");
         if name.starts_with("o2a_") {
-            assert!(gfx.mfma > 0, "{name}: a CK instance without MFMA instructions");
-            mfma_total += gfx.mfma;
+            assert!(gfx.mfma > 0, "{tag}/{name}: a CK instance without MFMA instructions");
+            b.mfma += gfx.mfma;
         }
-        with_kernels += 1;
+        b.with_kernels += 1;
     }
-    assert!(with_kernels + launchers == gen.files.sources.len());
-    eprintln!("{with_kernels} objects with gfx942 kernels, {launchers} host-only node launchers");
-    eprintln!("{} CK instances, {mfma_total} MFMA instructions in all", gen.program.library.len());
+    assert!(b.with_kernels + b.launchers == gen.files.sources.len());
+    eprintln!("{tag}: {} objects with gfx942 kernels, {} host-only node launchers", b.with_kernels, b.launchers);
+    eprintln!("{tag}: {} CK instances, {} MFMA instructions in all", b.instances, b.mfma);
     let _ = std::fs::remove_dir_all(&out);
+    Some(b)
+}
+
+fn kernels_of(program: &onnx2ait::lower::Program, template: &str) -> usize {
+    program.kernels.iter().filter(|k| k.template == template).count()
+}
+
+#[test]
+fn resnet50_builds_for_gfx942_with_mfma() {
+    let model = Path::new("onnx_models/generated/resnet50.onnx");
+    assert!(model.exists(), "{} is missing: run scripts/gen-models.sh", model.display());
+    let lower = LowerOptions { max_batch: 64, ..LowerOptions::default() };
+    build_for_gfx942("rocm::resnet50_builds_for_gfx942_with_mfma", model, &lower, |p| {
+        assert_eq!(kernels_of(p, "conv2d_library"), 53, "every conv of ResNet-50 is a CK conv");
+    });
+}
+
+/// torchvision's MobileNetV2 in the TorchScript exporter's topology (onnx_models/cnn_families.py,
+/// written into a scratch folder with the project's .venv): its 1x1 convolutions on CK, its 17
+/// depthwise convolutions on our HIP kernel.
+#[test]
+fn mobilenet_v2_builds_for_gfx942_with_mfma() {
+    let python = Path::new(".venv/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/setup-python.sh", python.display());
+    let dir = fresh_dir("cnn_families");
+    let status = std::process::Command::new(python)
+        .args(["onnx_models/cnn_families.py", "--model", "mobilenet_v2", "--out"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("runs onnx_models/cnn_families.py");
+    assert!(status.success(), "onnx_models/cnn_families.py failed");
+    let lower = LowerOptions { max_batch: 8, ..LowerOptions::default() };
+    build_for_gfx942("rocm::mobilenet_v2_builds_for_gfx942_with_mfma", &dir.join("mobilenet_v2.onnx"), &lower, |p| {
+        assert_eq!(kernels_of(p, "conv2d_depthwise"), 17, "every depthwise conv on the HIP kernel");
+        assert_eq!(kernels_of(p, "conv2d_library"), 35, "every other conv a CK conv");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The 12-layer BERT encoder of onnx_models/generated (bert_encoder.py), sequence fixed at 128:
+/// its products on CK GEMMs, softmax and layernorm on our HIP kernels (attention unfused: ROCm
+/// has no fused attention kernel yet).
+#[test]
+fn bert12_builds_for_gfx942_with_mfma() {
+    let model = Path::new("onnx_models/generated/bert12.onnx");
+    assert!(model.exists(), "{} is missing: run scripts/gen-models.sh", model.display());
+    let lower =
+        LowerOptions { max_batch: 8, dims: [("S".to_string(), 128)].into_iter().collect(), ..LowerOptions::default() };
+    build_for_gfx942("rocm::bert12_builds_for_gfx942_with_mfma", model, &lower, |p| {
+        assert!(kernels_of(p, "gemm_library") >= 12 * 4, "every projection a CK GEMM");
+        assert_eq!(kernels_of(p, "softmax"), 12, "one softmax per layer");
+    });
+}
+
+/// The tiny exports of onnx_models/exports (PyTorch's TorchScript-based exporter): ViT (patch
+/// convolution, class token, heads-first attention) and BERT (embeddings, attention mask,
+/// heads-last attention, sequence fixed at 16).
+#[test]
+fn transformer_exports_build_for_gfx942_with_mfma() {
+    for (stem, dims) in [("vit_tiny_torchscript", vec![]), ("bert_tiny_torchscript", vec![("seq".to_string(), 16)])] {
+        let model = Path::new("onnx_models/exports").join(format!("{stem}.onnx"));
+        let lower = LowerOptions { max_batch: 8, dims: dims.into_iter().collect(), ..LowerOptions::default() };
+        let test = format!("rocm::transformer_exports_build_for_gfx942_with_mfma ({stem})");
+        let Some(b) = build_for_gfx942(&test, &model, &lower, |p| {
+            assert!(kernels_of(p, "gemm_library") > 0, "{stem}: its products on CK GEMMs");
+        }) else {
+            return;
+        };
+        assert!(b.instances > 0 && b.mfma > 0, "{stem}: no CK instance with MFMA instructions");
+    }
 }
 
 /// The object the build cached for `src` (`obj/<stem>-<hash>.o`).
