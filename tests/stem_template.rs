@@ -58,7 +58,7 @@ fn context(name: &str, batch: &str, p: &ConvProblem, tile: &StemTile) -> Json {
     assert_eq!(instance.template, "conv2d_stem");
     let mut ctx = json!({
         "name": name, "node": name, "workspace_bytes": 0, "args": [], "n": batch,
-        "w_stride_k": tile.columns, "w_stride_r": p.s * p.c, "w_stride_s": p.c, "w_stride_c": 1,
+        "w_stride_k": tile.columns, "w_stride_r": tile.row_columns, "w_stride_s": p.c, "w_stride_c": 1,
         "x_index": 0, "w_index": 1, "bias_index": 2, "res_index": if p.residual { 3 } else { -1 },
         "out_index": if p.residual { 4 } else { 3 },
         "has_bias": p.bias, "has_residual": p.residual,
@@ -83,6 +83,7 @@ fn cases() -> Vec<Json> {
         problem([33, 45, 1], 96, [5, 3], [2, 0], [1, 2], [2, 1], false),   // gray, dilated, 2 blocks
         problem([12, 9, 4], 8, [3, 3], [1, 1], [1, 1], [1, 1], true),      // RGBA, maps narrower than 16
         problem([7, 6, 2], 24, [2, 2], [0, 0], [1, 1], [1, 1], false),     // 4-column tiles
+        problem([56, 56, 3], 16, [3, 3], [1, 1], [1, 1], [1, 1], false),   // stride 1 over RGB: unpaired
     ];
     shapes
         .iter()
@@ -119,12 +120,19 @@ fn stem_kernels_compile_for_sm80() {
 fn stem_selection_rule() {
     let resnet = problem([224, 224, 3], 64, [7, 7], [3, 3], [2, 2], [1, 1], false);
     let tile = stem_tile(&resnet).expect("ResNet's stem");
-    assert_eq!(tile, StemTile { tile_p: 8, tile_q: 16, block_n: 64, columns: 160 });
+    // Filter rows of 7x3 = 21 columns and one zero column: 7 x 22 = 154 of 160 columns, read in
+    // 4-byte pairs (stride 2: every window starts at an even half).
+    assert_eq!(tile, StemTile { tile_p: 8, tile_q: 16, block_n: 64, columns: 160, row_columns: 22, paired: true });
     assert!(tile.smem_bytes(&resnet) <= 48 * 1024);
     let mobilenet = problem([224, 224, 3], 32, [3, 3], [1, 1], [2, 2], [1, 1], false);
-    assert_eq!(stem_tile(&mobilenet), Some(StemTile { tile_p: 8, tile_q: 16, block_n: 32, columns: 32 }));
+    assert_eq!(
+        stem_tile(&mobilenet),
+        Some(StemTile { tile_p: 8, tile_q: 16, block_n: 32, columns: 32, row_columns: 10, paired: true })
+    );
     let narrow = problem([12, 9, 4], 8, [3, 3], [1, 1], [1, 1], [1, 1], false);
-    assert_eq!(stem_tile(&narrow).map(|t| (t.tile_p, t.tile_q)), Some((16, 8)));
+    assert_eq!(stem_tile(&narrow).map(|t| (t.tile_p, t.tile_q, t.paired)), Some((16, 8, true)));
+    let odd_step = problem([56, 56, 3], 16, [3, 3], [1, 1], [1, 1], [1, 1], false);
+    assert_eq!(stem_tile(&odd_step).map(|t| (t.row_columns, t.paired)), Some((9, false)), "stride 1 over 3 channels");
 
     let mut grouped = resnet.clone();
     grouped.group = 3;

@@ -270,27 +270,41 @@ pub struct Sm90Tile {
     /// GEMM only (cooperative): CUTLASS's stream-K tile scheduler, which spreads the k-loop of a
     /// grid smaller than a wave over every SM, instead of one persistent CTA per output tile.
     pub stream_k: bool,
+    /// Convolution only: CTAs the tile's shared memory is sized for on one SM. The sm90 conv
+    /// kernel is not persistent: with one CTA per SM (pipeline stages filling the SM's shared
+    /// memory) an SM idles through each tile's prologue and epilogue; with two, one CTA's
+    /// epilogue runs under the other's mainloop, at the cost of fewer stages.
+    pub ctas_per_sm: i64,
 }
 
 impl Sm90Tile {
     const fn new(m: i64, n: i64, cluster_m: i64, pingpong: bool) -> Sm90Tile {
-        Sm90Tile { m, n, k: 64, cluster_m, cluster_n: 1, pingpong, stream_k: false }
+        Sm90Tile { m, n, k: 64, cluster_m, cluster_n: 1, pingpong, stream_k: false, ctas_per_sm: 1 }
+    }
+
+    /// A convolution tile whose shared memory leaves room for a second CTA on the SM.
+    const fn two_per_sm(m: i64, n: i64) -> Sm90Tile {
+        Sm90Tile { ctas_per_sm: 2, ..Sm90Tile::new(m, n, 1, false) }
     }
 
     /// A cooperative tile on the stream-K scheduler.
     const fn stream_k(m: i64, n: i64) -> Sm90Tile {
-        Sm90Tile { m, n, k: 64, cluster_m: 1, cluster_n: 1, pingpong: false, stream_k: true }
+        Sm90Tile { m, n, k: 64, cluster_m: 1, cluster_n: 1, pingpong: false, stream_k: true, ctas_per_sm: 1 }
     }
 
     fn config(&self, gemm: bool) -> String {
         let schedule = if !gemm {
-            ""
+            if self.ctas_per_sm > 1 {
+                format!(" {}/sm", self.ctas_per_sm)
+            } else {
+                String::new()
+            }
         } else if self.pingpong {
-            " pingpong"
+            " pingpong".into()
         } else if self.stream_k {
-            " cooperative streamk"
+            " cooperative streamk".into()
         } else {
-            " cooperative"
+            " cooperative".into()
         };
         format!("{}x{}x{} c{}x{}{schedule}", self.m, self.n, self.k, self.cluster_m, self.cluster_n)
     }
@@ -305,6 +319,9 @@ impl Sm90Tile {
             ("cluster_n", self.cluster_n),
         ] {
             c.insert(key.into(), json!(v));
+        }
+        if !gemm {
+            c.insert("ctas_per_sm".into(), json!(self.ctas_per_sm));
         }
         if gemm {
             c.insert("schedule".into(), json!(if self.pingpong { "pingpong" } else { "cooperative" }));
@@ -323,6 +340,19 @@ pub const SM90_CONV_TILES: [Sm90Tile; 5] = [
     Sm90Tile::new(64, 256, 1, false),
     Sm90Tile::new(128, 64, 1, false),
     Sm90Tile::new(64, 128, 1, false),
+];
+
+/// sm90 convolution tiles only the profiler tries: two CTAs per SM (see
+/// [`Sm90Tile::ctas_per_sm`]), and 256x64, which gives a 64-channel convolution's CTA twice the
+/// rows per prologue and epilogue. ResNet-50's 3x3 convs of 64 channels at 56x56 ran at 263
+/// TFLOP/s on the best of the tiles above where its 128- to 512-channel ones reach 500–610
+/// (H200 profile, tests/fixtures/h200_profile_cache.json): a 9-step reduction (C·R·S = 576) is
+/// too short to hide a non-persistent CTA's prologue and epilogue.
+pub const SM90_CONV_PROFILED_TILES: [Sm90Tile; 4] = [
+    Sm90Tile::new(256, 64, 1, false),
+    Sm90Tile::two_per_sm(128, 128),
+    Sm90Tile::two_per_sm(128, 64),
+    Sm90Tile::two_per_sm(64, 128),
 ];
 
 /// sm90 GEMM tiles: the data-parallel ones, which the heuristic chooses from by modelled time
@@ -348,6 +378,14 @@ pub const SM90_GEMM_TILES: [Sm90Tile; 10] = [
     Sm90Tile::stream_k(128, 128),
     SM90_STREAM_K_TILE,
 ];
+
+/// sm90 GEMM tiles only the profiler tries. Ping-pong 64x256: each consumer warp group computes
+/// its own 64x256 tile with the widest wgmma (m64n256k16), and its epilogue runs under the other
+/// group's mainloop. A short reduction with a costly epilogue wants that: BERT-base's
+/// feed-forward input product (4096x3072x768, bias + erf-GELU) ran at 440 TFLOP/s at batch 32
+/// where the output product of the same size (bias + residual) reached 577 (H100, 2026-12-06
+/// 08:30), and no data-parallel tile of [`SM90_GEMM_TILES`] overlaps a 128-row tile's epilogue.
+pub const SM90_GEMM_PROFILED_TILES: [Sm90Tile; 1] = [Sm90Tile::new(64, 256, 1, true)];
 
 /// The narrower stream-K tile (a profiler candidate for GEMMs and 1x1 convolutions).
 pub const SM90_STREAM_K_TILE: Sm90Tile = Sm90Tile::stream_k(128, 64);
@@ -813,7 +851,12 @@ impl CudaTarget {
         // A thin input (the padded stem, C = 8) wastes most of each 64-deep TMA K-step: measured
         // 6–30x slower than the sm80 fixed-channels kernel on ResNet-50's stem.
         if self.hopper() && sm90_ok && p.c >= 32 {
-            out.extend(SM90_CONV_TILES.iter().map(|t| library("conv2d_sm90", t.config(false), t.context(false), epi)));
+            out.extend(
+                SM90_CONV_TILES
+                    .iter()
+                    .chain(SM90_CONV_PROFILED_TILES.iter())
+                    .map(|t| library("conv2d_sm90", t.config(false), t.context(false), epi)),
+            );
         }
         if self.hopper() && Self::is_gemm_conv(p) {
             let narrow = (p.k <= 32).then_some(&SM90_CONV_GEMM_NARROW_TILE);
@@ -1015,7 +1058,12 @@ impl CudaTarget {
             .map(|t| library("gemm_sm80", t.config(), t.context(8), epi))
             .collect();
         if self.hopper() {
-            out.extend(SM90_GEMM_TILES.iter().map(|t| library("gemm_sm90", t.config(true), t.context(true), epi)));
+            out.extend(
+                SM90_GEMM_TILES
+                    .iter()
+                    .chain(SM90_GEMM_PROFILED_TILES.iter())
+                    .map(|t| library("gemm_sm90", t.config(true), t.context(true), epi)),
+            );
         }
         // The skinny kernel reads k-contiguous rows of A and of B (B stored [n, k]).
         if epi.fields["layout_a"] == "RowMajor" && epi.fields["layout_b"] == "ColumnMajor" {
@@ -1390,8 +1438,15 @@ mod tests {
         }
         assert_eq!(GROUP_TILES.iter().filter(|t| t.n == GROUP_TILE_N).count(), 2);
         // Cooperative GEMM needs M >= 128 (two consumer warp groups of 64 rows).
-        for t in SM90_GEMM_TILES {
+        for t in SM90_GEMM_TILES.iter().chain(SM90_GEMM_PROFILED_TILES.iter()) {
             assert!(t.pingpong || t.m >= 128, "{t:?}");
+            assert_eq!(t.ctas_per_sm, 1, "{t:?}: the GEMM is persistent, one CTA per SM");
+        }
+        // Conv tiles: one consumer warp group holds the whole tile (at most 128x128 fp32
+        // accumulators); a tile sized for two CTAs per SM runs without a cluster.
+        for t in SM90_CONV_TILES.iter().chain(SM90_CONV_PROFILED_TILES.iter()) {
+            assert!(t.m * t.n <= 128 * 128 && t.cluster_n == 1 && !t.pingpong && !t.stream_k, "{t:?}");
+            assert!(t.ctas_per_sm == 1 || t.cluster_m == 1, "{t:?}");
         }
     }
 

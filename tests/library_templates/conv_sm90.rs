@@ -2,7 +2,8 @@
 //!
 //! Each variant is one sm_90a compile of a CUTLASS 3.x conv (about a minute), so the set is
 //! small and chosen to cover every branch of the template: bias / residual leaves present or
-//! absent, identity and non-trivial expressions, both tile_m values, both cluster shapes.
+//! absent, identity and non-trivial expressions, each tile_m value, both cluster shapes, one and
+//! two CTAs per SM.
 
 use crate::common;
 use onnx2ait::lower::cuda::Arch;
@@ -17,6 +18,7 @@ struct Variant {
     epilogue: &'static str,
     tile: (u32, u32, u32),
     cluster: (u32, u32),
+    ctas_per_sm: u32,
 }
 
 impl Variant {
@@ -33,6 +35,7 @@ impl Variant {
             "tile_k": self.tile.2,
             "cluster_m": self.cluster.0,
             "cluster_n": self.cluster.1,
+            "ctas_per_sm": self.ctas_per_sm,
         })
     }
 }
@@ -64,6 +67,7 @@ fn conv_sm90_bias_relu_128x128() {
         epilogue: "o2a_relu(v)",
         tile: (128, 128, 64),
         cluster: (1, 1),
+        ctas_per_sm: 1,
     });
 }
 
@@ -80,6 +84,7 @@ fn conv_sm90_bias_residual_relu_128x64_cluster2() {
         epilogue: "o2a_relu(v)",
         tile: (128, 64, 64),
         cluster: (2, 1),
+        ctas_per_sm: 1,
     });
 }
 
@@ -95,5 +100,40 @@ fn conv_sm90_sigmoid_no_bias_64x128() {
         epilogue: "o2a_sigmoid(v)",
         tile: (64, 128, 64),
         cluster: (1, 1),
+        ctas_per_sm: 1,
+    });
+}
+
+/// relu(conv + bias + residual) on a 128x128 tile sized for two CTAs per SM: the largest
+/// pipeline stage and the residual's epilogue buffers, the tightest fit of the two-per-SM
+/// shared-memory budget (the template's static_asserts check it).
+#[test]
+fn conv_sm90_bias_residual_relu_128x128_two_per_sm() {
+    check(Variant {
+        case: "bias_residual_relu_128x128_2sm",
+        has_bias: true,
+        has_residual: true,
+        pre_act: "v",
+        act: "o2a_relu(v)",
+        epilogue: "o2a_relu(v)",
+        tile: (128, 128, 64),
+        cluster: (1, 1),
+        ctas_per_sm: 2,
+    });
+}
+
+/// relu(conv + bias) on the 256x64 tile (four 64-row WGMMA atoms in the one consumer warp group).
+#[test]
+fn conv_sm90_bias_relu_256x64() {
+    check(Variant {
+        case: "bias_relu_256x64",
+        has_bias: true,
+        has_residual: false,
+        pre_act: "v",
+        act: "o2a_relu(v)",
+        epilogue: "o2a_relu(v)",
+        tile: (256, 64, 64),
+        cluster: (1, 1),
+        ctas_per_sm: 1,
     });
 }

@@ -199,24 +199,53 @@ const STEM_TILE_PIXELS: i64 = 128;
 const STEM_MAX_BLOCK_N: i64 = 64;
 
 /// A stem block's shape (see [`STEM_TEMPLATE`]): output tiles of `tile_p` x `tile_q` pixels x
-/// `block_n` channels, reduction over `columns` (Kp) patch columns.
+/// `block_n` channels, reduction over `columns` (Kp) patch columns, `row_columns` of them per
+/// filter row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StemTile {
     pub tile_p: i64,
     pub tile_q: i64,
     pub block_n: i64,
     pub columns: i64,
+    /// Weight columns per filter row: S·C, plus a zero column where `paired` needs even rows.
+    pub row_columns: i64,
+    /// The kernel reads each pair of patch columns with one 4-byte shared load (see the template):
+    /// pairs are neighbours in the staged tile when the dilation along W is 1, and aligned when the
+    /// window's step along W (stride · C halves) is even.
+    pub paired: bool,
 }
 
 impl StemTile {
+    /// Halves per row of the staged input tile: even when `paired`.
+    pub fn pitch(&self, p: &ConvProblem) -> i64 {
+        let halves = self.in_cols(p) * p.c;
+        if self.paired {
+            (halves + 1) / 2 * 2
+        } else {
+            halves
+        }
+    }
+
+    fn in_rows(&self, p: &ConvProblem) -> i64 {
+        (self.tile_p - 1) * p.strides[0] + (p.r - 1) * p.dilations[0] + 1
+    }
+
+    fn in_cols(&self, p: &ConvProblem) -> i64 {
+        (self.tile_q - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1
+    }
+
+    /// Halves of the staged input tile the kernel allocates: its rows, and 8 zeros past the end
+    /// (a pair's second half may read one).
+    pub fn patch_halves(&self, p: &ConvProblem) -> i64 {
+        self.in_rows(p) * self.pitch(p) + 8
+    }
+
     /// The block's shared memory, as the template declares it: the weight rows (padded by 8
     /// halves), the input tile with its halo, the output tile (rows padded by 8 halves), and the
     /// column table (ints).
     pub fn smem_bytes(&self, p: &ConvProblem) -> i64 {
-        let rows = (self.tile_p - 1) * p.strides[0] + (p.r - 1) * p.dilations[0] + 1;
-        let cols = (self.tile_q - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1;
         let out_tile = self.tile_p * self.tile_q * (self.block_n + 8);
-        (self.block_n * (self.columns + 8) + rows * cols * p.c + out_tile) * 2 + self.columns * 4
+        (self.block_n * (self.columns + 8) + self.patch_halves(p) + out_tile) * 2 + self.columns * 4
     }
 }
 
@@ -240,11 +269,15 @@ pub fn stem_tile(p: &ConvProblem) -> Option<StemTile> {
     } else {
         4
     };
+    let paired = p.dilations[1] == 1 && p.strides[1] * p.c % 2 == 0;
+    let row_columns = if paired { (p.s * p.c + 1) / 2 * 2 } else { p.s * p.c };
     let tile = StemTile {
         tile_p: STEM_TILE_PIXELS / tile_q,
         tile_q,
         block_n: p.k.min(STEM_MAX_BLOCK_N),
-        columns: (p.r * p.s * p.c + 15) / 16 * 16,
+        columns: (p.r * row_columns + 15) / 16 * 16,
+        row_columns,
+        paired,
     };
     (tile.smem_bytes(p) <= STEM_SMEM_BYTES).then_some(tile)
 }
@@ -255,7 +288,37 @@ pub fn stem_instance(tile: &StemTile) -> Instance {
     context.insert("tile_p".into(), json!(tile.tile_p));
     context.insert("tile_q".into(), json!(tile.tile_q));
     context.insert("block_n".into(), json!(tile.block_n));
+    context.insert("row_columns".into(), json!(tile.row_columns));
+    context.insert("paired".into(), json!(tile.paired));
     Instance::own(STEM_TEMPLATE, context)
+}
+
+/// The stem kernel's `[K, 1, 1, Kp]` weights: row k holds filter k's (r, s, c) elements, filter row
+/// r at columns r·row_columns + s·C + c (a filter row's spare column and the columns past
+/// R·row_columns are zero).
+fn stem_weights(w: &Tensor, tile: &StemTile) -> LowerResult<Tensor> {
+    let a = w.to_f32();
+    let &[k, r, s_, c] = a.shape() else {
+        return Err(LowerError::Invalid(format!("convolution weights must be rank 4, found {:?}", a.shape())));
+    };
+    let (row, kp) = (usize::try_from(tile.row_columns).unwrap_or(0), usize::try_from(tile.columns).unwrap_or(0));
+    if row < s_ * c || kp < r * row {
+        return Err(LowerError::Invalid(format!(
+            "{} stem columns ({} per filter row) cannot hold {r}x{s_}x{c} filters",
+            tile.columns, tile.row_columns
+        )));
+    }
+    let mut out = ArrayD::<f32>::zeros(IxDyn(&[k, 1, 1, kp]));
+    for ri in 0..r {
+        let filter_row = a.slice(s![.., ri, .., ..]);
+        let flat = filter_row
+            .as_standard_layout()
+            .into_shape_with_order((k, s_ * c))
+            .map_err(|e| LowerError::Invalid(format!("flattening the convolution weights: {e}")))?
+            .into_owned();
+        out.slice_mut(s![.., 0, 0, ri * row..ri * row + s_ * c]).assign(&flat);
+    }
+    Ok(Tensor::F32(out))
 }
 
 /// Zero-pads the channel dim of a channels-last tensor.
@@ -603,8 +666,8 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     let (p_final, inst, x_k, w_k, w_layout) = match (&w_const, form) {
         (Some(wk), LibraryForm::Stem(tile)) => {
             let kp = tile.columns;
-            let wt = cx.add_weight(&format!("{}.stem{kp}", input_name(cx, node, 1)), &im2col_weights(wk, kp)?)?;
-            (problem, stem_instance(&tile), x, wt, WeightLayout::Patch(kp))
+            let wt = cx.add_weight(&format!("{}.stem{kp}", input_name(cx, node, 1)), &stem_weights(wk, &tile)?)?;
+            (problem, stem_instance(&tile), x, wt, WeightLayout::Patch { columns: kp, row: tile.row_columns })
         }
         (Some(wk), LibraryForm::Im2col { columns, problem: product }) => {
             let wt =
@@ -695,9 +758,9 @@ enum WeightLayout {
     Krsc,
     /// `[R,S,Cg,K]`, transposed at compile time for the direct kernel.
     Rsck,
-    /// `[K, Kp]`: each filter flattened in (r, s, c) order and zero-padded to Kp columns (the
-    /// stem kernel's, the im2col product's layout).
-    Patch(i64),
+    /// `[K, Kp]`: each filter flattened in (r, s, c) order, filter row r from column r·row, and
+    /// zero-padded to Kp columns (the stem kernel's, the im2col product's layout).
+    Patch { columns: i64, row: i64 },
 }
 
 /// Emits the NHWC convolution kernel over `x` and `w` (the node's inputs or their padded /
@@ -733,7 +796,7 @@ fn emit_conv(
     let [ws_k, ws_r, ws_s, ws_c] = match w_layout {
         WeightLayout::Krsc => [p.r * p.s * cg, p.s * cg, cg, 1],
         WeightLayout::Rsck => [1, p.s * cg * p.k, cg * p.k, p.k],
-        WeightLayout::Patch(kp) => [kp, p.s * cg, cg, 1],
+        WeightLayout::Patch { columns, row } => [columns, row, cg, 1],
     };
     let mut c: Map<String, Json> = Map::new();
     c.insert("n".into(), json!(cx.expr(&p.n)?));
@@ -1202,22 +1265,33 @@ pub(crate) mod tests {
     /// in the PTX m16n8k16 layout (A rows g, g + 8 at columns 2t, 2t + 1 (+ 8); B column g at rows
     /// 2t, 2t + 1 (+ 8)), the products, and the epilogue's stores from the lanes' accumulators
     /// (rows g, g + 8 at columns 2t, 2t + 1; the kernel stages them through its output tile).
-    /// `wt` is the `[K, Kp]` weight matrix. Returns the `[N, P, Q, K]` output, checking that each
-    /// element is stored exactly once and that every gathered element lies inside the staged
-    /// tile.
+    /// `wt` is the `[K, Kp]` weight matrix. A paired tile reads column pairs (2i, 2i + 1) as the
+    /// element at coff[2i] and the next one. Returns the `[N, P, Q, K]` output, checking that each
+    /// element is stored exactly once, that every gathered element lies inside the staged tile,
+    /// and that every pair starts at an even (4-byte aligned) index.
     fn simulate_stem(x: &[f32], n: usize, p: &ConvProblem, tile: &StemTile, wt: &[f32]) -> Vec<f32> {
         let u = |v: i64| v as usize;
         let [h, w, c, k, r, s, pp, qq] = [p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q].map(u);
         let [sh, sw, dh, dw] = [p.strides[0], p.strides[1], p.dilations[0], p.dilations[1]].map(u);
-        let [tp, tq, bn, kp] = [tile.tile_p, tile.tile_q, tile.block_n, tile.columns].map(u);
+        let [tp, tq, bn, kp, row_cols] =
+            [tile.tile_p, tile.tile_q, tile.block_n, tile.columns, tile.row_columns].map(u);
         let (in_rows, in_cols) = ((tp - 1) * sh + (r - 1) * dh + 1, (tq - 1) * sw + (s - 1) * dw + 1);
-        let patch_len = in_rows * in_cols * c;
-        let (tiles_q, rsc) = (qq.div_ceil(tq), r * s * c);
+        let pitch = u(tile.pitch(p));
+        let patch_len = u(tile.patch_halves(p));
+        assert!(patch_len >= in_rows * pitch && pitch >= in_cols * c);
+        let (tiles_q, rsc) = (qq.div_ceil(tq), r * row_cols);
         let tiles = pp.div_ceil(tp) * tiles_q;
         let coff: Vec<usize> = (0..kp)
-            .map(|kk| if kk < rsc { (kk / (s * c) * dh * in_cols + kk / c % s * dw) * c + kk % c } else { 0 })
+            .map(|kk| {
+                let (ri, j) = (kk / row_cols, kk % row_cols);
+                match () {
+                    _ if kk >= rsc => 0,
+                    _ if tile.paired => ri * dh * pitch + j,
+                    _ => ri * dh * pitch + j / c * dw * c + j % c,
+                }
+            })
             .collect();
-        let origin = |m: usize| (m / tq * sh * in_cols + m % tq * sw) * c;
+        let origin = |m: usize| m / tq * sh * pitch + m % tq * sw * c;
         let mut out: Vec<Option<f32>> = vec![None; n * pp * qq * k];
         for k0 in (0..k).step_by(bn) {
             for t_idx in 0..n * tiles {
@@ -1226,9 +1300,11 @@ pub(crate) mod tests {
                 let (ih0, iw0) = ((p0 * sh) as i64 - p.pads[0], (q0 * sw) as i64 - p.pads[1]);
                 let patch: Vec<f32> = (0..patch_len)
                     .map(|i| {
-                        let (cc, col, row) = (i % c, i / c % in_cols, i / (c * in_cols));
+                        let (row, e) = (i / pitch, i % pitch);
+                        let (cc, col) = (e % c, e / c);
                         let (ih, iw) = (ih0 + row as i64, iw0 + col as i64);
-                        if (0..h as i64).contains(&ih) && (0..w as i64).contains(&iw) {
+                        let staged = row < in_rows && col < in_cols;
+                        if staged && (0..h as i64).contains(&ih) && (0..w as i64).contains(&iw) {
                             x[((ni * h + ih as usize) * w + iw as usize) * c + cc]
                         } else {
                             0.0
@@ -1252,7 +1328,13 @@ pub(crate) mod tests {
                                 let o = [origin(warp * 32 + mt * 16 + g), origin(warp * 32 + mt * 16 + 8 + g)];
                                 for (h8, &base) in o.iter().enumerate() {
                                     for (j, col) in [kc, kc + 1, kc + 8, kc + 9].into_iter().enumerate() {
-                                        a[g + 8 * h8][2 * t + j % 2 + 8 * (j / 2)] = at(base + coff[col]);
+                                        let index = if tile.paired && col % 2 == 1 {
+                                            base + coff[col - 1] + 1
+                                        } else {
+                                            base + coff[col]
+                                        };
+                                        assert!(!tile.paired || col % 2 == 1 || index % 2 == 0, "a misaligned pair");
+                                        a[g + 8 * h8][2 * t + j % 2 + 8 * (j / 2)] = at(index);
                                     }
                                 }
                             }
@@ -1312,20 +1394,32 @@ pub(crate) mod tests {
     /// grayscale one, and a map narrower than a tile (4-column tiles).
     #[test]
     fn stem_kernel_index_math_matches_the_reference() {
-        let cases: [([i64; 3], [i64; 3], ConvGeom); 4] = [
-            ([23, 37, 3], [72, 7, 7], geom(2, 3, 1)),
-            ([19, 21, 3], [32, 3, 3], geom(2, 1, 1)),
-            ([13, 17, 1], [16, 5, 3], ConvGeom { strides: [1, 2], pads: [2, 0, 1, 3], dilations: [2, 1], group: 1 }),
-            ([6, 7, 4], [8, 3, 2], geom(1, 1, 1)),
+        // (input, filter, geometry, paired gathers)
+        let cases: [([i64; 3], [i64; 3], ConvGeom, bool); 6] = [
+            ([23, 37, 3], [72, 7, 7], geom(2, 3, 1), true),
+            ([19, 21, 3], [32, 3, 3], geom(2, 1, 1), true),
+            (
+                [13, 17, 1],
+                [16, 5, 3],
+                ConvGeom { strides: [1, 2], pads: [2, 0, 1, 3], dilations: [2, 1], group: 1 },
+                true,
+            ),
+            ([6, 7, 4], [8, 3, 2], geom(1, 1, 1), true),
+            // An odd window step (stride 1, 3 channels): pairs would be misaligned.
+            ([9, 10, 3], [8, 3, 3], geom(1, 1, 1), false),
+            // Dilated along W: a filter row's columns are not neighbours.
+            ([12, 14, 2], [16, 3, 3], ConvGeom { strides: [1, 1], pads: [1; 4], dilations: [1, 2], group: 1 }, false),
         ];
-        for (i, ([h, w, c], [k, r, s], g)) in cases.into_iter().enumerate() {
+        for (i, ([h, w, c], [k, r, s], g, paired)) in cases.into_iter().enumerate() {
             let n = 2;
             let p = problem_of(n, [h, w, c], [k, r, s], &g);
             let tile = stem_tile(&p).unwrap_or_else(|| panic!("case {i} takes the stem kernel"));
+            assert_eq!(tile.paired, paired, "case {i}: {tile:?}");
+            assert_eq!(tile.row_columns, if paired { (s * c + 1) / 2 * 2 } else { s * c }, "case {i}");
             let xv = small_ints((n * h * w * c) as usize, 11 + i as u64);
             let wv = small_ints((k * r * s * c) as usize, 17 + i as u64);
             let wa = ArrayD::from_shape_vec(IxDyn(&[k, r, s, c].map(|v| v as usize)), wv).expect("w");
-            let Tensor::F32(flat) = im2col_weights(&Tensor::F32(wa.clone()), tile.columns).expect("flatten") else {
+            let Tensor::F32(flat) = stem_weights(&Tensor::F32(wa.clone()), &tile).expect("flatten") else {
                 panic!("f32 weights")
             };
             let got = simulate_stem(&xv, n as usize, &p, &tile, flat.as_slice().expect("contiguous"));
@@ -1337,7 +1431,8 @@ pub(crate) mod tests {
     }
 
     /// ResNet's stem lowers to one kernel: the stem kernel over the unpadded input, with the
-    /// flattened `[K, 1, 1, 160]` weights (zero past 147 columns), its tile, bias and epilogue.
+    /// `[K, 1, 1, 160]` weights (filter rows of 22 columns, zero past 154), its tile, bias and
+    /// epilogue.
     #[test]
     fn thin_stem_runs_on_the_stem_kernel() {
         let mut b = G::new();
@@ -1358,10 +1453,17 @@ pub(crate) mod tests {
         assert_eq!((k.context["has_bias"].as_bool(), k.context["act"].as_str()), (Some(true), Some("o2a_relu(v)")));
         let wt = &p.tensors[k.args[1]];
         assert_eq!((wt.name.as_str(), &wt.shape), ("stem.w.stem160", &[64, 1, 1, 160].map(Dim::known).to_vec()));
+        // Each filter row's 21 weights, then a zero column (4-byte pairs never straddle two rows):
+        // 7 x 22 = 154 columns, zero to 160.
+        assert_eq!((field("row_columns"), k.context["paired"].as_bool()), (22, Some(true)));
         let wl = weight_f32(&p, k.args[1]);
         for f in 0..64 {
-            assert_eq!(wl[f * 160..f * 160 + 147], wv[f * 147..(f + 1) * 147], "filter {f}");
-            assert!(wl[f * 160 + 147..(f + 1) * 160].iter().all(|&v| v == 0.0), "filter {f} padding");
+            for r in 0..7 {
+                let row = f * 160 + r * 22;
+                assert_eq!(wl[row..row + 21], wv[f * 147 + r * 21..f * 147 + (r + 1) * 21], "filter {f} row {r}");
+                assert_eq!(wl[row + 21], 0.0, "filter {f} row {r} spare column");
+            }
+            assert!(wl[f * 160 + 154..(f + 1) * 160].iter().all(|&v| v == 0.0), "filter {f} padding");
         }
         // No patch matrix: the arena holds nothing but the output.
         assert!(p.tensors.iter().all(|t| !t.name.contains("im2col")));
