@@ -450,8 +450,8 @@ fn build_metadata(p: &Program, target: &str, arch: &str, symbol_prefix: Option<&
             let (flops, bytes) = p.kernel_work(k);
             e["work"] = json!({ "flops": flops.to_terms_json(), "bytes": bytes.to_terms_json() });
             // Which library instance runs each batch range, and whether a profile chose it.
-            if let Some(d) = k.context.get("dispatch") {
-                e["dispatch"] = d.clone();
+            if let Some(d) = k.dispatch_fields() {
+                e["dispatch"] = d;
             }
             e
         })

@@ -656,10 +656,8 @@ fn kernel_choice(
 fn choice_summary(p: &crate::lower::Program, choice: &str) -> String {
     let (mut total, mut measured) = (0, 0);
     for k in &p.kernels {
-        if let Some(serde_json::Value::Array(entries)) = k.context.get("dispatch") {
-            total += entries.len();
-            measured += entries.iter().filter(|e| e["measured"] == true).count();
-        }
+        total += k.dispatch.len();
+        measured += k.dispatch.iter().filter(|d| d.measured).count();
     }
     format!("{choice}\nlibrary:   {} instances; {measured} of {total} node choices measured", p.library.len())
 }

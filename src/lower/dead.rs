@@ -67,13 +67,8 @@ pub fn remove_unread_kernels(p: &mut Program) -> usize {
     super::fuse::remove_tensors(p, &dead);
 
     // Library instances only removed kernels called.
-    let called: BTreeSet<String> = p
-        .kernels
-        .iter()
-        .filter_map(|k| k.context.get("instances").and_then(|v| v.as_array()))
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
+    let called: BTreeSet<String> =
+        p.kernels.iter().flat_map(|k| k.dispatch.iter().map(|d| d.function.clone())).collect();
     p.library.retain(|l| called.contains(&l.name));
     super::fuse::renumber_kernels(p);
     removed

@@ -8,7 +8,10 @@
 //! which read the unpadded input, see `ops::conv`, and then only the cast and the transpose
 //! fuse) are three passes over the input. Any two or three of them in that order — cast →
 //! transpose → pad, cast → transpose, transpose → pad — become one [`NCHW_TO_NHWC_TEMPLATE`]
-//! kernel that reads the original input and writes the padded fp16 NHWC tensor.
+//! kernel that reads the original input and writes the padded fp16 NHWC tensor. The kernels are
+//! recognised by the [`KernelFacts`] their lowerings record, and the fused kernel's launcher
+//! arguments come from theirs ([`KernelInstance::launcher_args`]): the template fields are only
+//! rendered, never read back.
 //!
 //! A chain fuses only when every intermediate tensor is private to it: an arena temporary that
 //! is no graph input or output, has no view (alias), is written by exactly the previous kernel
@@ -21,16 +24,13 @@
 //! The semantics are exactly the chain's: `o2a_cvt<half>` (the cast kernel's conversion), a copy,
 //! zero channels.
 
-use super::program::{KernelInstance, Program, Storage, TensorId};
+use super::dim_expr;
+use super::program::{KernelFacts, KernelInstance, LauncherArg, Program, Storage, TensorId};
 use crate::ir::{DType, Dim};
 use serde_json::{json, Map, Value as Json};
 
 /// The fused layout transform's template (`templates/<target>/kernels/nchw_to_nhwc.cu.hbs`).
 pub const NCHW_TO_NHWC_TEMPLATE: &str = "nchw_to_nhwc";
-/// The templates whose kernels are fused (see `ops::cast`, `ops::transpose`, `ops::conv`).
-const CAST_TEMPLATE: &str = "cast";
-const TRANSPOSE_TEMPLATE: &str = "transpose";
-const PAD_TEMPLATE: &str = super::ops::conv::PAD_CHANNELS_TEMPLATE;
 /// Up to this many output channels, one thread computes a whole pixel; beyond, tiles through
 /// shared memory (see the template).
 const THIN_MAX_CHANNELS: i64 = 16;
@@ -77,8 +77,8 @@ struct Chain {
     /// Tensors only the chain's kernels touch, gone after the fusion.
     intermediates: Vec<TensorId>,
     /// The transpose: `[batches, c_in, pixels] → [batches, pixels, c_in]`.
-    batches: String,
-    pixels: String,
+    batches: Dim,
+    pixels: Dim,
     c_in: i64,
     /// Channels after padding (`c_in` without a pad kernel).
     c_out: i64,
@@ -133,10 +133,10 @@ impl Uses {
     }
 }
 
-/// A conversion to fp16 of an fp32 or fp16 tensor (`ops::cast`, `LowerCtx::emit_cast`).
+/// A conversion to fp16 of an fp32 or fp16 tensor (`LowerCtx::emit_cast`).
 fn as_cast(p: &Program, k: &KernelInstance) -> Option<(TensorId, TensorId)> {
     let &[src, dst] = k.args.as_slice() else { return None };
-    let ok = k.template == CAST_TEMPLATE
+    let ok = k.facts == KernelFacts::Cast
         && k.writes == [1]
         && matches!(p.tensors[src].dtype, DType::F32 | DType::F16)
         && p.tensors[dst].dtype == DType::F16
@@ -149,50 +149,34 @@ fn as_cast(p: &Program, k: &KernelInstance) -> Option<(TensorId, TensorId)> {
 struct Tiled {
     x: TensorId,
     y: TensorId,
-    batches: String,
+    batches: Dim,
     rows: i64,
-    cols: String,
+    cols: Dim,
 }
 
 fn as_tiled(p: &Program, k: &KernelInstance) -> Option<Tiled> {
+    let KernelFacts::TiledTranspose { batches, rows, cols } = &k.facts else { return None };
     let &[x, y] = k.args.as_slice() else { return None };
-    let c = &k.context;
-    let ok = k.template == TRANSPOSE_TEMPLATE
-        && k.writes == [1]
-        && c.get("tiled") == Some(&json!(true))
-        && c.get("ctype") == Some(&json!("half"))
-        && p.tensors[x].dtype == DType::F16
-        && p.tensors[y].dtype == DType::F16;
+    let ok = k.writes == [1] && p.tensors[x].dtype == DType::F16 && p.tensors[y].dtype == DType::F16;
     if !ok {
         return None;
     }
-    let rows = c.get("rows")?.as_str()?.parse::<i64>().ok().filter(|&r| (1..=MAX_CHANNELS).contains(&r))?;
+    let rows = rows.as_known().filter(|&r| (1..=MAX_CHANNELS).contains(&r))?;
     // The output is [.., rows] in memory order: its innermost dim is the channel count.
     if p.tensors[y].shape.last() != Some(&Dim::known(rows)) {
         return None;
     }
-    Some(Tiled {
-        x,
-        y,
-        batches: c.get("batches")?.as_str()?.to_string(),
-        rows,
-        cols: c.get("cols")?.as_str()?.to_string(),
-    })
+    Some(Tiled { x, y, batches: batches.clone(), rows, cols: cols.clone() })
 }
 
 /// `pad_channels` (`ops::conv`): (x, out, c_in, c_out).
 fn as_pad(p: &Program, k: &KernelInstance) -> Option<(TensorId, TensorId, i64, i64)> {
-    if k.template != PAD_TEMPLATE || k.args.len() != 2 {
-        return None;
-    }
-    let c = &k.context;
-    let slot = |f: &str| c.get(f)?.as_u64().map(|v| v as usize).filter(|&v| v < 2);
-    let (xi, oi) = (slot("x_index")?, slot("out_index")?);
-    let (c_in, c_out) = (c.get("c_in")?.as_i64()?, c.get("c_out")?.as_i64()?);
-    let (x, out) = (k.args[xi], k.args[oi]);
+    let KernelFacts::PadChannels { x_slot, out_slot, c_in, c_out } = k.facts else { return None };
+    let (&x, &out) = (k.args.get(x_slot)?, k.args.get(out_slot)?);
     let (xs, os) = (&p.tensors[x].shape, &p.tensors[out].shape);
-    let ok = xi != oi
-        && k.writes == [oi]
+    let ok = k.args.len() == 2
+        && x_slot != out_slot
+        && k.writes == [out_slot]
         && 1 <= c_in
         && c_in <= c_out
         && c_out <= MAX_CHANNELS
@@ -283,22 +267,20 @@ fn store_width(c_out: i64) -> i64 {
     [8, 4, 2, 1].into_iter().find(|w| c_out % w == 0).unwrap_or(1)
 }
 
-/// The launcher argument descriptor of tensor `t` as the chain's kernels rendered it.
-fn arg_entry(p: &Program, t: TensorId, kernels: &[usize]) -> Option<Json> {
+/// How the chain's kernels pass tensor `t` to their launchers.
+fn launcher_arg(p: &Program, t: TensorId, kernels: &[usize]) -> Option<LauncherArg> {
     kernels.iter().find_map(|&k| {
         let kernel = &p.kernels[k];
         let slot = kernel.args.iter().position(|&a| a == t)?;
-        kernel.context.get("args")?.as_array()?.get(slot).cloned()
+        kernel.launcher_args.get(slot).cloned()
     })
 }
 
 /// The fused kernel of a chain.
 fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
-    let mut args = Vec::new();
+    let mut launcher_args = Vec::new();
     for (index, t) in [ch.src, ch.out].into_iter().enumerate() {
-        let mut entry = arg_entry(p, t, &ch.kernels)?;
-        entry.as_object_mut()?.insert("index".into(), json!(index));
-        args.push(entry);
+        launcher_args.push(LauncherArg { index, ..launcher_arg(p, t, &ch.kernels)? });
     }
     let src_ctype = match p.tensors[ch.src].dtype {
         DType::F32 => "float",
@@ -316,10 +298,10 @@ fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
     let name = format!("k{:03}_{NCHW_TO_NHWC_TEMPLATE}", ch.kernels.last()?);
     let mut c = Map::new();
     c.insert("name".into(), json!(name));
-    c.insert("args".into(), Json::Array(args));
+    c.insert("args".into(), Json::Array(launcher_args.iter().map(LauncherArg::template_fields).collect()));
     c.insert("src_ctype".into(), json!(src_ctype));
-    c.insert("batches".into(), json!(ch.batches));
-    c.insert("pixels".into(), json!(ch.pixels));
+    c.insert("batches".into(), json!(dim_expr(&ch.batches, &p.dims).ok()?));
+    c.insert("pixels".into(), json!(dim_expr(&ch.pixels, &p.dims).ok()?));
     c.insert("c_in".into(), json!(ch.c_in));
     c.insert("c_out".into(), json!(ch.c_out));
     c.insert("vec".into(), json!(store_width(ch.c_out)));
@@ -333,6 +315,9 @@ fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
         workspace_bytes: 0,
         flops: Dim::known(0),
         context: c,
+        launcher_args,
+        dispatch: Vec::new(),
+        facts: KernelFacts::Opaque,
     })
 }
 
@@ -443,6 +428,8 @@ mod tests {
             assert!(k.args.iter().all(|&t| t < p.tensors.len()));
             let descs = k.context["args"].as_array().expect("args");
             assert_eq!(descs.len(), k.args.len(), "{}", k.name);
+            let typed: Vec<Json> = k.launcher_args.iter().map(LauncherArg::template_fields).collect();
+            assert_eq!(&typed, descs, "{}: the template's args are the typed ones", k.name);
             for (slot, (d, &t)) in descs.iter().zip(&k.args).enumerate() {
                 assert_eq!(d["index"], json!(slot));
                 assert_eq!(d["name"], json!(p.tensors[t].name), "{} slot {slot}", k.name);
@@ -675,6 +662,35 @@ mod tests {
         overwritten.kernels.insert(1, writer);
         fuse_program(&mut overwritten);
         assert_eq!(templates(&overwritten), ["transpose", "fill", "pad_channels", "conv"]);
+    }
+
+    #[test]
+    fn the_typed_facts_alone_decide_the_fusion() {
+        let stem = unfused_fp16_stem();
+        let (batches, rows, cols) = (Dim::sym("N"), Dim::known(3), Dim::known(256));
+        assert_eq!(stem.kernels[0].facts, KernelFacts::TiledTranspose { batches, rows, cols });
+        assert_eq!(stem.kernels[1].facts, KernelFacts::PadChannels { x_slot: 0, out_slot: 1, c_in: 3, c_out: 4 });
+        let mut want = stem.clone();
+        fuse_program(&mut want);
+
+        // The transform's and the pad's template fields gone, `args` included: the same kernel.
+        let mut blind = stem.clone();
+        for k in &mut blind.kernels[..2] {
+            k.context.clear();
+        }
+        fuse_program(&mut blind);
+        assert_eq!(templates(&blind), ["nchw_to_nhwc", "conv"]);
+        assert_eq!(blind.kernels[0].context, want.kernels[0].context);
+        assert_eq!(blind.kernels[0].launcher_args, want.kernels[0].launcher_args);
+        check_consistent(&blind);
+
+        // The template fields without the facts: nothing fuses.
+        let mut untyped = stem;
+        for k in &mut untyped.kernels {
+            k.facts = KernelFacts::Opaque;
+        }
+        fuse_program(&mut untyped);
+        assert_eq!(templates(&untyped), ["transpose", "pad_channels", "conv"]);
     }
 
     /// Renders the fused kernels through the template on disk (`O2A_RENDER_DIR`: also written

@@ -39,7 +39,10 @@ pub mod target;
 pub mod weights;
 
 pub use problem::{BiasKind, ConvProblem, GemmProblem};
-pub use program::{DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, RunDim, RunDims, Storage, TensorId};
+pub use program::{
+    DeviceTensor, DispatchEntry, IoTensor, KernelFacts, KernelInstance, LauncherArg, MemoryPlan, Program, RunDim,
+    RunDims, Storage, TensorId,
+};
 pub use target::{Dispatch, Instance, LibraryInstance, Target};
 
 use crate::error::{Error, Result, UnsupportedOp};
@@ -390,8 +393,9 @@ impl<'a> LowerCtx<'a> {
     /// library choice the node kernel gets `dispatch` (`[{max_batch, dims, when, fn, last}]`,
     /// ranges of the run-time dims in the order they are tested, `when` the C++ condition of the
     /// range, `dims` the bounds of dims other than the batch when there are any) and
-    /// `instances` (the distinct functions to declare), while the instances join the program's
-    /// library (each rendered once).
+    /// `instances` (the distinct functions to declare), both built from the kernel's typed
+    /// [`KernelInstance::dispatch`], while the instances join the program's library (each
+    /// rendered once).
     pub fn emit_instance(
         &mut self,
         node: &str,
@@ -403,34 +407,33 @@ impl<'a> LowerCtx<'a> {
         for (key, v) in inst.context {
             context.insert(key, v);
         }
-        if !inst.dispatch.is_empty() {
-            let last = inst.dispatch.len() - 1;
-            let entries = inst
-                .dispatch
-                .iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    let when = self.dispatch_condition(d)?;
-                    let mut e = json!({ "max_batch": d.max_batch, "when": when, "fn": d.instance.name, "last": i == last,
-                            "config": d.instance.config, "measured": d.measured });
-                    if !d.dims.is_empty() {
-                        e["dims"] = json!(d.dims);
-                    }
-                    Ok(e)
+        let dispatch = inst
+            .dispatch
+            .iter()
+            .map(|d| {
+                Ok(DispatchEntry {
+                    max_batch: d.max_batch,
+                    dims: d.dims.clone(),
+                    when: self.dispatch_condition(d)?,
+                    function: d.instance.name.clone(),
+                    config: d.instance.config.clone(),
+                    measured: d.measured,
                 })
-                .collect::<LowerResult<Vec<Json>>>()?;
-            let mut names: Vec<&str> = inst.dispatch.iter().map(|d| d.instance.name.as_str()).collect();
-            names.sort_unstable();
-            names.dedup();
-            context.insert("dispatch".into(), Json::Array(entries));
-            context.insert("instances".into(), json!(names));
-            for d in inst.dispatch {
-                if let Err(i) = self.program.library.binary_search_by(|l| l.name.cmp(&d.instance.name)) {
-                    self.program.library.insert(i, d.instance);
-                }
+            })
+            .collect::<LowerResult<Vec<DispatchEntry>>>()?;
+        for d in inst.dispatch {
+            if let Err(i) = self.program.library.binary_search_by(|l| l.name.cmp(&d.instance.name)) {
+                self.program.library.insert(i, d.instance);
             }
         }
-        self.emit(node, &inst.template, args, writes, context, inst.workspace_bytes)
+        let kernel = self.emit_kernel(node, &inst.template, args, writes, context, inst.workspace_bytes)?;
+        kernel.dispatch = dispatch;
+        if let Some(fields) = kernel.dispatch_fields() {
+            let names = kernel.library_calls().into_iter().map(|n| json!(n)).collect();
+            kernel.context.insert("dispatch".into(), fields);
+            kernel.context.insert("instances".into(), Json::Array(names));
+        }
+        Ok(())
     }
 
     /// The C++ condition under which a node runs dispatch entry `d`: the run-time batch at most
@@ -459,26 +462,55 @@ impl<'a> LowerCtx<'a> {
         template: &str,
         args: Vec<TensorId>,
         writes: Vec<usize>,
-        mut context: Map<String, Json>,
+        context: Map<String, Json>,
         workspace_bytes: u64,
     ) -> LowerResult<()> {
+        self.emit_kernel(node, template, args, writes, context, workspace_bytes).map(|_| ())
+    }
+
+    /// [`emit`](Self::emit) of a kernel without workspace whose computation the passes after
+    /// lowering need to know (`fuse`): `facts` describes it.
+    pub fn emit_with_facts(
+        &mut self,
+        node: &str,
+        template: &str,
+        args: Vec<TensorId>,
+        writes: Vec<usize>,
+        context: Map<String, Json>,
+        facts: KernelFacts,
+    ) -> LowerResult<()> {
+        self.emit_kernel(node, template, args, writes, context, 0)?.facts = facts;
+        Ok(())
+    }
+
+    /// [`emit`](Self::emit), returning the new kernel.
+    fn emit_kernel(
+        &mut self,
+        node: &str,
+        template: &str,
+        args: Vec<TensorId>,
+        writes: Vec<usize>,
+        mut context: Map<String, Json>,
+        workspace_bytes: u64,
+    ) -> LowerResult<&mut KernelInstance> {
         if let Err(why) = self.target.own_kernel(template) {
             return Err(LowerError::Unsupported(why));
         }
-        let name = format!("k{:03}_{template}", self.program.kernels.len());
-        let mut arg_json = Vec::new();
-        for (i, &t) in args.iter().enumerate() {
+        let k = self.program.kernels.len();
+        let name = format!("k{k:03}_{template}");
+        let mut launcher_args = Vec::with_capacity(args.len());
+        for (index, &t) in args.iter().enumerate() {
             let d = &self.program.tensors[t];
-            arg_json.push(json!({
-                "index": i,
-                "name": d.name,
-                "ctype": ctype(d.dtype),
-                "shape": self.shape_exprs(&d.shape)?,
-                "numel": self.numel_expr(&d.shape)?,
-            }));
+            launcher_args.push(LauncherArg {
+                index,
+                name: d.name.clone(),
+                dtype: d.dtype,
+                shape: self.shape_exprs(&d.shape)?,
+                numel: self.numel_expr(&d.shape)?,
+            });
         }
         context.insert("name".into(), json!(name));
-        context.insert("args".into(), Json::Array(arg_json));
+        context.insert("args".into(), Json::Array(launcher_args.iter().map(LauncherArg::template_fields).collect()));
         self.program.kernels.push(KernelInstance {
             name,
             template: template.to_string(),
@@ -488,8 +520,11 @@ impl<'a> LowerCtx<'a> {
             workspace_bytes,
             flops: Dim::known(0),
             context,
+            launcher_args,
+            dispatch: Vec::new(),
+            facts: KernelFacts::Opaque,
         });
-        Ok(())
+        Ok(&mut self.program.kernels[k])
     }
 
     /// Sets the floating-point operations of the kernel emitted last (`flops`, in the node's
@@ -512,7 +547,7 @@ impl<'a> LowerCtx<'a> {
         c.insert("n".into(), json!(self.numel_expr(&self.program.tensors[dst].shape.clone())?));
         c.insert("src_ctype".into(), json!(ctype(self.dtype(src))));
         c.insert("dst_ctype".into(), json!(ctype(self.dtype(dst))));
-        self.emit(node, "cast", vec![src, dst], vec![1], c, 0)
+        self.emit_with_facts(node, "cast", vec![src, dst], vec![1], c, KernelFacts::Cast)
     }
 }
 

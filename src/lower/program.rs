@@ -4,7 +4,7 @@
 
 use crate::ir::{DType, Dim};
 use serde::Serialize;
-use serde_json::{Map, Value as Json};
+use serde_json::{json, Map, Value as Json};
 use std::collections::BTreeMap;
 
 pub type TensorId = usize;
@@ -57,7 +57,111 @@ pub struct KernelInstance {
     /// arithmetic is not counted. See [`Program::kernel_work`] for the whole convention.
     pub flops: Dim,
     /// The family's template fields (shapes as C++ expressions in the run-time dims `dims.v[i]`, tile configs, …).
+    /// Only the templates read them; the passes after lowering read the typed fields below,
+    /// from which the lowering built the corresponding entries (`args`, `dispatch`, `instances`,
+    /// the fields of [`KernelFacts`]).
     pub context: Map<String, Json>,
+    /// How the launcher sees each tensor argument, in the order of `args` (the template's `args`).
+    pub launcher_args: Vec<LauncherArg>,
+    /// The library instances the kernel calls, in the order it tests them (the template's
+    /// `dispatch` and `instances`); empty for a kernel of our own.
+    pub dispatch: Vec<DispatchEntry>,
+    /// What the kernel computes, where a pass after lowering needs to know (the fusion pass).
+    pub facts: KernelFacts,
+}
+
+impl KernelInstance {
+    /// The template's `dispatch` entries (`{max_batch, dims, when, fn, last, config, measured}`,
+    /// `dims` only where the entry bounds run-time dims besides the batch); `None` for a kernel
+    /// that calls no library instance.
+    pub fn dispatch_fields(&self) -> Option<Json> {
+        let last = self.dispatch.len().checked_sub(1)?;
+        Some(Json::Array(self.dispatch.iter().enumerate().map(|(i, d)| d.template_fields(i == last)).collect()))
+    }
+
+    /// The distinct library functions the kernel calls, sorted (the template's `instances`).
+    pub fn library_calls(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.dispatch.iter().map(|d| d.function.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+/// One tensor argument as a kernel's launcher sees it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LauncherArg {
+    /// Its slot among the launcher's arguments (`t[index]`).
+    pub index: usize,
+    /// The device tensor's name.
+    pub name: String,
+    pub dtype: DType,
+    /// The dims and the element count as C++ expressions in the run-time dims.
+    pub shape: Vec<String>,
+    pub numel: String,
+}
+
+impl LauncherArg {
+    /// The template's entry of `args`: `{index, name, ctype, shape, numel}`.
+    pub fn template_fields(&self) -> Json {
+        json!({
+            "index": self.index,
+            "name": self.name,
+            "ctype": super::ctype(self.dtype),
+            "shape": self.shape,
+            "numel": self.numel,
+        })
+    }
+}
+
+/// A library choice of a node's kernel: the function that runs for batches up to `max_batch` and
+/// the other run-time dims up to their bounds in `dims` (see `target::Dispatch`). A kernel tests
+/// its entries in order; the last runs for any values.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DispatchEntry {
+    pub max_batch: i64,
+    /// Upper bounds of run-time dims other than the batch, by symbol.
+    pub dims: BTreeMap<String, i64>,
+    /// The C++ condition under which the entry runs (`dims.v[0] <= 8`, `true`).
+    pub when: String,
+    /// The library instance's function name.
+    pub function: String,
+    /// The instance's configuration (`LibraryInstance::config`).
+    pub config: String,
+    /// Whether a profiled time chose the instance (else the heuristic).
+    pub measured: bool,
+}
+
+impl DispatchEntry {
+    /// The template's (and the build metadata's) entry of `dispatch`.
+    fn template_fields(&self, last: bool) -> Json {
+        let mut e = json!({ "max_batch": self.max_batch, "when": self.when, "fn": self.function, "last": last,
+                "config": self.config, "measured": self.measured });
+        if !self.dims.is_empty() {
+            e["dims"] = json!(self.dims);
+        }
+        e
+    }
+}
+
+/// What a kernel computes, recorded by the lowering that emits it for the passes after lowering
+/// (`fuse`), which must not read it back out of the template fields.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KernelFacts {
+    /// Nothing a pass needs beyond the instance's other fields.
+    #[default]
+    Opaque,
+    /// An elementwise conversion of equal shapes, `args[1] = (its type) args[0]`
+    /// (`LowerCtx::emit_cast`).
+    Cast,
+    /// The `transpose` family's tiled form (`ops::transpose::emit_tiled`):
+    /// `args[1][b, c, r] = args[0][b, r, c]` over `[batches, rows, cols]`, the dims with the
+    /// compile-time ones substituted.
+    TiledTranspose { batches: Dim, rows: Dim, cols: Dim },
+    /// `pad_channels` (`ops::conv`): `args[out_slot]` is `args[x_slot]` with its innermost
+    /// (channel) dim zero-padded from `c_in` to `c_out`.
+    PadChannels { x_slot: usize, out_slot: usize, c_in: i64, c_out: i64 },
 }
 
 /// A dim whose value the caller picks at each run, within a range fixed at compile time

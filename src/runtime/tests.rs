@@ -9,7 +9,7 @@ use crate::build::Compiler;
 use crate::lower::cuda::Arch;
 use crate::lower::plan::plan_memory;
 use crate::lower::weights::to_le_bytes;
-use crate::lower::{DeviceTensor, IoTensor, KernelInstance, MemoryPlan, Program, RunDims, Storage};
+use crate::lower::{DeviceTensor, IoTensor, KernelFacts, KernelInstance, MemoryPlan, Program, RunDims, Storage};
 use serde_json::Map;
 use std::process::Command;
 
@@ -39,6 +39,9 @@ fn kernel(name: &str, node: &str, args: Vec<usize>, workspace_bytes: u64) -> Ker
         workspace_bytes,
         flops: Dim::known(0),
         context: Map::new(),
+        launcher_args: Vec::new(),
+        dispatch: Vec::new(),
+        facts: KernelFacts::Opaque,
     }
 }
 

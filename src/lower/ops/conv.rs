@@ -62,7 +62,9 @@ use super::act::act_call;
 use super::{float_storage_fields, LowerSpec};
 use crate::ir::ops::kernel::{Act, Conv2d, Layout};
 use crate::ir::{Dim, Node, Tensor};
-use crate::lower::{ctype, ConvProblem, Instance, LowerCtx, LowerError, LowerResult, Precision, Target, TensorId};
+use crate::lower::{
+    ConvProblem, Instance, KernelFacts, LowerCtx, LowerError, LowerResult, Precision, Target, TensorId,
+};
 use crate::lower_unsupported;
 use ndarray::{s, ArrayD, IxDyn};
 use serde_json::{json, Map, Value as Json};
@@ -325,8 +327,6 @@ fn stem_weights(w: &Tensor, tile: &StemTile) -> LowerResult<Tensor> {
 pub const PAD_CHANNELS_TEMPLATE: &str = "pad_channels";
 /// Writes the patch matrix of a thin stem (explicit im2col).
 pub const IM2COL_TEMPLATE: &str = "im2col";
-/// The `transpose` family's template (NCHW ↔ NHWC around an NCHW convolution).
-const TRANSPOSE_TEMPLATE: &str = "transpose";
 
 /// The C++ float expression applying an optional activation to `x`.
 pub(crate) fn act_expr(act: Option<Act>, x: &str) -> String {
@@ -684,13 +684,7 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
             let mut xs_padded = nhwc_in.clone();
             xs_padded[3] = d(cp);
             let x_padded = cx.temp(&format!("{}.pad{cp}", cx.tensor(x).name), fdt, xs_padded);
-            let mut pc = Map::new();
-            pc.insert("pixels".into(), json!(cx.numel_expr(&nhwc_in[..3])?));
-            pc.insert("c_in".into(), json!(c));
-            pc.insert("c_out".into(), json!(cp));
-            pc.insert("x_index".into(), json!(0));
-            pc.insert("out_index".into(), json!(1));
-            cx.emit(&node.name, PAD_CHANNELS_TEMPLATE, vec![x, x_padded], vec![1], pc, 0)?;
+            emit_pad_channels(cx, node, x, x_padded, &nhwc_in[..3], c, cp)?;
             (padded, inst, x_padded, wt, WeightLayout::Krsc)
         }
         (Some(wk), _) => {
@@ -731,7 +725,7 @@ fn permute(t: &Tensor, perm: &[usize]) -> Tensor {
 }
 
 /// Emits `dst[b, j, i] = src[b, i, j]` over `[batches, rows, cols]`: NCHW ↔ NHWC (and OIHW →
-/// KRSC) through the `transpose` family's tiled kernel (fields as in transpose.cu.hbs).
+/// KRSC) through the `transpose` family's tiled kernel.
 fn emit_matrix_transpose(
     cx: &mut LowerCtx,
     node: &Node,
@@ -741,14 +735,30 @@ fn emit_matrix_transpose(
     rows: i64,
     cols: i64,
 ) -> LowerResult<()> {
+    super::transpose::emit_tiled(cx, &node.name, src, dst, [batches.clone(), Dim::known(rows), Dim::known(cols)])
+}
+
+/// Emits the [`PAD_CHANNELS_TEMPLATE`] kernel copying the channels-last `x` (`c_in` channels
+/// per pixel, `pixels` the dims before the channels) into `out` (`c_out` channels, the others
+/// zero), its template fields built from the [`KernelFacts`] the fusion pass reads.
+fn emit_pad_channels(
+    cx: &mut LowerCtx,
+    node: &Node,
+    x: TensorId,
+    out: TensorId,
+    pixels: &[Dim],
+    c_in: i64,
+    c_out: i64,
+) -> LowerResult<()> {
+    let (x_slot, out_slot) = (0, 1);
     let mut c = Map::new();
-    c.insert("ctype".into(), json!(ctype(cx.dtype(src))));
-    c.insert("n".into(), json!(cx.expr(&batches.mul(&Dim::known(rows * cols)))?));
-    c.insert("tiled".into(), json!(true));
-    c.insert("batches".into(), json!(cx.expr(batches)?));
-    c.insert("rows".into(), json!(rows.to_string()));
-    c.insert("cols".into(), json!(cols.to_string()));
-    cx.emit(&node.name, TRANSPOSE_TEMPLATE, vec![src, dst], vec![1], c, 0)
+    c.insert("pixels".into(), json!(cx.numel_expr(pixels)?));
+    c.insert("c_in".into(), json!(c_in));
+    c.insert("c_out".into(), json!(c_out));
+    c.insert("x_index".into(), json!(x_slot));
+    c.insert("out_index".into(), json!(out_slot));
+    let facts = KernelFacts::PadChannels { x_slot, out_slot, c_in, c_out };
+    cx.emit_with_facts(&node.name, PAD_CHANNELS_TEMPLATE, vec![x, out], vec![out_slot], c, facts)
 }
 
 /// How the weights the kernel reads are laid out.
@@ -1062,8 +1072,10 @@ pub(crate) mod tests {
             ["pad_channels", "conv2d_library"]
         );
         let pad = &p.kernels[0];
+        assert_eq!(pad.facts, KernelFacts::PadChannels { x_slot: 0, out_slot: 1, c_in: 3, c_out: 4 });
         assert_eq!(pad.context["c_in"], 3);
         assert_eq!(pad.context["c_out"], 4);
+        assert_eq!((pad.context["x_index"].as_u64(), pad.context["out_index"].as_u64()), (Some(0), Some(1)));
         assert_eq!(pad.context["pixels"], "((int64_t)50176*dims.v[0])");
         let conv = &p.kernels[1];
         assert_eq!(conv.context["c"], 4);

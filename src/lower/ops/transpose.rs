@@ -17,8 +17,11 @@ use crate::ir::dim::product;
 use crate::ir::ops::kernel::Transpose as KernelTranspose;
 use crate::ir::ops::shape::Transpose as OnnxTranspose;
 use crate::ir::{Dim, Node};
-use crate::lower::{ctype, LowerCtx, LowerError, LowerResult};
+use crate::lower::{ctype, KernelFacts, LowerCtx, LowerError, LowerResult, TensorId};
 use serde_json::{json, Map};
+
+/// The family's template (`templates/<target>/kernels/transpose.cu.hbs`).
+const TEMPLATE: &str = "transpose";
 
 pub const OPS: &[LowerSpec] = &[
     LowerSpec::of::<KernelTranspose>("Transpose", lower_kernel_transpose),
@@ -126,47 +129,62 @@ fn lower_permutation(cx: &mut LowerCtx, node: &Node, perm: &[usize]) -> LowerRes
         return Ok(());
     }
     let out = cx.output(node, 0)?;
+    match (mshape.as_slice(), mperm.as_slice()) {
+        ([r, cc], [1, 0]) => return emit_tiled(cx, &node.name, x, out, [Dim::known(1), r.clone(), cc.clone()]),
+        ([b, r, cc], [0, 2, 1]) => return emit_tiled(cx, &node.name, x, out, [b.clone(), r.clone(), cc.clone()]),
+        _ => {}
+    }
     let dt = cx.dtype(x);
     let n = product(&shape);
     let mut c = Map::new();
     c.insert("ctype".into(), json!(ctype(dt)));
     c.insert("n".into(), json!(cx.expr(&n)?));
+    c.insert("tiled".into(), json!(false));
+    c.insert("idx_t".into(), json!(index_type(cx, &n)?));
+    c.insert("offset".into(), json!(permuted_offset(cx, &mshape, &mperm, "idx")?));
+    // The innermost axis stays innermost: move vectors of up to 16 bytes.
     let rank = mshape.len();
-    let tiled = (rank == 2 && mperm == [1, 0]) || (rank == 3 && mperm == [0, 2, 1]);
-    c.insert("tiled".into(), json!(tiled));
-    if tiled {
-        let (b, r, cc) = if rank == 2 {
-            (Dim::known(1), mshape[0].clone(), mshape[1].clone())
-        } else {
-            (mshape[0].clone(), mshape[1].clone(), mshape[2].clone())
-        };
-        c.insert("batches".into(), json!(cx.expr(&b)?));
-        c.insert("rows".into(), json!(cx.expr(&r)?));
-        c.insert("cols".into(), json!(cx.expr(&cc)?));
-    } else {
-        c.insert("idx_t".into(), json!(index_type(cx, &n)?));
-        c.insert("offset".into(), json!(permuted_offset(cx, &mshape, &mperm, "idx")?));
-        // The innermost axis stays innermost: move vectors of up to 16 bytes.
-        let mut vec = 1i64;
-        if mperm[rank - 1] == rank - 1 {
-            if let Some(d) = mshape[rank - 1].as_known() {
-                vec = (16 / dt.size_bytes().max(1)).min(8) as i64;
-                while vec > 1 && d % vec != 0 {
-                    vec /= 2;
-                }
+    let mut vec = 1i64;
+    if mperm[rank - 1] == rank - 1 {
+        if let Some(d) = mshape[rank - 1].as_known() {
+            vec = (16 / dt.size_bytes().max(1)).min(8) as i64;
+            while vec > 1 && d % vec != 0 {
+                vec /= 2;
             }
         }
-        c.insert("vec".into(), json!(vec));
-        let offset_vec = if vec > 1 {
-            let mut vshape = mshape.clone();
-            vshape[rank - 1] = Dim::known(mshape[rank - 1].as_known().unwrap_or(1) / vec);
-            permuted_offset(cx, &vshape, &mperm, "idx")?
-        } else {
-            "0".to_string()
-        };
-        c.insert("offset_vec".into(), json!(offset_vec));
     }
-    cx.emit(&node.name, "transpose", vec![x, out], vec![1], c, 0)
+    c.insert("vec".into(), json!(vec));
+    let offset_vec = if vec > 1 {
+        let mut vshape = mshape.clone();
+        vshape[rank - 1] = Dim::known(mshape[rank - 1].as_known().unwrap_or(1) / vec);
+        permuted_offset(cx, &vshape, &mperm, "idx")?
+    } else {
+        "0".to_string()
+    };
+    c.insert("offset_vec".into(), json!(offset_vec));
+    cx.emit(&node.name, TEMPLATE, vec![x, out], vec![1], c, 0)
+}
+
+/// Emits `dst[b, j, i] = src[b, i, j]` over `[batches, rows, cols]` as the tiled kernel (32×32
+/// tiles through shared memory), its template fields built from the [`KernelFacts`] the fusion
+/// pass reads. NCHW ↔ NHWC is `[N, C, HW] ↔ [N, HW, C]`.
+pub(crate) fn emit_tiled(
+    cx: &mut LowerCtx,
+    node: &str,
+    src: TensorId,
+    dst: TensorId,
+    [batches, rows, cols]: [Dim; 3],
+) -> LowerResult<()> {
+    let (batches, rows, cols) = (cx.bind(&batches), cx.bind(&rows), cx.bind(&cols));
+    let mut c = Map::new();
+    c.insert("ctype".into(), json!(ctype(cx.dtype(src))));
+    c.insert("n".into(), json!(cx.expr(&batches.mul(&rows).mul(&cols))?));
+    c.insert("tiled".into(), json!(true));
+    c.insert("batches".into(), json!(cx.expr(&batches)?));
+    c.insert("rows".into(), json!(cx.expr(&rows)?));
+    c.insert("cols".into(), json!(cx.expr(&cols)?));
+    let facts = KernelFacts::TiledTranspose { batches, rows, cols };
+    cx.emit_with_facts(node, TEMPLATE, vec![src, dst], vec![1], c, facts)
 }
 
 #[cfg(test)]
@@ -212,6 +230,11 @@ mod tests {
         b.node(Box::new(OnnxTranspose { perm: None }), &[Some(k)]);
         let p = lower(&b.g, OPS).unwrap();
         assert_eq!(p.kernels.len(), 4);
+        let (batches, rows, cols) = (n.clone(), Dim::known(64), Dim::known(3136));
+        assert_eq!(p.kernels[0].facts, KernelFacts::TiledTranspose { batches, rows, cols });
+        assert!(p.kernels[1..3].iter().all(|k| k.facts == KernelFacts::Opaque));
+        let (batches, rows, cols) = (Dim::known(1), Dim::known(3), Dim::known(5));
+        assert_eq!(p.kernels[3].facts, KernelFacts::TiledTranspose { batches, rows, cols });
         let c0 = &p.kernels[0].context;
         assert_eq!(c0["tiled"], json!(true));
         assert_eq!(
