@@ -45,7 +45,7 @@
 //!    or 64x128 tile: on the H200 those beat the sm80 tiles on every small ResNet-50 problem (the
 //!    evidence is the test `heuristic_is_near_the_measured_best_on_the_h200`, over the profile in
 //!    tests/fixtures/h200_profile_cache.json). The 128x64 tile is the one sized for two CTAs per
-//!    SM, and 64x256 replaces 128x128 where K is a multiple of 256 over a reduction C·R·S of at
+//!    SM where its grid exceeds one wave, and 64x256 replaces 128x128 where K is a multiple of 256 over a reduction C·R·S of at
 //!    least 512 (see [`SM90_CONV_TILES`] and `conv_heuristic` for the measurements); a matrix product takes the largest sm90 GEMM tile
 //!    whose grid fills every SM, or below a wave the ping-pong 64x64 tile. Else (on sm_80/sm_90,
 //!    or where no sm90 instance applies) the sm80 tile table, largest first, where a tile is
@@ -340,8 +340,8 @@ impl Sm90Tile {
 /// 1, 8, 64 and 256 (`onnx2ait profile`, 2026-12-06 11:17) it ran the
 /// 64-channel conv at 56x56 (C·R·S = 576, a 9-step reduction) in 0.193 ms at batch 256 against
 /// 0.258 ms with one CTA per SM (0.056 against 0.069 ms at batch 64, 0.0114 against 0.0140 at
-/// batch 8, even at batch 1), the fastest of every candidate; on the longer reductions it was
-/// 5–20% ahead of the one-CTA 128x64 as well.
+/// batch 8), the fastest of every candidate; on the longer reductions it was 5–20% ahead of the
+/// one-CTA 128x64 as well. A grid of one wave or less takes [`SM90_CONV_ONE_WAVE_TILE`].
 pub const SM90_CONV_TILES: [Sm90Tile; 5] = [
     Sm90Tile::new(128, 128, 2, false),
     Sm90Tile::new(128, 128, 1, false),
@@ -350,9 +350,12 @@ pub const SM90_CONV_TILES: [Sm90Tile; 5] = [
     Sm90Tile::new(64, 128, 1, false),
 ];
 
-/// sm90 convolution tiles only the profiler tries: 128x64 with one CTA per SM (the stages fill
-/// its shared memory), which the two-CTA form replaced in the heuristic.
-pub const SM90_CONV_PROFILED_TILES: [Sm90Tile; 1] = [Sm90Tile::new(128, 64, 1, false)];
+/// The 128x64 sm90 conv tile with one CTA per SM (stages fill its shared memory): the heuristic's
+/// instead of the two-CTA form where the grid is at most one wave, so no second CTA would share
+/// an SM. In ResNet-50 (H100, 2026-12-06 11:37) the two-CTA tile made the batch-1 3x3 convs of
+/// 64 channels (25 CTAs) 3 µs slower each, and the batch-8 1x1 convs with long reductions that
+/// fall back to it (C = 512..2048, 32 to 98 CTAs) 4–6 µs slower each.
+pub const SM90_CONV_ONE_WAVE_TILE: Sm90Tile = Sm90Tile::new(128, 64, 1, false);
 
 /// sm90 GEMM tiles: the data-parallel ones, which the heuristic chooses from by modelled time
 /// (`pick_sm90_gemm_tile`; the 2x1 cluster is left to the profiler, and the cooperative 128x128
@@ -845,7 +848,7 @@ impl CudaTarget {
             out.extend(
                 SM90_CONV_TILES
                     .iter()
-                    .chain(SM90_CONV_PROFILED_TILES.iter())
+                    .chain([SM90_CONV_ONE_WAVE_TILE].iter())
                     .map(|t| library("conv2d_sm90", t.config(false), t.context(false), epi)),
             );
         }
@@ -979,10 +982,13 @@ impl CudaTarget {
             return self.group_conv_heuristic(p, n, candidates);
         }
         let gemm_m = n * p.p * p.q;
+        // sm80 and split-K configs go on with their iterator; an sm90 config is whole (the
+        // two-CTA form of a tile extends the one-CTA form's).
         let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
+        let exact = |config: &str| candidates.iter().find(|c| c.config == config).cloned();
         if self.hopper() && Self::is_gemm_conv(p) {
             if let Some(t) = Self::gemm_conv_tile(gemm_m, p.c, p.k, self.sms()) {
-                if let Some(c) = find(&format!("{CONV_GEMM_TEMPLATE} {}", t.config(true))) {
+                if let Some(c) = exact(&format!("{CONV_GEMM_TEMPLATE} {}", t.config(true))) {
                     return c;
                 }
             }
@@ -1009,10 +1015,12 @@ impl CudaTarget {
             // (MobileNet's 1x1 convs of C = 64..160, K = 320..960) it lost by up to 50%.
             let t = if t == Sm90Tile::new(128, 128, 1, false) && p.k % 256 == 0 && p.c * p.r * p.s >= 512 {
                 Sm90Tile::new(64, 256, 1, false)
+            } else if t.ctas_per_sm > 1 && ctas(t.m, t.n) <= self.sms() {
+                SM90_CONV_ONE_WAVE_TILE
             } else {
                 t
             };
-            data_parallel = find(&format!("conv2d_sm90 {}", t.config(false))).map(|c| (c, ctas(t.m, t.n)));
+            data_parallel = exact(&format!("conv2d_sm90 {}", t.config(false))).map(|c| (c, ctas(t.m, t.n)));
         }
         let (choice, grid) = data_parallel.unwrap_or_else(|| {
             let t = pick_tile(gemm_m, p.k, 1, self.sms());
@@ -1441,7 +1449,7 @@ mod tests {
         }
         // Conv tiles: one consumer warp group holds the whole tile (at most 128x128 fp32
         // accumulators); a tile sized for two CTAs per SM runs without a cluster.
-        for t in SM90_CONV_TILES.iter().chain(SM90_CONV_PROFILED_TILES.iter()) {
+        for t in SM90_CONV_TILES.iter().chain([SM90_CONV_ONE_WAVE_TILE].iter()) {
             assert!(t.m * t.n <= 128 * 128 && t.cluster_n == 1 && !t.pingpong && !t.stream_k, "{t:?}");
             assert!(t.ctas_per_sm == 1 || t.cluster_m == 1, "{t:?}");
         }
@@ -1700,16 +1708,19 @@ mod tests {
         // wave) with the sm90 conv kernel's 128x64 tile, the largest with two thirds of a wave
         // (100 CTAs).
         assert_eq!(i.dispatch.last().unwrap().instance.config, "conv2d_gemm_sm90 128x128x64 c1x1 cooperative");
-        assert_eq!(i.dispatch[0].instance.config, "conv2d_sm90 128x64x64 c1x1 2/sm");
+        assert_eq!(i.dispatch[0].instance.config, "conv2d_sm90 128x64x64 c1x1");
         // A 3x3 conv takes the largest tile with two thirds of a wave; 64x256 rather than 128x128
         // (as many CTAs) for K a multiple of 256 over a reduction of at least 512 (C·R·S = 576).
         let i3 = hopper.conv2d(&conv(n.clone(), 56, 64, 256, 3, 1));
         assert_eq!(i3.dispatch.last().unwrap().instance.config, "conv2d_sm90 64x256x64 c1x1");
         let i3 = hopper.conv2d(&conv(n.clone(), 56, 64, 128, 3, 1));
         assert_eq!(i3.dispatch.last().unwrap().instance.config, "conv2d_sm90 128x128x64 c1x1");
-        // ResNet's 64-channel 3x3 conv: the 128x64 tile sized for two CTAs per SM, at every batch.
+        // ResNet's 64-channel 3x3 conv: the 128x64 tile sized for two CTAs per SM where its grid
+        // exceeds a wave (batch 8: 196 CTAs), with one CTA per SM at batch 1 (25 CTAs).
         let layer1 = hopper.conv2d(&conv(n.clone(), 56, 64, 64, 3, 1));
-        assert!(layer1.dispatch.iter().all(|d| d.instance.config == "conv2d_sm90 128x64x64 c1x1 2/sm"), "{layer1:?}");
+        let configs: Vec<&str> = layer1.dispatch.iter().map(|d| d.instance.config.as_str()).collect();
+        assert_eq!(configs, ["conv2d_sm90 128x64x64 c1x1", "conv2d_sm90 128x64x64 c1x1 2/sm"]);
+        assert_eq!(layer1.dispatch[0].max_batch, 1, "the batch ranges from 8 up share the two-CTA tile");
         // Up to 32 output channels: the narrow tile is a candidate, and the heuristic's choice.
         let narrow = hopper.conv2d(&conv(n.clone(), 112, 96, 24, 1, 1));
         assert_eq!(narrow.dispatch.last().unwrap().instance.config, "conv2d_gemm_sm90 128x32x64 c1x1 pingpong");
