@@ -77,8 +77,12 @@ impl Timed {
             .iter()
             .filter_map(|c| times.get(&c.config).filter(|t| t.is_finite() && **t > 0.0).map(|t| (c.name.clone(), *t)))
             .collect();
-        let (name, t) = times.iter().min_by(|a, b| a.1.total_cmp(b.1))?;
-        let fastest = (name.clone(), *t);
+        // Ties go to the earlier candidate, as the measured choice of the target breaks them.
+        let fastest = p
+            .candidates
+            .iter()
+            .filter_map(|c| times.get(&c.name).map(|t| (c.name.clone(), *t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
         Some(Timed { point: p.point.clone(), uses: p.uses.max(1) as f64, times, fastest })
     }
 
