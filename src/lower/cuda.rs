@@ -45,9 +45,10 @@
 //!    or 64x128 tile: on the H200 those beat the sm80 tiles on every small ResNet-50 problem (the
 //!    evidence is the test `heuristic_is_near_the_measured_best_on_the_h200`, over the profile in
 //!    tests/fixtures/h200_profile_cache.json). The 128x64 tile is the one sized for two CTAs per
-//!    SM where its grid exceeds one wave, and 64x256 replaces 128x128 where K is a multiple of 256 over a reduction C·R·S of at
-//!    least 512 (see [`SM90_CONV_TILES`] and `conv_heuristic` for the measurements); a matrix product takes the largest sm90 GEMM tile
-//!    whose grid fills every SM, or below a wave the ping-pong 64x64 tile. Else (on sm_80/sm_90,
+//!    SM where its grid exceeds one wave, and 64x256 replaces 128x128 where K is a multiple of
+//!    256 over a reduction C·R·S of at least 512 (see [`SM90_CONV_TILES`] and `conv_heuristic`
+//!    for the measurements); a matrix product takes the largest sm90 GEMM tile whose grid fills
+//!    every SM, or below a wave the ping-pong 64x64 tile. Else (on sm_80/sm_90,
 //!    or where no sm90 instance applies) the sm80 tile table, largest first, where a tile is
 //!    skipped when it is twice as wide or tall as the problem (M ≤ 64 or N ≤ 64 rules out the 128
 //!    side), the first tile whose grid fills every SM wins, otherwise the smallest tile (most
@@ -322,12 +323,11 @@ impl Sm90Tile {
         ] {
             c.insert(key.into(), json!(v));
         }
-        if !gemm {
-            c.insert("ctas_per_sm".into(), json!(self.ctas_per_sm));
-        }
         if gemm {
             c.insert("schedule".into(), json!(if self.pingpong { "pingpong" } else { "cooperative" }));
             c.insert("tile_scheduler".into(), json!(if self.stream_k { "stream_k" } else { "persistent" }));
+        } else {
+            c.insert("ctas_per_sm".into(), json!(self.ctas_per_sm));
         }
         c
     }
@@ -352,8 +352,9 @@ pub const SM90_CONV_TILES: [Sm90Tile; 5] = [
 
 /// The 128x64 sm90 conv tile with one CTA per SM (stages fill its shared memory): the heuristic's
 /// instead of the two-CTA form where the grid is at most one wave, so no second CTA would share
-/// an SM. In ResNet-50 (H100, 2026-12-06 11:37) the two-CTA tile made the batch-1 3x3 convs of
-/// 64 channels (25 CTAs) 3 µs slower each, and the batch-8 1x1 convs with long reductions that
+/// an SM. In ResNet-50's per-kernel times (H100, plain launches, the 11:37 run with the two-CTA
+/// tile everywhere against the 11:17 one without it) the two-CTA tile made the batch-1 3x3 convs
+/// of 64 channels (25 CTAs) 3 µs slower each, and the batch-8 1x1 convs with long reductions that
 /// fall back to it (C = 512..2048, 32 to 98 CTAs) 4–6 µs slower each.
 pub const SM90_CONV_ONE_WAVE_TILE: Sm90Tile = Sm90Tile::new(128, 64, 1, false);
 
@@ -2093,9 +2094,9 @@ mod tests {
                 .map(|(k, v)| (k.as_str(), v["ms"].as_f64().expect("ms")))
                 .collect();
             let best = times.values().copied().fold(f64::INFINITY, f64::min);
-            // The profile predates the two-CTA-per-SM tile: its one-CTA form's time stands in (in
-            // the H100 profile of ResNet-50's 3x3 convs the two-CTA 128x64 was 1% slower at most,
-            // at batch 1, and up to 25% faster from batch 8).
+            // The profile predates the two-CTA-per-SM tile: its one-CTA form's time stands in (the
+            // heuristic takes it where the grid exceeds a wave, where in the H100 profile of
+            // ResNet-50's 3x3 convs it was 5-25% faster than the one-CTA 128x64).
             let config = heuristic.config.strip_suffix(" 2/sm").unwrap_or(&heuristic.config);
             let chosen = *times.get(config).unwrap_or_else(|| {
                 panic!("{sig}: the heuristic's {} was not timed (not a profiled candidate?)", heuristic.config)
