@@ -295,30 +295,36 @@ pub fn stem_instance(tile: &StemTile) -> Instance {
     Instance::own(STEM_TEMPLATE, context)
 }
 
-/// The stem kernel's `[K, 1, 1, Kp]` weights: row k holds filter k's (r, s, c) elements, filter row
-/// r at columns r·row_columns + s·C + c (a filter row's spare column and the columns past
-/// R·row_columns are zero).
+/// The stem kernel's `[K, 1, 1, Kp]` weights: [`patch_weights`] with the tile's filter-row
+/// length (a filter row's spare column stays zero).
 fn stem_weights(w: &Tensor, tile: &StemTile) -> LowerResult<Tensor> {
+    patch_weights(w, Some(tile.row_columns), tile.columns)
+}
+
+/// `[K, 1, 1, columns]` weights: row k holds filter k's (r, s, c) elements, filter row r from
+/// column r·row (`row` S·C when None: the filter flattened), zero elsewhere.
+fn patch_weights(w: &Tensor, row: Option<i64>, columns: i64) -> LowerResult<Tensor> {
     let a = w.to_f32();
     let &[k, r, s_, c] = a.shape() else {
         return Err(LowerError::Invalid(format!("convolution weights must be rank 4, found {:?}", a.shape())));
     };
-    let (row, kp) = (usize::try_from(tile.row_columns).unwrap_or(0), usize::try_from(tile.columns).unwrap_or(0));
-    if row < s_ * c || kp < r * row {
+    let sc = s_ * c;
+    let row_len = row.map_or(Some(sc), |v| usize::try_from(v).ok()).unwrap_or(0);
+    let kp = usize::try_from(columns).unwrap_or(0);
+    if row_len < sc || kp < r * row_len {
         return Err(LowerError::Invalid(format!(
-            "{} stem columns ({} per filter row) cannot hold {r}x{s_}x{c} filters",
-            tile.columns, tile.row_columns
+            "{columns} patch columns ({row_len} per filter row) cannot hold {r}x{s_}x{c} filters"
         )));
     }
     let mut out = ArrayD::<f32>::zeros(IxDyn(&[k, 1, 1, kp]));
     for ri in 0..r {
-        let filter_row = a.slice(s![.., ri, .., ..]);
-        let flat = filter_row
+        let flat = a
+            .slice(s![.., ri, .., ..])
             .as_standard_layout()
-            .into_shape_with_order((k, s_ * c))
+            .into_shape_with_order((k, sc))
             .map_err(|e| LowerError::Invalid(format!("flattening the convolution weights: {e}")))?
             .into_owned();
-        out.slice_mut(s![.., 0, 0, ri * row..ri * row + s_ * c]).assign(&flat);
+        out.slice_mut(s![.., 0, 0, ri * row_len..ri * row_len + sc]).assign(&flat);
     }
     Ok(Tensor::F32(out))
 }
@@ -477,22 +483,7 @@ pub fn library_form(target: &dyn Target, p: &ConvProblem, constant_weights: bool
 /// KRSC weights `[K,R,S,C]` as the im2col product's `[K,1,1,Kp]`: each filter flattened in
 /// (r, s, c) order — the patch matrix's column order — and zero-padded to `columns`.
 fn im2col_weights(w: &Tensor, columns: i64) -> LowerResult<Tensor> {
-    let a = w.to_f32();
-    let &[k, r, s_, c] = a.shape() else {
-        return Err(LowerError::Invalid(format!("convolution weights must be rank 4, found {:?}", a.shape())));
-    };
-    let (rsc, kp) = (r * s_ * c, usize::try_from(columns).unwrap_or(0));
-    if kp < rsc {
-        return Err(LowerError::Invalid(format!("{columns} im2col columns cannot hold {r}x{s_}x{c} filters")));
-    }
-    let flat = a
-        .as_standard_layout()
-        .into_shape_with_order((k, rsc))
-        .map_err(|e| LowerError::Invalid(format!("flattening the convolution weights: {e}")))?
-        .into_owned();
-    let mut out = ArrayD::<f32>::zeros(IxDyn(&[k, 1, 1, kp]));
-    out.slice_mut(s![.., 0, 0, ..rsc]).assign(&flat);
-    Ok(Tensor::F32(out))
+    patch_weights(w, None, columns)
 }
 
 /// Emits the [`IM2COL_TEMPLATE`] kernel writing the patch matrix of `p` over the NHWC tensor `x`
