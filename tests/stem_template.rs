@@ -85,7 +85,10 @@ fn cases() -> Vec<Json> {
         problem([7, 6, 2], 24, [2, 2], [0, 0], [1, 1], [1, 1], false),     // 4-column tiles
         problem([56, 56, 3], 16, [3, 3], [1, 1], [1, 1], [1, 1], false),   // stride 1 over RGB: unpaired
     ];
-    shapes
+    // The model's NCHW input read directly (the fused layout transform, src/lower/fuse.rs): fp32
+    // for ResNet's stem and the unpaired one, fp16 for MobileNet's.
+    let nchw = [(0, "float"), (1, "half"), (6, "float")];
+    let mut out: Vec<Json> = shapes
         .iter()
         .enumerate()
         .map(|(i, p)| {
@@ -94,7 +97,18 @@ fn cases() -> Vec<Json> {
             let batch = if i % 2 == 0 { "(dims.v[0])" } else { "8" };
             context(&format!("k{i:03}_conv2d_stem"), batch, p, &tile)
         })
-        .collect()
+        .collect();
+    for (j, (i, ctype)) in nchw.into_iter().enumerate() {
+        let mut c = out[i].clone();
+        let name = format!("k{:03}_conv2d_stem", shapes.len() + j);
+        let map = c.as_object_mut().expect("object");
+        map.insert("name".into(), json!(name));
+        map.insert("node".into(), json!(name));
+        map.insert("x_nchw".into(), json!(true));
+        map.insert("x_ctype".into(), json!(ctype));
+        out.push(c);
+    }
+    out
 }
 
 fn compile_all(arch: Arch, tag: &str) {

@@ -82,6 +82,9 @@ struct Chain {
     c_in: i64,
     /// Channels after padding (`c_in` without a pad kernel).
     c_out: i64,
+    /// The chain ends in a stem convolution that reads the transposed tensor at this argument
+    /// slot: the stem then reads `src` itself, and no layout kernel remains.
+    stem_x_slot: Option<usize>,
 }
 
 /// Who touches each tensor.
@@ -188,6 +191,22 @@ fn as_pad(p: &Program, k: &KernelInstance) -> Option<(TensorId, TensorId, i64, i
     ok.then_some((x, out, c_in, c_out))
 }
 
+/// A stem convolution (`KernelFacts::StemConv`) reading the tiled transpose `tr`'s output
+/// `[batches, pixels, rows]` as its `[N, H, W, C]` input: its argument slot.
+fn as_stem(p: &Program, k: &KernelInstance, tr: &Tiled) -> Option<usize> {
+    let KernelFacts::StemConv { x_slot } = k.facts else { return None };
+    let x = p.tensors.get(*k.args.get(x_slot)?)?;
+    let [n, h, w, c] = x.shape.as_slice() else { return None };
+    let pixels = h.as_known()?.checked_mul(w.as_known()?)?;
+    let ok = k.args[x_slot] == tr.y
+        && !k.writes.contains(&x_slot)
+        && x.dtype == DType::F16
+        && *n == tr.batches
+        && c.as_known() == Some(tr.rows)
+        && tr.cols.as_known() == Some(pixels);
+    ok.then_some(x_slot)
+}
+
 /// Every fusable chain, in run order, no kernel in two chains.
 fn find_chains(p: &Program) -> Vec<Chain> {
     let uses = Uses::of(p);
@@ -219,20 +238,27 @@ fn find_chains(p: &Program) -> Vec<Chain> {
         if claimed[tr_k] {
             continue;
         }
-        // The tail: an optional pad of the transposed channels.
+        // The tail: an optional pad of the transposed channels, or the stem convolution that
+        // reads them (it can read the NCHW input itself).
         let mut out = tr.y;
         let mut c_out = tr.rows;
-        if let Some(q) = sole_reader(tr.y, tr_k) {
+        let mut stem_x_slot = None;
+        if let Some(q) = sole_reader(tr.y, tr_k).filter(|&q| !claimed[q]) {
             if let Some((x, padded, c_in, cp)) = as_pad(p, &p.kernels[q]) {
-                if x == tr.y && c_in == tr.rows && !claimed[q] {
+                if x == tr.y && c_in == tr.rows {
                     kernels.push(q);
                     intermediates.push(tr.y);
                     out = padded;
                     c_out = cp;
                 }
+            } else if let Some(slot) = as_stem(p, &p.kernels[q], &tr) {
+                kernels.push(q);
+                intermediates.push(tr.y);
+                stem_x_slot = Some(slot);
             }
         }
-        if kernels.len() < 2 || uses.writers[out].as_slice() != [*kernels.last().expect("non-empty")] {
+        let last = *kernels.last().expect("non-empty");
+        if kernels.len() < 2 || stem_x_slot.is_none() && uses.writers[out].as_slice() != [last] {
             continue;
         }
         // The fused kernel reads `src` where the last kernel ran: nothing in between may write it.
@@ -256,6 +282,7 @@ fn find_chains(p: &Program) -> Vec<Chain> {
             pixels: tr.cols,
             c_in: tr.rows,
             c_out,
+            stem_x_slot,
         });
     }
     chains
@@ -276,17 +303,17 @@ fn launcher_arg(p: &Program, t: TensorId, kernels: &[usize]) -> Option<LauncherA
     })
 }
 
-/// The fused kernel of a chain.
-fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
-    let mut launcher_args = Vec::new();
-    for (index, t) in [ch.src, ch.out].into_iter().enumerate() {
-        launcher_args.push(LauncherArg { index, ..launcher_arg(p, t, &ch.kernels)? });
+/// The element type of the chain's input, as templates name it.
+fn src_ctype(p: &Program, ch: &Chain) -> Option<&'static str> {
+    match p.tensors[ch.src].dtype {
+        DType::F32 => Some("float"),
+        DType::F16 => Some("half"),
+        _ => None,
     }
-    let src_ctype = match p.tensors[ch.src].dtype {
-        DType::F32 => "float",
-        DType::F16 => "half",
-        _ => return None,
-    };
+}
+
+/// The chain's nodes, each once, in run order.
+fn chain_nodes(p: &Program, ch: &Chain) -> String {
     let mut nodes: Vec<&str> = Vec::new();
     for &k in &ch.kernels {
         let n = p.kernels[k].node.as_str();
@@ -294,6 +321,19 @@ fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
             nodes.push(n);
         }
     }
+    nodes.join(", ")
+}
+
+/// The fused kernel of a chain.
+fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
+    if let Some(x_slot) = ch.stem_x_slot {
+        return fused_stem(p, ch, x_slot);
+    }
+    let mut launcher_args = Vec::new();
+    for (index, t) in [ch.src, ch.out].into_iter().enumerate() {
+        launcher_args.push(LauncherArg { index, ..launcher_arg(p, t, &ch.kernels)? });
+    }
+    let src_ctype = src_ctype(p, ch)?;
     // Numbered at the last kernel's position for now, renumbered with the others.
     let name = format!("k{:03}_{NCHW_TO_NHWC_TEMPLATE}", ch.kernels.last()?);
     let mut c = Map::new();
@@ -309,7 +349,7 @@ fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
     Some(KernelInstance {
         name,
         template: NCHW_TO_NHWC_TEMPLATE.to_string(),
-        node: nodes.join(", "),
+        node: chain_nodes(p, ch),
         args: vec![ch.src, ch.out],
         writes: vec![1],
         workspace_bytes: 0,
@@ -319,6 +359,25 @@ fn fused_kernel(p: &Program, ch: &Chain) -> Option<KernelInstance> {
         dispatch: Vec::new(),
         facts: KernelFacts::Opaque,
     })
+}
+
+/// A chain ending in a stem convolution: the stem kernel reading the chain's NCHW input at
+/// `x_slot` (template fields `x_nchw`, `x_ctype`), converting as the cast kernel does
+/// (`o2a_cvt<half>`). Its other arguments, fields and name are the stem's.
+fn fused_stem(p: &Program, ch: &Chain, x_slot: usize) -> Option<KernelInstance> {
+    let &stem = ch.kernels.last()?;
+    let mut k = p.kernels.get(stem)?.clone();
+    let x_ctype = src_ctype(p, ch)?;
+    *k.args.get_mut(x_slot)? = ch.src;
+    *k.launcher_args.get_mut(x_slot)? = LauncherArg { index: x_slot, ..launcher_arg(p, ch.src, &ch.kernels)? };
+    let c = &mut k.context;
+    c.insert("args".into(), Json::Array(k.launcher_args.iter().map(LauncherArg::template_fields).collect()));
+    c.insert("x_nchw".into(), json!(true));
+    c.insert("x_ctype".into(), json!(x_ctype));
+    k.node = chain_nodes(p, ch);
+    // Its input is no longer the NHWC fp16 tensor the fact describes.
+    k.facts = KernelFacts::Opaque;
+    Some(k)
 }
 
 /// Drops the tensors marked dead (no kernel, view or graph io refers to them) and renumbers the
@@ -462,50 +521,49 @@ mod tests {
     }
 
     #[test]
-    fn resnet_stem_input_becomes_one_kernel() {
+    fn resnet_stem_reads_the_model_input() {
         let p = lowered(&resnet_stem().g);
-        // Unfused: cast, transpose, conv, cast. The stem kernel reads the 3-channel NHWC
-        // tensor, so the transform has nothing to pad.
-        assert_eq!(templates(&p), ["nchw_to_nhwc", "conv", "cast"]);
-        assert_eq!(p.kernels[1].template, "conv2d_stem");
+        // Unfused: cast, transpose, conv, cast. The stem kernel reads the 3-channel tensor, so
+        // the transform has nothing to pad, and the stem reads the fp32 NCHW input itself.
+        assert_eq!(templates(&p), ["conv", "cast"]);
         check_consistent(&p);
         let k = &p.kernels[0];
-        assert_eq!(k.node, "graph inputs, to_nhwc");
+        assert_eq!((k.template.as_str(), k.name.as_str()), ("conv2d_stem", "k000_conv2d_stem"));
+        assert_eq!(k.node, "graph inputs, to_nhwc, conv0");
         let c = &k.context;
         assert_eq!(
-            (c["src_ctype"].as_str(), c["batches"].as_str(), c["pixels"].as_str()),
-            (Some("float"), Some("(dims.v[0])"), Some("50176"))
+            (c["x_nchw"].as_bool(), c["x_ctype"].as_str(), c["name"].as_str()),
+            (Some(true), Some("float"), Some("k000_conv2d_stem"))
         );
-        assert_eq!((c["c_in"].as_i64(), c["c_out"].as_i64(), c["vec"].as_i64()), (Some(3), Some(3), Some(1)));
-        assert_eq!(c["thin"], json!(true));
-        // It reads the caller's fp32 input and writes what the stem kernel reads.
-        let (src, out) = (&p.tensors[k.args[0]], &p.tensors[k.args[1]]);
+        assert_eq!(k.facts, KernelFacts::Opaque, "its input is no longer an NHWC fp16 tensor");
+        let src = &p.tensors[k.args[0]];
         assert_eq!((src.dtype, &src.storage), (DType::F32, &Storage::Input { index: 0 }));
-        assert_eq!(out.shape, vec![Dim::sym("N"), Dim::known(224), Dim::known(224), Dim::known(3)]);
-        assert_eq!(p.kernels[1].args[0], k.args[1]);
-        // The intermediate (the fp16 copy) is gone: input, NHWC input, flattened weight, conv
-        // output, graph output. No patch matrix.
+        assert_eq!(src.shape, nchw(3, 224, 224));
+        assert_eq!(k.launcher_args[0].dtype, DType::F32);
+        assert_eq!(c["args"][0]["ctype"].as_str(), Some("float"));
+        // Both intermediates (the fp16 copy and its NHWC transpose) are gone: input, flattened
+        // weight, conv output, graph output. No patch matrix.
         let names: Vec<&str> = p.tensors.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["data", "to_nhwc.out", "w.stem160", "conv0.out", "conv0.out"]);
-        render_fused(&p, "fuse_stem");
+        assert_eq!(names, ["data", "w.stem160", "conv0.out", "conv0.out"]);
+        render_fused(&p, "fuse_stem", "conv2d_stem");
     }
 
     #[test]
     fn nchw_convolution_stem_fuses_its_own_transforms() {
         // A convolution the optimiser left in NCHW transposes its input itself (ops::conv); the
-        // 3x3 thin filter then takes the stem kernel, which reads the 3-channel tensor.
+        // 3x3 thin filter then takes the stem kernel, which reads the NCHW input instead.
         let mut b = G::new();
         let x = b.input("x", nchw(3, 32, 32));
         let w = b.konst("w", &[16, 3, 3, 3], |i| i as f32);
         let y = b.node("c", conv(Layout::Nchw, 1, 1), vec![Some(x), Some(w), None, None]);
         b.g.outputs.push(y);
         let p = lowered(&b.g);
-        assert_eq!(templates(&p), ["nchw_to_nhwc", "conv", "transpose", "cast"]);
-        assert_eq!(p.kernels[1].template, "conv2d_stem");
+        assert_eq!(templates(&p), ["conv", "transpose", "cast"]);
+        assert_eq!(p.kernels[0].template, "conv2d_stem");
         check_consistent(&p);
         let c = &p.kernels[0].context;
-        assert_eq!((c["pixels"].as_str(), c["c_in"].as_i64(), c["c_out"].as_i64()), (Some("1024"), Some(3), Some(3)));
-        assert_eq!(p.kernels[1].args[0], p.kernels[0].args[1]);
+        assert_eq!((c["x_nchw"].as_bool(), c["x_ctype"].as_str()), (Some(true), Some("float")));
+        assert_eq!(p.tensors[p.kernels[0].args[0]].storage, Storage::Input { index: 0 });
 
         // A thin 1x1 NCHW convolution is padded instead: cast, transpose and pad fuse.
         let mut b = G::new();
@@ -518,6 +576,20 @@ mod tests {
         check_consistent(&p);
         let c = &p.kernels[0].context;
         assert_eq!((c["pixels"].as_str(), c["c_in"].as_i64(), c["c_out"].as_i64()), (Some("1024"), Some(3), Some(4)));
+    }
+
+    #[test]
+    fn a_stem_with_a_second_reader_of_its_input_keeps_the_transform() {
+        // The NHWC tensor is also a graph output: the layout kernel stays and the stem reads it.
+        let mut b = resnet_stem();
+        let t = b.g.nodes[0].outputs[0];
+        b.g.outputs.push(t);
+        let p = lowered(&b.g);
+        assert_eq!(&templates(&p)[..2], ["nchw_to_nhwc", "conv"]);
+        let stem = &p.kernels[1];
+        assert_eq!((stem.context["x_nchw"].as_bool(), stem.context["x_ctype"].as_str()), (Some(false), Some("half")));
+        assert_eq!(stem.facts, KernelFacts::StemConv { x_slot: 0 });
+        check_consistent(&p);
     }
 
     #[test]
@@ -535,7 +607,7 @@ mod tests {
         assert_eq!((c["c_in"].as_i64(), c["c_out"].as_i64(), c["vec"].as_i64()), (Some(64), Some(64), Some(8)));
         assert_eq!((c["thin"].as_bool(), c["pixels"].as_str()), (Some(false), Some("64")));
         assert_eq!(p.tensors[p.kernels[0].args[1]].name, "t.out");
-        render_fused(&p, "fuse_tiled");
+        render_fused(&p, "fuse_tiled", NCHW_TO_NHWC_TEMPLATE);
     }
 
     // The pad tests below use thin 1x1 convolutions: a thin filter wider than 1x1 takes the
@@ -555,7 +627,7 @@ mod tests {
         let c = &p.kernels[0].context;
         assert_eq!((c["src_ctype"].as_str(), c["pixels"].as_str()), (Some("half"), Some("400")));
         assert_eq!(p.kernels[0].node, "t, c");
-        render_fused(&p, "fuse_half");
+        render_fused(&p, "fuse_half", NCHW_TO_NHWC_TEMPLATE);
     }
 
     #[test]
@@ -589,7 +661,7 @@ mod tests {
         check_consistent(&p);
         let c = &p.kernels[0].context;
         assert_eq!((c["c_in"].as_i64(), c["c_out"].as_i64(), c["vec"].as_i64()), (Some(3), Some(3), Some(1)));
-        render_fused(&p, "fuse_odd");
+        render_fused(&p, "fuse_odd", NCHW_TO_NHWC_TEMPLATE);
     }
 
     #[test]
@@ -695,10 +767,12 @@ mod tests {
 
     /// Renders the fused kernels through the template on disk (`O2A_RENDER_DIR`: also written
     /// there with common.cuh, for nvcc).
-    fn render_fused(p: &Program, model: &str) {
+    /// Renders the program's kernels of `template` (the fused ones): every field is filled.
+    fn render_fused(p: &Program, model: &str, template: &str) {
         let mut q = p.clone();
         q.model_name = model.to_string();
-        q.kernels.retain(|k| k.template == NCHW_TO_NHWC_TEMPLATE);
+        q.kernels.retain(|k| k.template == template);
+        assert!(!q.kernels.is_empty(), "no {template} kernel to render");
         for (_, text) in render_all(&q) {
             assert!(!text.contains("{{"), "unrendered handlebars");
             assert!(text.contains("int k0"), "the launcher is defined");

@@ -541,6 +541,18 @@ impl<'a> LowerCtx<'a> {
         Ok(())
     }
 
+    /// Records what a pass after lowering may rely on about the kernel emitted last (see
+    /// [`KernelFacts`]), for kernels emitted through [`emit_instance`](Self::emit_instance).
+    pub fn set_facts(&mut self, facts: KernelFacts) -> LowerResult<()> {
+        let k = self
+            .program
+            .kernels
+            .last_mut()
+            .ok_or_else(|| LowerError::Invalid("kernel facts were given before any kernel was emitted".into()))?;
+        k.facts = facts;
+        Ok(())
+    }
+
     /// Emits an elementwise conversion `dst = (dst type) src` of equal shapes.
     pub fn emit_cast(&mut self, node: &str, src: TensorId, dst: TensorId) -> LowerResult<()> {
         let mut c = Map::new();

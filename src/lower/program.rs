@@ -162,6 +162,11 @@ pub enum KernelFacts {
     /// `pad_channels` (`ops::conv`): `args[out_slot]` is `args[x_slot]` with its innermost
     /// (channel) dim zero-padded from `c_in` to `c_out`.
     PadChannels { x_slot: usize, out_slot: usize, c_in: i64, c_out: i64 },
+    /// The thin-stem convolution (`ops::conv::STEM_TEMPLATE`): it reads `args[x_slot]`, an
+    /// `[N, H, W, C]` fp16 tensor, which it can read instead as the `[N, C, H, W]` tensor of fp32
+    /// or fp16 it was transposed (and converted) from: template fields `x_nchw` and `x_ctype`,
+    /// set by the fusion pass (`fuse.rs`).
+    StemConv { x_slot: usize },
 }
 
 /// A dim whose value the caller picks at each run, within a range fixed at compile time

@@ -292,6 +292,10 @@ pub fn stem_instance(tile: &StemTile) -> Instance {
     context.insert("block_n".into(), json!(tile.block_n));
     context.insert("row_columns".into(), json!(tile.row_columns));
     context.insert("paired".into(), json!(tile.paired));
+    // The input as the lowering gives it, fp16 NHWC; the fusion pass (`fuse.rs`) may switch the
+    // kernel to the NCHW tensor the layout transform read (`KernelFacts::StemConv`).
+    context.insert("x_nchw".into(), json!(false));
+    context.insert("x_ctype".into(), json!("half"));
     Instance::own(STEM_TEMPLATE, context)
 }
 
@@ -826,7 +830,12 @@ fn emit_conv(
     if inst.template == DIRECT_TEMPLATE {
         float_storage_fields(&mut c, cx.dtype(out))?;
     }
-    cx.emit_instance(&node.name, inst, args, vec![out_index as usize], c)
+    let stem = inst.template == STEM_TEMPLATE;
+    cx.emit_instance(&node.name, inst, args, vec![out_index as usize], c)?;
+    if stem {
+        cx.set_facts(KernelFacts::StemConv { x_slot: 0 })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1271,8 +1280,9 @@ pub(crate) mod tests {
     /// `wt` is the `[K, Kp]` weight matrix. A paired tile reads column pairs (2i, 2i + 1) as the
     /// element at coff[2i] and the next one. Returns the `[N, P, Q, K]` output, checking that each
     /// element is stored exactly once, that every gathered element lies inside the staged tile,
-    /// and that every pair starts at an even (4-byte aligned) index.
-    fn simulate_stem(x: &[f32], n: usize, p: &ConvProblem, tile: &StemTile, wt: &[f32]) -> Vec<f32> {
+    /// and that every pair starts at an even (4-byte aligned) index. `x` is `[N, H, W, C]`, or
+    /// `[N, C, H, W]` with `x_nchw` (the fused layout transform's form, see `fuse.rs`).
+    fn simulate_stem(x: &[f32], x_nchw: bool, n: usize, p: &ConvProblem, tile: &StemTile, wt: &[f32]) -> Vec<f32> {
         let u = |v: i64| v as usize;
         let [h, w, c, k, r, s, pp, qq] = [p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q].map(u);
         let [sh, sw, dh, dw] = [p.strides[0], p.strides[1], p.dilations[0], p.dilations[1]].map(u);
@@ -1308,7 +1318,12 @@ pub(crate) mod tests {
                         let (ih, iw) = (ih0 + row as i64, iw0 + col as i64);
                         let staged = row < in_rows && col < in_cols;
                         if staged && (0..h as i64).contains(&ih) && (0..w as i64).contains(&iw) {
-                            x[((ni * h + ih as usize) * w + iw as usize) * c + cc]
+                            let (ih, iw) = (ih as usize, iw as usize);
+                            x[if x_nchw {
+                                ((ni * c + cc) * h + ih) * w + iw
+                            } else {
+                                ((ni * h + ih) * w + iw) * c + cc
+                            }]
                         } else {
                             0.0
                         }
@@ -1425,11 +1440,17 @@ pub(crate) mod tests {
             let Tensor::F32(flat) = stem_weights(&Tensor::F32(wa.clone()), &tile).expect("flatten") else {
                 panic!("f32 weights")
             };
-            let got = simulate_stem(&xv, n as usize, &p, &tile, flat.as_slice().expect("contiguous"));
+            let wt = flat.as_slice().expect("contiguous");
+            let got = simulate_stem(&xv, false, n as usize, &p, &tile, wt);
             let xa = ArrayD::from_shape_vec(IxDyn(&[n, h, w, c].map(|v| v as usize)), xv).expect("x");
             let want = crate::reference::kernel::conv::conv2d(Layout::Nhwc, &g, &xa, &wa, None, None, None, None)
                 .expect("reference");
-            assert_eq!(got, want.iter().copied().collect::<Vec<_>>(), "case {i}: {tile:?}");
+            let want: Vec<f32> = want.iter().copied().collect();
+            assert_eq!(got, want, "case {i}: {tile:?}");
+            // The same input channels-first, as the stem reads the model's input when the layout
+            // transform before it is fused away.
+            let nchw: Vec<f32> = xa.permuted_axes(IxDyn(&[0, 3, 1, 2])).iter().copied().collect();
+            assert_eq!(simulate_stem(&nchw, true, n as usize, &p, &tile, wt), want, "case {i} (NCHW input): {tile:?}");
         }
     }
 
