@@ -1311,24 +1311,35 @@ pub(crate) mod tests {
                 let (ni, tt) = (t_idx / tiles, t_idx % tiles);
                 let (p0, q0) = (tt / tiles_q * tp, tt % tiles_q * tq);
                 let (ih0, iw0) = ((p0 * sh) as i64 - p.pads[0], (q0 * sw) as i64 - p.pads[1]);
-                let patch: Vec<f32> = (0..patch_len)
-                    .map(|i| {
-                        let (row, e) = (i / pitch, i % pitch);
-                        let (cc, col) = (e % c, e / c);
-                        let (ih, iw) = (ih0 + row as i64, iw0 + col as i64);
-                        let staged = row < in_rows && col < in_cols;
-                        if staged && (0..h as i64).contains(&ih) && (0..w as i64).contains(&iw) {
-                            let (ih, iw) = (ih as usize, iw as usize);
-                            x[if x_nchw {
-                                ((ni * c + cc) * h + ih) * w + iw
-                            } else {
-                                ((ni * h + ih) * w + iw) * c + cc
-                            }]
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
+                let inside = |row: usize, col: usize| {
+                    let (ih, iw) = (ih0 + row as i64, iw0 + col as i64);
+                    let staged = row < in_rows && col < in_cols;
+                    (staged && (0..h as i64).contains(&ih) && (0..w as i64).contains(&iw))
+                        .then_some((ih as usize, iw as usize))
+                };
+                let patch: Vec<f32> = if x_nchw {
+                    // The kernel's NCHW staging: element i is (row, channel, column), stored at
+                    // row·pitch + column·C + channel; the pitch padding and the tail stay zero.
+                    let mut patch: Vec<Option<f32>> = (0..patch_len)
+                        .map(|i| (i >= in_rows * pitch || i % pitch >= in_cols * c).then_some(0.0))
+                        .collect();
+                    for i in 0..in_rows * c * in_cols {
+                        let (row, cc, col) = (i / (c * in_cols), i % (c * in_cols) / in_cols, i % in_cols);
+                        let v = inside(row, col).map_or(0.0, |(ih, iw)| x[((ni * c + cc) * h + ih) * w + iw]);
+                        let slot = &mut patch[row * pitch + col * c + cc];
+                        assert!(slot.is_none(), "staged element {i} written twice");
+                        *slot = Some(v);
+                    }
+                    patch.into_iter().map(|v| v.expect("every staged element is written")).collect()
+                } else {
+                    (0..patch_len)
+                        .map(|i| {
+                            let (row, e) = (i / pitch, i % pitch);
+                            let (cc, col) = (e % c, e / c);
+                            inside(row, col).map_or(0.0, |(ih, iw)| x[((ni * h + ih) * w + iw) * c + cc])
+                        })
+                        .collect()
+                };
                 let at = |i: usize| {
                     assert!(i < patch_len, "a gather past the staged tile");
                     patch[i]
