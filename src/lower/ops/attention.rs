@@ -64,6 +64,8 @@ fn lower_attention(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
     for (key, s) in ["mb", "mh", "mq", "mk"].iter().zip(&strides) {
         c.insert((*key).into(), json!(cx.expr(s)?));
     }
+    // One mask value per key for every query row (a key-padding mask): staged per key tile.
+    c.insert("mask_rows".into(), json!(mask.is_some() && strides[2] == Dim::known(0)));
     c.insert("o_arg".into(), json!(args.len()));
     args.push(o);
     let writes = vec![args.len() - 1];
