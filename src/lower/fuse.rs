@@ -309,13 +309,10 @@ fn launcher_arg(p: &Program, t: TensorId, kernels: &[usize]) -> Option<LauncherA
     })
 }
 
-/// The element type of the chain's input, as templates name it.
+/// The C++ type of the chain's input, which the fused kernels read as fp32 or fp16 only.
 fn src_ctype(p: &Program, ch: &Chain) -> Option<&'static str> {
-    match p.tensors[ch.src].dtype {
-        DType::F32 => Some("float"),
-        DType::F16 => Some("half"),
-        _ => None,
-    }
+    let dt = p.tensors[ch.src].dtype;
+    matches!(dt, DType::F32 | DType::F16).then(|| super::ctype(dt))
 }
 
 /// The chain's nodes, each once, in run order.

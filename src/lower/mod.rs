@@ -479,8 +479,8 @@ impl<'a> LowerCtx<'a> {
         context: Map<String, Json>,
         facts: KernelFacts,
     ) -> LowerResult<()> {
-        self.emit_kernel(node, template, args, writes, context, 0)?.facts = facts;
-        Ok(())
+        self.emit(node, template, args, writes, context, 0)?;
+        self.set_facts(facts)
     }
 
     /// [`emit`](Self::emit), returning the new kernel.
