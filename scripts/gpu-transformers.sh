@@ -42,6 +42,10 @@
 #                                                     O2A_ATTENTION_WARPS setting, as
 #                                                     <build>_attnwarps<W>: the fused attention
 #                                                     kernel's block width forced to W warps)
+#                               [--attention-rows 32] (also time every build with each
+#                                                     O2A_ATTENTION_ROWS setting, as
+#                                                     <build>_attnrows<R>, and validate it at batch 8:
+#                                                     R query rows a warp of the attention kernel)
 #                               [--torch-compile 1,32] (also time torch.compile(mode="max-autotune")
 #                                                     at these batches next to PyTorch eager and
 #                                                     CUDA graph; each batch compiles and autotunes
@@ -58,7 +62,7 @@ set -uo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-SEQ=128 SEQ2=77 BATCHES= MAX_BATCH= EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0 PDL_MODES= ATTENTION_WARPS= TORCH_COMPILE=
+SEQ=128 SEQ2=77 BATCHES= MAX_BATCH= EXPORTERS=torchscript,dynamo MODELS=bert,vit BUDGET=560 SIZE=base ROWWISE=0 UNFUSED_ATTENTION=0 PROFILE=0 SEQ_RANGE=0 SEQ_RANGE_ATTENTION=unfused SEQ_RANGE_ONLY=0 PDL_MODES= ATTENTION_WARPS= ATTENTION_ROWS= TORCH_COMPILE=
 while (($#)); do
   case $1 in
     --seq) SEQ=$2; shift ;;
@@ -74,6 +78,7 @@ while (($#)); do
     --profile) PROFILE=1 ;;
     --pdl-modes) PDL_MODES=$2; shift ;;
     --attention-warps) ATTENTION_WARPS=$2; shift ;;
+    --attention-rows) ATTENTION_ROWS=$2; shift ;;
     --torch-compile) TORCH_COMPILE=$2; shift ;;
     --seq-range) SEQ_RANGE=$2; shift ;;
     --seq-range-attention) SEQ_RANGE_ATTENTION=$2; shift ;;
@@ -244,6 +249,13 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
     say "bench $name with O2A_ATTENTION_WARPS=$warps: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
     record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
   done
+  # The fused attention kernel's query rows a warp forced (templates/cuda/kernels/attention.cu.hbs).
+  for rows in ${ATTENTION_ROWS//,/ }; do
+    tag=attnrows$rows
+    O2A_ATTENTION_ROWS=$rows "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
+    say "bench $name with O2A_ATTENTION_ROWS=$rows: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
+    record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
+  done
 done
 # 4. Validation on the GPU (batch 1 and 8), before the per-kernel times and the PyTorch peers, so a
 # short time budget drops those rather than the correctness checks.
@@ -252,6 +264,13 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   seq=${SEQ_OF[$name]}
   for b in 1 8; do
     within_budget 40 && validate "$name" "$onnx" "$seq" "$b" || say "validate $name batch $b: not run (time budget)"
+  done
+  # The same library under each --attention-rows setting, at batch 8, as <build>_attnrows<R>.
+  for rows in ${ATTENTION_ROWS//,/ }; do
+    [[ $name == *fusedattn* ]] || continue
+    ln -sfn "build_$name" "$W/build_${name}_attnrows$rows"
+    within_budget 40 && O2A_ATTENTION_ROWS=$rows validate "${name}_attnrows$rows" "$onnx" "$seq" 8 ||
+      say "validate ${name}_attnrows$rows batch 8: not run (time budget)"
   done
   # One build, several lengths: the second length, and one past the range (must be refused).
   if [[ $name == *_seqrange* ]]; then
@@ -310,6 +329,6 @@ fi
 # 7. The report.
 "$PY" scripts/gpu/write_transformer_benchmarks.py "$RESULTS" --previous "$ROOT/BENCHMARKS.md" --out "$OUT/BENCHMARKS.md" \
   --commit "$(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)" \
-  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2$([[ -z $BATCHES ]] || echo " --batches $BATCHES")$([[ -z $MAX_BATCH ]] || echo " --max-batch $MAX_BATCH") --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')$( ((SEQ_RANGE)) && echo " --seq-range $SEQ_RANGE --seq-range-attention $SEQ_RANGE_ATTENTION")$( ((SEQ_RANGE_ONLY)) && echo ' --seq-range-only')$([[ -z $PDL_MODES ]] || echo " --pdl-modes $PDL_MODES")$([[ -z $ATTENTION_WARPS ]] || echo " --attention-warps $ATTENTION_WARPS")$([[ -z $TORCH_COMPILE ]] || echo " --torch-compile $TORCH_COMPILE")"
+  --kernel-times "$OUT"/kernels_*.txt --rowwise "$OUT/rowwise.txt" --command "scripts/gpu-transformers.sh --seq $SEQ --seq2 $SEQ2$([[ -z $BATCHES ]] || echo " --batches $BATCHES")$([[ -z $MAX_BATCH ]] || echo " --max-batch $MAX_BATCH") --exporters $EXPORTERS --models $MODELS$( ((ROWWISE)) && echo ' --rowwise')$( ((UNFUSED_ATTENTION)) && echo ' --unfused-attention')$( ((PROFILE)) && echo ' --profile')$( ((SEQ_RANGE)) && echo " --seq-range $SEQ_RANGE --seq-range-attention $SEQ_RANGE_ATTENTION")$( ((SEQ_RANGE_ONLY)) && echo ' --seq-range-only')$([[ -z $PDL_MODES ]] || echo " --pdl-modes $PDL_MODES")$([[ -z $ATTENTION_WARPS ]] || echo " --attention-warps $ATTENTION_WARPS")$([[ -z $ATTENTION_ROWS ]] || echo " --attention-rows $ATTENTION_ROWS")$([[ -z $TORCH_COMPILE ]] || echo " --torch-compile $TORCH_COMPILE")"
 cp "$RESULTS" "$OUT/results.jsonl"
 say "done in $(elapsed)s"

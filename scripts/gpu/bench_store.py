@@ -300,13 +300,17 @@ def parse_transformers(text, run):
         options += "fused attention, " if "fusedattn" in parts[1:] else ""
         kernels = "profiled kernels" if "profiled" in parts[1:] else "heuristic kernels"
         # The same library timed under a run-time setting (--pdl-modes: <build>_pdl_<mode>;
-        # --attention-warps: <build>_attnwarps<W>): its own row, never the default's.
+        # --attention-warps: <build>_attnwarps<W>; --attention-rows: <build>_attnrows<R>): its own
+        # row, never the default's.
         for i, p in enumerate(parts[1:], 1):
             if p == "pdl" and i + 1 < len(parts):
                 kernels += f", O2A_PDL={'0' if parts[i + 1] == 'off' else parts[i + 1]}"
             m = re.fullmatch(r"attnwarps(\d+)", p)
             if m:
                 kernels += f", O2A_ATTENTION_WARPS={m.group(1)}"
+            m = re.fullmatch(r"attnrows(\d+)", p)
+            if m:
+                kernels += f", O2A_ATTENTION_ROWS={m.group(1)}"
         seq_v = int(seq) if number(seq) is not None else None
         return model, f"{exporter} export, {options}{kernels}", seq_v
 

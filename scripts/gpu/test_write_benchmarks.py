@@ -195,17 +195,19 @@ class Writers(unittest.TestCase):
         self.assertIn("chosen by profiling on this GPU (`compile --profile`)", wtb.choice_text(profiled))
 
     def test_run_time_settings_get_their_own_rows(self):
-        # One library timed with PDL off and with the attention block width forced: three rows,
+        # One library timed with PDL off and with the attention block width and rows forced: four rows,
         # and the default's figure is not overwritten by the others'.
         base = "bert_torchscript_fusedattn"
         recs = [{"kind": "bench", "name": name, "seq": 128, "result": [{"batch": 1, "graph_median_ms": ms,
                                                                            "median_ms": ms}]}
-                for name, ms in ((base, 0.5), (base + "_pdl_off", 0.6), (base + "_attnwarps8", 0.4))]
+                for name, ms in ((base, 0.5), (base + "_pdl_off", 0.6), (base + "_attnwarps8", 0.4),
+                                 (base + "_attnrows32", 0.45))]
         store = self.write_transformers(recs, "e" * 40, "2026-12-04 10:00 UTC")
         label = "torchscript export, fused attention, heuristic kernels"
         self.assertEqual(self.row(store, "bert", 1, label)["onnx2ait"]["ms"], 0.5)
         self.assertEqual(self.row(store, "bert", 1, label + ", O2A_PDL=0")["onnx2ait"]["ms"], 0.6)
         self.assertEqual(self.row(store, "bert", 1, label + ", O2A_ATTENTION_WARPS=8")["onnx2ait"]["ms"], 0.4)
+        self.assertEqual(self.row(store, "bert", 1, label + ", O2A_ATTENTION_ROWS=32")["onnx2ait"]["ms"], 0.45)
 
     def test_transformer_torch_compile_column(self):
         # A run that timed torch.compile (gpu-transformers.sh --torch-compile) stores it as that
