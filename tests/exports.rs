@@ -200,11 +200,11 @@ fn exports_generate_rocm_snapshots() {
 
 /// The fused attention kernel compiles warning-free with the pinned nvcc for sm_90a, and no
 /// variant spills a register (the tensor-core kernel of 1, 2, 4 and 8 warps of 16 query rows,
-/// of 2 and 4 warps of 32, the split-key kernel, the row kernel): for the tiny exports (head
-/// size 16; BERT's key-padding mask staged in shared memory, `MASK_ROWS`, ViT without a mask)
-/// and for BERT-base's head size 64 (the 12-layer encoder of onnx_models/generated, sequence
-/// 128). The tensor-core kernel's register budget (128 for 2 and 4 warps, so that sixteen warps
-/// share an SM) is a property of the template that no CPU test would otherwise see break. Compile-only: the GPU check validates the kernel
+/// of 2 and 4 warps of 32, the split-key kernel, the row kernel): for the tiny exports (head size 16; BERT's key-padding mask staged in
+/// shared memory, `MASK_ROWS`, ViT without a mask) and for BERT-base's head size 64 (the
+/// 12-layer encoder of onnx_models/generated, sequence 128). The tensor-core kernel's register
+/// budget (168, so that twelve warps share an SM) is a property of the template that no CPU test
+/// would otherwise see break. Compile-only: the GPU check validates the kernel
 /// (scripts/gpu-transformers.sh).
 #[test]
 fn fused_attention_kernels_compile_without_spills() {
