@@ -225,6 +225,13 @@ fi
 if ((PROFILE)) && [[ -f $W/profile.json ]]; then cp "$W/profile.json" "$OUT/profile.json"; fi
 
 # 3. Timing, one thing at a time on the GPU: onnx2ait (the PyTorch peers after the validation).
+bench_setting() { # name batches tag VAR=VALUE: build <name> timed under one run-time setting, as <name>_<tag>
+  local name=$1 batches=$2 tag=$3 setting=$4
+  env "$setting" "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json \
+    >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
+  say "bench $name with $setting: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
+  record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
+}
 for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   within_budget 40 || { say "bench $name: not run (time budget)"; continue; }
   bench_dims=()
@@ -233,29 +240,17 @@ for name in $(printf '%s\n' "${!BUILT[@]}" | sort); do
   "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json >"$W/bench_$name.json" 2>"$W/bench_$name.err"
   say "bench $name: rc $? $(tr -d '\n ' <"$W/bench_$name.json" | head -c 400)"
   record "{\"kind\":\"bench\",\"name\":\"$name\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_$name.json")}"
-  # The same library with other programmatic dependent launch settings (templates/cuda/library.cuh.hbs):
-  # O2A_PDL=0 as <build>_pdl_off, O2A_PDL=MODE as <build>_pdl_MODE.
+  # The same library under other run-time settings, each timed as its own row: programmatic
+  # dependent launch (templates/cuda/library.cuh.hbs; O2A_PDL=0 as <build>_pdl_off, O2A_PDL=MODE
+  # as <build>_pdl_MODE), the fused attention kernel's block width and query rows a warp
+  # (templates/cuda/kernels/attention.cu.hbs).
   for mode in ${PDL_MODES//,/ }; do
     tag=pdl_$mode
     [[ $mode == 0 ]] && tag=pdl_off
-    O2A_PDL=$mode "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
-    say "bench $name with O2A_PDL=$mode: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
-    record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
+    bench_setting "$name" "$batches" "$tag" "O2A_PDL=$mode"
   done
-  # The fused attention kernel's block width forced (templates/cuda/kernels/attention.cu.hbs).
-  for warps in ${ATTENTION_WARPS//,/ }; do
-    tag=attnwarps$warps
-    O2A_ATTENTION_WARPS=$warps "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
-    say "bench $name with O2A_ATTENTION_WARPS=$warps: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
-    record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
-  done
-  # The fused attention kernel's query rows a warp forced (templates/cuda/kernels/attention.cu.hbs).
-  for rows in ${ATTENTION_ROWS//,/ }; do
-    tag=attnrows$rows
-    O2A_ATTENTION_ROWS=$rows "$BIN" bench "$W/build_$name" --batch "$batches" "${bench_dims[@]}" --json >"$W/bench_${name}_$tag.json" 2>"$W/bench_${name}_$tag.err"
-    say "bench $name with O2A_ATTENTION_ROWS=$rows: rc $? $(tr -d '\n ' <"$W/bench_${name}_$tag.json" | head -c 400)"
-    record "{\"kind\":\"bench\",\"name\":\"${name}_$tag\",\"seq\":${SEQ_OF[$name]},\"result\":$(json_of "$W/bench_${name}_$tag.json")}"
-  done
+  for warps in ${ATTENTION_WARPS//,/ }; do bench_setting "$name" "$batches" "attnwarps$warps" "O2A_ATTENTION_WARPS=$warps"; done
+  for rows in ${ATTENTION_ROWS//,/ }; do bench_setting "$name" "$batches" "attnrows$rows" "O2A_ATTENTION_ROWS=$rows"; done
 done
 # 4. Validation on the GPU (batch 1 and 8), before the per-kernel times and the PyTorch peers, so a
 # short time budget drops those rather than the correctness checks.
