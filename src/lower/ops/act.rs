@@ -228,10 +228,142 @@ int main(int argc, char** argv) {
     /// Compiles the harness around `block` with the host's g++ and runs it over every
     /// `stride`-th float: (passed, output).
     fn run_gelu_erf_harness(block: &str, stride: u32, tag: &str) -> (bool, String) {
-        let dir = std::env::temp_dir().join(format!("o2a-gelu-erf-{}-{tag}", std::process::id()));
+        run_host_harness(GELU_ERF_HARNESS, block, stride, &format!("gelu-erf-{tag}"))
+    }
+
+    /// The sigmoid and SiLU device code as generated sources get it: the rendered `pointwise`
+    /// partial's `// begin o2a_sigmoid` .. `// end o2a_sigmoid` lines, after the GELU block (which
+    /// defines `o2a_ex2_approx`).
+    fn sigmoid_block() -> String {
+        let text = crate::codegen::Templates::for_target("cuda")
+            .expect("cuda templates")
+            .render("pointwise", &serde_json::json!({}))
+            .expect("pointwise renders");
+        let begin = text.find("// begin o2a_sigmoid").expect("pointwise.hbs has the begin o2a_sigmoid line");
+        let end = text.find("// end o2a_sigmoid").expect("pointwise.hbs has the end o2a_sigmoid line");
+        format!("{}\n{}", gelu_erf_block(), &text[begin..end])
+    }
+
+    /// Host check of `o2a_sigmoid` and `o2a_silu` (`{{BLOCK}}`: [`sigmoid_block`]). As for GELU,
+    /// every operation is the GPU's except the two approximations, taken at their documented
+    /// worst (PTX ISA): `ex2.approx.ftz.f32` within 2 ulp of the rounded 2^a, `rcp.approx.ftz.f32`
+    /// within 1 ulp of the rounded 1/a, subnormal results flushed to 0. The exponent a = x·(-log2 e)
+    /// is the block's (`o2a_sigmoid_exponent`); 2^a is rounded (f64 → f32) and taken 2 steps below and
+    /// above, each through 1 + e and 1/(1 + e) rounded and taken 1 step below and above: the
+    /// result is monotonic in both, so the ends bound what the hardware returns.
+    ///
+    /// Inputs: every `stride`-th fp32 pattern of both signs (stride 64: every 64th float), and
+    /// the special values. Reference: 1/(1 + exp(-x)) in f64. Checks (exit 1 and FAIL lines),
+    /// bounds about 1.2–2.4× what this version measures (1.23e-6, 4.1e-6):
+    /// - sigmoid relative error ≤ 1.5e-6 for x ≥ -16 (sigmoid ≥ 1.1e-7), ≤ 1e-5 on (-87, -16);
+    ///   from -87 down (sigmoid < 1.7e-38) the absolute error ≤ FLT_MIN (ftz);
+    /// - SiLU the same relative bounds (nonzero x up to 1e38), absolute ≤ 1e-35 from -87 down;
+    /// - NaN → NaN, +inf → 1, -inf → 0, x ≥ 88 → 1 exactly (SiLU: x); SiLU(+inf) = +inf,
+    ///   SiLU(-inf) NaN (-inf·0, as x·sigmoid(x) always gave);
+    /// - o2a_sigmoid is its pieces with the host's exp2f and division, bit for bit.
+    const SIGMOID_HARNESS: &str = r#"
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#define __device__
+#define __forceinline__ inline
+{{BLOCK}}
+static float from_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static uint32_t bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+static float step(float v, int k) {
+  for (int i = 0; i < std::abs(k); ++i) v = std::nextafterf(v, k < 0 ? 0.0f : INFINITY);
+  return v;
+}
+static float ftz(float v) { return std::fabs(v) < FLT_MIN ? 0.0f : v; }
+struct Max {
+  double v = 0; float at = 0;
+  void add(double e, float x) { if (!(e <= v)) { v = e; at = x; } }
+};
+static Max sig_rel, sig_rel_far, sig_abs_beyond, silu_rel, silu_rel_far, silu_abs_beyond;
+static long failures = 0, count = 0;
+static void fail(const char* what, float x, double got) {
+  if (++failures <= 20) printf("FAIL %s at x = %.9g (%a): %.9g\n", what, x, x, got);
+}
+static void check(float x) {
+  ++count;
+  const float got = o2a_sigmoid(x), got_silu = o2a_silu(x);
+  const float pieces = 1.0f / (1.0f + exp2f(o2a_sigmoid_exponent(x)));
+  if (!(bits(got) == bits(pieces) || (std::isnan(got) && std::isnan(pieces))))
+    fail("o2a_sigmoid differs from its pieces", x, got);
+  if (std::isnan(x)) {
+    if (!std::isnan(got) || !std::isnan(got_silu)) fail("NaN input", x, got);
+    return;
+  }
+  if (std::isinf(x)) {
+    if (got != (x > 0 ? 1.0f : 0.0f)) fail("infinite input", x, got);
+    if (x > 0 ? got_silu != x : !std::isnan(got_silu)) fail("SiLU, infinite input", x, got_silu);
+    return;
+  }
+  // The GPU's result lies in [lo, hi]: ex2 at ±2 ulp, rcp at ±1 ulp, both flushing subnormals.
+  const float a = o2a_sigmoid_exponent(x);
+  const float rn = (float)std::exp2((double)a);
+  float lo = INFINITY, hi = -INFINITY;
+  for (int ke : {-2, 2}) {
+    const float d = 1.0f + ftz(step(rn, ke));
+    const float r = (float)(1.0 / (double)d);
+    for (int kr : {-1, 1}) {
+      const float v = ftz(step(r, kr));
+      lo = std::fmin(lo, v);
+      hi = std::fmax(hi, v);
+    }
+  }
+  const double exact = 1.0 / (1.0 + std::exp(-(double)x));
+  const double err = std::fmax(std::fabs(lo - exact), std::fabs(hi - exact));
+  if (x >= 88.0f && got != 1.0f) fail("x >= 88 not 1", x, got);
+  if (x >= -16.0f) sig_rel.add(err / exact, x);
+  else if (x > -87.0f) sig_rel_far.add(err / exact, x);
+  else sig_abs_beyond.add(err, x);
+  if (x >= 88.0f && got_silu != x) fail("SiLU, x >= 88 not x", x, got_silu);
+  // Beyond 1e38 x·(1 + 1 ulp) overflows in the bound model: there sigmoid is exactly 1 (above).
+  if (x == 0.0f || x > 1e38f) return;
+  const double silu = (double)x * exact;
+  double silu_err = 0;
+  for (float s : {lo, hi}) silu_err = std::fmax(silu_err, std::fabs((double)(x * s) - silu));
+  if (x >= -16.0f) silu_rel.add(silu_err / std::fabs(silu), x);
+  else if (x > -87.0f) silu_rel_far.add(silu_err / std::fabs(silu), x);
+  else silu_abs_beyond.add(silu_err, x);
+}
+static void bound(const char* name, const Max& m, double limit) {
+  printf("%-34s %.3e at x = %.9g (bound %.1e)\n", name, m.v, m.at, limit);
+  if (!(m.v <= limit)) { ++failures; printf("FAIL %s\n", name); }
+}
+int main(int argc, char** argv) {
+  const uint32_t stride = argc > 1 ? (uint32_t)std::atoi(argv[1]) : 64;
+  for (uint64_t u = 0; u < bits(INFINITY); u += stride) {
+    check(from_bits((uint32_t)u));
+    check(-from_bits((uint32_t)u));
+  }
+  for (float x : {0.0f, -0.0f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX, 88.0f, -87.0f, -88.7f, -89.0f, INFINITY,
+                  -INFINITY, NAN, -NAN})
+    check(x);
+  printf("%ld inputs (stride %u)\n", count, stride);
+  bound("sigmoid relative, x >= -16", sig_rel, 1.5e-6);
+  bound("sigmoid relative, -87 < x < -16", sig_rel_far, 1e-5);
+  bound("sigmoid absolute, x <= -87", sig_abs_beyond, FLT_MIN);
+  bound("SiLU relative, x >= -16", silu_rel, 1.5e-6);
+  bound("SiLU relative, -87 < x < -16", silu_rel_far, 1e-5);
+  bound("SiLU absolute, x <= -87", silu_abs_beyond, 1e-35);
+  printf(failures ? "FAIL\n" : "PASS\n");
+  return failures ? 1 : 0;
+}
+"#;
+
+    /// Compiles a host harness around `block` with the host's g++ and runs it with `arg`:
+    /// (passed, output).
+    fn run_host_harness(harness: &str, block: &str, arg: u32, tag: &str) -> (bool, String) {
+        let dir = std::env::temp_dir().join(format!("o2a-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let src = dir.join("check.cpp");
-        std::fs::write(&src, GELU_ERF_HARNESS.replace("{{BLOCK}}", block)).unwrap();
+        std::fs::write(&src, harness.replace("{{BLOCK}}", block)).unwrap();
         let exe = dir.join("check");
         // No contraction: the host must round every operation the way the block spells it.
         let build = std::process::Command::new("g++")
@@ -239,11 +371,25 @@ int main(int argc, char** argv) {
             .arg(&exe)
             .arg(&src)
             .output()
-            .expect("g++ runs (the GELU accuracy check compiles the device code for the host)");
+            .expect("g++ runs (the accuracy checks compile the device code for the host)");
         assert!(build.status.success(), "g++ failed:\n{}", String::from_utf8_lossy(&build.stderr));
-        let run = std::process::Command::new(&exe).arg(stride.to_string()).output().unwrap();
+        let run = std::process::Command::new(&exe).arg(arg.to_string()).output().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         (run.status.success(), String::from_utf8_lossy(&run.stdout).into_owned())
+    }
+
+    #[test]
+    fn sigmoid_accuracy() {
+        let block = sigmoid_block();
+        let (passed, out) = run_host_harness(SIGMOID_HARNESS, &block, 64, "sigmoid");
+        eprintln!("{out}");
+        assert!(passed, "o2a_sigmoid misses its accuracy bounds:\n{out}");
+        assert!(out.contains("sigmoid relative, x >= -16"), "{out}");
+        // The check can fail: log2 e off by 3e-6 (relative) fails it.
+        let perturbed = block.replace("return x * -1.4426950408889634f;", "return x * -1.4427f;");
+        assert_ne!(perturbed, block);
+        let (passed, out) = run_host_harness(SIGMOID_HARNESS, &perturbed, 256, "sigmoid-perturbed");
+        assert!(!passed, "a perturbed log2 e still passes:\n{out}");
     }
 
     /// `block` with the last coefficient (the constant term) of the polynomial function `func`
