@@ -84,40 +84,28 @@ mod tests {
         assert_eq!(act_call(Act::LeakyRelu { alpha: 0.01 }, "a + b"), "o2a_leaky_relu(a + b, 0.01f)");
     }
 
-    /// The GELU (erf form) device code exactly as generated sources get it: the lines of the
-    /// rendered `pointwise` partial from `// begin o2a_gelu_erf` to `// end o2a_gelu_erf`.
-    fn gelu_erf_block() -> String {
+    /// Device code exactly as generated sources get it: the lines of the rendered `pointwise`
+    /// partial from `// begin {name}` to `// end {name}`.
+    fn pointwise_block(name: &str) -> String {
         let text = crate::codegen::Templates::for_target("cuda")
             .expect("cuda templates")
             .render("pointwise", &serde_json::json!({}))
             .expect("pointwise renders");
-        let begin = text.find("// begin o2a_gelu_erf").expect("pointwise.hbs has the begin o2a_gelu_erf line");
-        let end = text.find("// end o2a_gelu_erf").expect("pointwise.hbs has the end o2a_gelu_erf line");
+        let begin = text.find(&format!("// begin {name}")).unwrap_or_else(|| panic!("no `// begin {name}` line"));
+        let end = text.find(&format!("// end {name}")).unwrap_or_else(|| panic!("no `// end {name}` line"));
         text[begin..end].to_string()
     }
 
-    /// Host check of `o2a_gelu_erf` (`{{BLOCK}}` is replaced by [`gelu_erf_block`]). The device
-    /// functions compile as plain C++ (fmaf, fminf, copysignf are exact IEEE operations on both
-    /// sides, and nothing in the block is contractible), so every operation is the GPU's except
-    /// `ex2.approx.ftz.f32`: per the PTX ISA (ex2) its result is at most 2 ulp from the correctly
-    /// rounded 2^a, with subnormal results flushed to 0. The check therefore takes the exponent
-    /// L = o2a_gelu_erf_log2_tail(|x|) as computed, rounds 2^L (f64) to fp32, and evaluates the
-    /// rest for the floats 2 steps below and above (0 where that is subnormal); the output is
-    /// monotonic in e, so the two ends bound whatever the hardware returns.
-    ///
-    /// Inputs: every `stride`-th fp32 bit pattern of both signs over the whole finite range
-    /// (stride 64: every 64th float of [-10, 10], 67 M inputs), all floats within 4096 ulp of the
-    /// branch split ±1.15 and of ±6 and ±8, and the special values. Reference: erfc in f64.
-    /// Checks (exit 1 and a FAIL line when one fails):
-    /// - erf part ≤ 2e-7: 2·|x·Φ̂ − x·Φ(x)|/|x|, where x·Φ̂ is the final fma's exact value (before
-    ///   the output rounding), for normal x; erff's own error is about 1-2 ulp (≤ 1.2e-7);
-    /// - relative GELU error (output rounding included) by range, regression bounds about twice
-    ///   what this version measures: x > 0: 2.5e-7; (-1.15, 0): 1e-6; (-4, -1.15]: 1.5e-3;
-    ///   (-6, -4]: 0.15 (the erff form: 1, 1 + erff(x/√2) rounds to 0); x ≤ -6: |GELU| ≤ 1e-8;
-    /// - x ≥ 8 gives x; subnormal x gives fp32(x/2), as the erff form; NaN → NaN, +inf → +inf,
-    ///   -inf → NaN (the erff form's -inf·0), ±0 → 0;
-    /// - o2a_gelu_erf is its pieces, bit for bit (with the host's exp2f as ex2).
-    const GELU_ERF_HARNESS: &str = r#"
+    /// The GELU (erf form) device code.
+    fn gelu_erf_block() -> String {
+        pointwise_block("o2a_gelu_erf")
+    }
+
+    /// What every host harness starts with ([`run_host_harness`]): the headers, the device
+    /// qualifiers as plain C++, the block under test (`{{BLOCK}}`), and the helpers: bit
+    /// patterns, `step` (k floats up or down), a running maximum with its argument, `fail` (a
+    /// FAIL line, the first 20) and `bound` (a maximum against its limit).
+    const HOST_HARNESS_PRELUDE: &str = r#"
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -138,11 +126,39 @@ struct Max {
   double v = 0; float at = 0;
   void add(double e, float x) { if (!(e <= v)) { v = e; at = x; } }
 };
-static Max erf_part, rel_pos, rel_neg_small, rel_neg_tail, rel_neg_far, abs_beyond6, old_erf_part, old_form[4];
 static long failures = 0, count = 0;
 static void fail(const char* what, float x, double got) {
   if (++failures <= 20) printf("FAIL %s at x = %.9g (%a): %.9g\n", what, x, x, got);
 }
+static void bound(const char* name, const Max& m, double limit) {
+  printf("%-34s %.3e at x = %.9g (bound %.1e)\n", name, m.v, m.at, limit);
+  if (!(m.v <= limit)) { ++failures; printf("FAIL %s\n", name); }
+}
+"#;
+
+    /// Host check of `o2a_gelu_erf` (after [`HOST_HARNESS_PRELUDE`] with [`gelu_erf_block`]). The
+    /// device functions compile as plain C++ (fmaf, fminf, copysignf are exact IEEE operations on both
+    /// sides, and nothing in the block is contractible), so every operation is the GPU's except
+    /// `ex2.approx.ftz.f32`: per the PTX ISA (ex2) its result is at most 2 ulp from the correctly
+    /// rounded 2^a, with subnormal results flushed to 0. The check therefore takes the exponent
+    /// L = o2a_gelu_erf_log2_tail(|x|) as computed, rounds 2^L (f64) to fp32, and evaluates the
+    /// rest for the floats 2 steps below and above (0 where that is subnormal); the output is
+    /// monotonic in e, so the two ends bound whatever the hardware returns.
+    ///
+    /// Inputs: every `stride`-th fp32 bit pattern of both signs over the whole finite range
+    /// (stride 64: every 64th float of [-10, 10], 67 M inputs), all floats within 4096 ulp of the
+    /// branch split ±1.15 and of ±6 and ±8, and the special values. Reference: erfc in f64.
+    /// Checks (exit 1 and a FAIL line when one fails):
+    /// - erf part ≤ 2e-7: 2·|x·Φ̂ − x·Φ(x)|/|x|, where x·Φ̂ is the final fma's exact value (before
+    ///   the output rounding), for normal x; erff's own error is about 1-2 ulp (≤ 1.2e-7);
+    /// - relative GELU error (output rounding included) by range, regression bounds about twice
+    ///   what this version measures: x > 0: 2.5e-7; (-1.15, 0): 1e-6; (-4, -1.15]: 1.5e-3;
+    ///   (-6, -4]: 0.15 (the erff form: 1, 1 + erff(x/√2) rounds to 0); x ≤ -6: |GELU| ≤ 1e-8;
+    /// - x ≥ 8 gives x; subnormal x gives fp32(x/2), as the erff form; NaN → NaN, +inf → +inf,
+    ///   -inf → NaN (the erff form's -inf·0), ±0 → 0;
+    /// - o2a_gelu_erf is its pieces, bit for bit (with the host's exp2f as ex2).
+    const GELU_ERF_HARNESS: &str = r#"
+static Max erf_part, rel_pos, rel_neg_small, rel_neg_tail, rel_neg_far, abs_beyond6, old_erf_part, old_form[4];
 static void check(float x) {
   ++count;
   const float got = o2a_gelu_erf(x);
@@ -193,10 +209,6 @@ static void check(float x) {
   const double old_rel = std::fabs(0.5f * x * (1.0f + erff(z)) - exact) / std::fabs(exact);
   if (x > -6.0f) old_form[x > 0 ? 0 : x > -1.15f ? 1 : x > -4.0f ? 2 : 3].add(old_rel, x);
 }
-static void bound(const char* name, const Max& m, double limit) {
-  printf("%-34s %.3e at x = %.9g (bound %.1e)\n", name, m.v, m.at, limit);
-  if (!(m.v <= limit)) { ++failures; printf("FAIL %s\n", name); }
-}
 int main(int argc, char** argv) {
   const uint32_t stride = argc > 1 ? (uint32_t)std::atoi(argv[1]) : 64;
   for (uint64_t u = 0; u < bits(INFINITY); u += stride) {
@@ -231,20 +243,13 @@ int main(int argc, char** argv) {
         run_host_harness(GELU_ERF_HARNESS, block, stride, &format!("gelu-erf-{tag}"))
     }
 
-    /// The sigmoid and SiLU device code as generated sources get it: the rendered `pointwise`
-    /// partial's `// begin o2a_sigmoid` .. `// end o2a_sigmoid` lines, after the GELU block (which
-    /// defines `o2a_ex2_approx`).
+    /// The sigmoid and SiLU device code, after the GELU block (which defines `o2a_ex2_approx`).
     fn sigmoid_block() -> String {
-        let text = crate::codegen::Templates::for_target("cuda")
-            .expect("cuda templates")
-            .render("pointwise", &serde_json::json!({}))
-            .expect("pointwise renders");
-        let begin = text.find("// begin o2a_sigmoid").expect("pointwise.hbs has the begin o2a_sigmoid line");
-        let end = text.find("// end o2a_sigmoid").expect("pointwise.hbs has the end o2a_sigmoid line");
-        format!("{}\n{}", gelu_erf_block(), &text[begin..end])
+        format!("{}\n{}", gelu_erf_block(), pointwise_block("o2a_sigmoid"))
     }
 
-    /// Host check of `o2a_sigmoid` and `o2a_silu` (`{{BLOCK}}`: [`sigmoid_block`]). As for GELU,
+    /// Host check of `o2a_sigmoid` and `o2a_silu` (after [`HOST_HARNESS_PRELUDE`] with
+    /// [`sigmoid_block`]). As for GELU,
     /// every operation is the GPU's except the two approximations, taken at their documented
     /// worst (PTX ISA): `ex2.approx.ftz.f32` within 2 ulp of the rounded 2^a, `rcp.approx.ftz.f32`
     /// within 1 ulp of the rounded 1/a, subnormal results flushed to 0. The exponent a = x·(-log2 e)
@@ -262,32 +267,8 @@ int main(int argc, char** argv) {
     ///   SiLU(-inf) NaN (-inf·0, as x·sigmoid(x) always gave);
     /// - o2a_sigmoid is its pieces with the host's exp2f and division, bit for bit.
     const SIGMOID_HARNESS: &str = r#"
-#include <cfloat>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <initializer_list>
-#define __device__
-#define __forceinline__ inline
-{{BLOCK}}
-static float from_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-static uint32_t bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-static float step(float v, int k) {
-  for (int i = 0; i < std::abs(k); ++i) v = std::nextafterf(v, k < 0 ? 0.0f : INFINITY);
-  return v;
-}
 static float ftz(float v) { return std::fabs(v) < FLT_MIN ? 0.0f : v; }
-struct Max {
-  double v = 0; float at = 0;
-  void add(double e, float x) { if (!(e <= v)) { v = e; at = x; } }
-};
 static Max sig_rel, sig_rel_far, sig_abs_beyond, silu_rel, silu_rel_far, silu_abs_beyond;
-static long failures = 0, count = 0;
-static void fail(const char* what, float x, double got) {
-  if (++failures <= 20) printf("FAIL %s at x = %.9g (%a): %.9g\n", what, x, x, got);
-}
 static void check(float x) {
   ++count;
   const float got = o2a_sigmoid(x), got_silu = o2a_silu(x);
@@ -332,10 +313,6 @@ static void check(float x) {
   else if (x > -87.0f) silu_rel_far.add(silu_err / std::fabs(silu), x);
   else silu_abs_beyond.add(silu_err, x);
 }
-static void bound(const char* name, const Max& m, double limit) {
-  printf("%-34s %.3e at x = %.9g (bound %.1e)\n", name, m.v, m.at, limit);
-  if (!(m.v <= limit)) { ++failures; printf("FAIL %s\n", name); }
-}
 int main(int argc, char** argv) {
   const uint32_t stride = argc > 1 ? (uint32_t)std::atoi(argv[1]) : 64;
   for (uint64_t u = 0; u < bits(INFINITY); u += stride) {
@@ -357,13 +334,13 @@ int main(int argc, char** argv) {
 }
 "#;
 
-    /// Compiles a host harness around `block` with the host's g++ and runs it with `arg`:
-    /// (passed, output).
+    /// Compiles [`HOST_HARNESS_PRELUDE`] around `block`, then `harness`, with the host's g++ and
+    /// runs it with `arg`: (passed, output).
     fn run_host_harness(harness: &str, block: &str, arg: u32, tag: &str) -> (bool, String) {
         let dir = std::env::temp_dir().join(format!("o2a-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let src = dir.join("check.cpp");
-        std::fs::write(&src, harness.replace("{{BLOCK}}", block)).unwrap();
+        std::fs::write(&src, HOST_HARNESS_PRELUDE.replace("{{BLOCK}}", block) + harness).unwrap();
         let exe = dir.join("check");
         // No contraction: the host must round every operation the way the block spells it.
         let build = std::process::Command::new("g++")
