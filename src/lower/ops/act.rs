@@ -103,8 +103,9 @@ mod tests {
 
     /// What every host harness starts with ([`run_host_harness`]): the headers, the device
     /// qualifiers as plain C++, the block under test (`{{BLOCK}}`), and the helpers: bit
-    /// patterns, `step` (k floats up or down), a running maximum with its argument, `fail` (a
-    /// FAIL line, the first 20) and `bound` (a maximum against its limit).
+    /// patterns, `step` (k floats up or down), `ftz` (subnormals to 0, as `.ftz` instructions), a
+    /// running maximum with its argument, `fail` (a FAIL line, the first 20) and `bound` (a
+    /// maximum against its limit).
     const HOST_HARNESS_PRELUDE: &str = r#"
 #include <cfloat>
 #include <cmath>
@@ -122,6 +123,7 @@ static float step(float v, int k) {
   for (int i = 0; i < std::abs(k); ++i) v = std::nextafterf(v, k < 0 ? 0.0f : INFINITY);
   return v;
 }
+static float ftz(float v) { return std::fabs(v) < FLT_MIN ? 0.0f : v; }
 struct Max {
   double v = 0; float at = 0;
   void add(double e, float x) { if (!(e <= v)) { v = e; at = x; } }
@@ -136,14 +138,14 @@ static void bound(const char* name, const Max& m, double limit) {
 }
 "#;
 
-    /// Host check of `o2a_gelu_erf` (after [`HOST_HARNESS_PRELUDE`] with [`gelu_erf_block`]). The
-    /// device functions compile as plain C++ (fmaf, fminf, copysignf are exact IEEE operations on both
-    /// sides, and nothing in the block is contractible), so every operation is the GPU's except
-    /// `ex2.approx.ftz.f32`: per the PTX ISA (ex2) its result is at most 2 ulp from the correctly
-    /// rounded 2^a, with subnormal results flushed to 0. The check therefore takes the exponent
-    /// L = o2a_gelu_erf_log2_tail(|x|) as computed, rounds 2^L (f64) to fp32, and evaluates the
-    /// rest for the floats 2 steps below and above (0 where that is subnormal); the output is
-    /// monotonic in e, so the two ends bound whatever the hardware returns.
+    /// Host check of `o2a_gelu_erf` (after [`HOST_HARNESS_PRELUDE`] with [`gelu_erf_block`]).
+    /// The device functions compile as plain C++ (fmaf, fminf, copysignf are exact IEEE
+    /// operations on both sides, and nothing in the block is contractible), so every operation is
+    /// the GPU's except `ex2.approx.ftz.f32`: per the PTX ISA (ex2) its result is at most 2 ulp
+    /// from the correctly rounded 2^a, with subnormal results flushed to 0. The check therefore
+    /// takes the exponent L = o2a_gelu_erf_log2_tail(|x|) as computed, rounds 2^L (f64) to fp32,
+    /// and evaluates the rest for the floats 2 steps below and above (0 where that is subnormal);
+    /// the output is monotonic in e, so the two ends bound whatever the hardware returns.
     ///
     /// Inputs: every `stride`-th fp32 bit pattern of both signs over the whole finite range
     /// (stride 64: every 64th float of [-10, 10], 67 M inputs), all floats within 4096 ulp of the
@@ -178,7 +180,7 @@ static void check(float x) {
     const float rn = (float)std::exp2((double)o2a_gelu_erf_log2_tail(std::fabs(x)));
     float e[2] = {step(rn, -2), step(rn, 2)};
     for (int i = 0; i < 2; ++i) {
-      if (e[i] < FLT_MIN) e[i] = 0.0f;  // .ftz
+      e[i] = ftz(e[i]);
       out[i] = o2a_gelu_erf_tail(x, e[i]);
       pre[i] = (double)std::fmin(x, 8.0f) * -(double)std::copysign(e[i], x) + (double)std::fmax(x, 0.0f);
     }
@@ -249,13 +251,13 @@ int main(int argc, char** argv) {
     }
 
     /// Host check of `o2a_sigmoid` and `o2a_silu` (after [`HOST_HARNESS_PRELUDE`] with
-    /// [`sigmoid_block`]). As for GELU,
-    /// every operation is the GPU's except the two approximations, taken at their documented
-    /// worst (PTX ISA): `ex2.approx.ftz.f32` within 2 ulp of the rounded 2^a, `rcp.approx.ftz.f32`
-    /// within 1 ulp of the rounded 1/a, subnormal results flushed to 0. The exponent a = x·(-log2 e)
-    /// is the block's (`o2a_sigmoid_exponent`); 2^a is rounded (f64 → f32) and taken 2 steps below and
-    /// above, each through 1 + e and 1/(1 + e) rounded and taken 1 step below and above: the
-    /// result is monotonic in both, so the ends bound what the hardware returns.
+    /// [`sigmoid_block`]). As for GELU, every operation is the GPU's except the two
+    /// approximations, taken at their documented worst (PTX ISA): `ex2.approx.ftz.f32` within 2
+    /// ulp of the rounded 2^a, `rcp.approx.ftz.f32` within 1 ulp of the rounded 1/a, subnormal
+    /// results flushed to 0. The exponent a = x·(-log2 e) is the block's (`o2a_sigmoid_exponent`);
+    /// 2^a is rounded (f64 → f32) and taken 2 steps below and above, each through 1 + e and
+    /// 1/(1 + e) rounded and taken 1 step below and above: the result is monotonic in both, so
+    /// the ends bound what the hardware returns.
     ///
     /// Inputs: every `stride`-th fp32 pattern of both signs (stride 64: every 64th float), and
     /// the special values. Reference: 1/(1 + exp(-x)) in f64. Checks (exit 1 and FAIL lines),
@@ -267,7 +269,6 @@ int main(int argc, char** argv) {
     ///   SiLU(-inf) NaN (-inf·0, as x·sigmoid(x) always gave);
     /// - o2a_sigmoid is its pieces with the host's exp2f and division, bit for bit.
     const SIGMOID_HARNESS: &str = r#"
-static float ftz(float v) { return std::fabs(v) < FLT_MIN ? 0.0f : v; }
 static Max sig_rel, sig_rel_far, sig_abs_beyond, silu_rel, silu_rel_far, silu_abs_beyond;
 static void check(float x) {
   ++count;
