@@ -3,8 +3,8 @@
 //! warning-free with the pinned nvcc for sm_90a and sm_80, with no register spills and the
 //! tiled variant's shared memory within the static 48 KB (ptxas -v). The cases are the
 //! EfficientNet / MobileNet layers: 3x3, 5x5 and 7x7 filters at strides 1 and 2, with and
-//! without a residual, odd map sizes and channel counts whose slabs are 4, 2 or 1 channel
-//! blocks, plus the register variant (a 7x7 map, a 1x1 filter).
+//! without a residual, odd map sizes and channel counts whose slabs are 4, 3 or 1 channel
+//! blocks (full and partial last slabs), plus the register variant (a 7x7 map, a 1x1 filter).
 //! Compile-only: the GPU check runs the kernels through the model validations (the bundled
 //! pattern_depthwise_shapes.onnx and pattern_depthwise_clip.onnx against ONNX Runtime).
 //!
@@ -14,7 +14,7 @@ mod common;
 
 use onnx2ait::ir::Dim;
 use onnx2ait::lower::cuda::Arch;
-use onnx2ait::lower::ops::conv::{depthwise_instance, depthwise_tile};
+use onnx2ait::lower::ops::conv::{depthwise_instance, depthwise_slab_blocks, depthwise_tile, depthwise_tile_columns};
 use onnx2ait::lower::ConvProblem;
 use serde_json::{json, Value as Json};
 
@@ -71,12 +71,14 @@ fn cases() -> Vec<(Json, bool)> {
     let shapes = [
         (112, 32, 3, 1, 1, false), // EfficientNet / MobileNetV2 first block: slabs of 4 blocks
         (112, 96, 3, 2, 1, false), // stride 2, 12 blocks
-        (56, 144, 3, 1, 1, true),  // 18 blocks: slabs of 2
+        (56, 144, 3, 1, 1, true),  // 18 blocks: slabs of 4, the last of 2
+        (56, 72, 3, 1, 1, false),  // 9 blocks: slabs of 3, 56 columns in tiles of 14
+        (28, 120, 5, 1, 1, true),  // 15 blocks: slabs of 4, the last of 3
         (56, 144, 5, 2, 1, false), // 5x5 stride 2
         (28, 240, 5, 1, 1, true),  // 30 blocks, residual
         (14, 480, 3, 1, 1, true),  // a map narrower than 16 columns
         (14, 672, 5, 2, 1, false), // a 7x7 output: the register variant
-        (15, 40, 7, 1, 1, true),   // 7x7, odd map, 5 blocks: slabs of 1
+        (15, 40, 7, 1, 1, true),   // 7x7, odd map, 5 blocks: slabs of 1 (2 would idle 1 of 6)
         (29, 64, 7, 2, 1, false),  // 7x7 stride 2: the tile shrinks to fit 48 KB
         (23, 24, 3, 1, 2, true),   // dilated 3x3, odd map and channels
         (17, 32, 3, 2, 3, false),  // dilation 3, stride 2
@@ -138,12 +140,22 @@ fn depthwise_selection_rule() {
         let tile = depthwise_tile(&p).unwrap_or_else(|| panic!("{hw}x{hw}x{c} {rs}x{rs}/{stride} is tiled"));
         assert!(tile.threads() <= 256 && tile.threads() >= 64, "{tile:?}: {} threads", tile.threads());
         assert!(tile.smem_bytes(&p) <= 48 * 1024, "{tile:?}: {} bytes", tile.smem_bytes(&p));
-        assert_eq!(c / 8 % tile.slab_blocks, 0, "no partial slab: {tile:?}");
+        let blocks = c / 8;
+        let idle = (blocks + tile.slab_blocks - 1) / tile.slab_blocks * tile.slab_blocks - blocks;
+        assert!(idle * 8 <= blocks, "a partial slab idles at most an eighth of the blocks: {tile:?}");
         assert_eq!(tile.tile_p % tile.rows_per_thread, 0);
     }
     // A 7x7 output map (14x14 stride 2, and 7x7 stride 1), a 1x1 filter, stride 3, 3x5.
     for (hw, c, rs, stride) in [(14, 672, 5, 2), (7, 1152, 3, 1), (7, 1152, 5, 1), (20, 16, 1, 1), (30, 32, 3, 3)] {
         assert_eq!(depthwise_tile(&problem(hw, c, rs, stride, 1, false)), None, "{hw}x{hw}x{c} {rs}x{rs}/{stride}");
+    }
+    // Slabs: contiguous runs of up to 4 blocks; columns: equal tiles where a width of 8..16 makes them.
+    let slabs = [(1, 1), (2, 2), (3, 3), (4, 4), (5, 1), (9, 3), (12, 4), (15, 4), (18, 4), (23, 4), (25, 4), (30, 4), (84, 4)];
+    for (blocks, slab) in slabs {
+        assert_eq!(depthwise_slab_blocks(blocks), slab, "{blocks} channel blocks");
+    }
+    for (q, cols) in [(8, 8), (14, 14), (16, 16), (28, 14), (40, 10), (56, 14), (112, 16), (17, 9), (150, 15)] {
+        assert_eq!(depthwise_tile_columns(q), cols, "{q} columns");
     }
     let mut rect = problem(20, 32, 3, 1, 1, false);
     rect.s = 5;

@@ -123,11 +123,12 @@ impl DepthwiseTile {
 ///   over it is 2.5x its outputs: nothing to reuse), other filters and strides, and problems
 ///   whose smallest tile does not fit [`DEPTHWISE_TILE_SMEM_BYTES`].
 ///
-/// The tile: slabs of 4 channel blocks (32 channels; 2 or 1 where C/8 is not a multiple, so
-/// no slab is partial), 16 output columns (the map's width if narrower), 4 rows per thread at
-/// stride 1 and 2 at stride 2 (the rows a thread reads are shared by its R-row windows:
-/// 3x3 stride 1 reads 6 rows for 4 outputs instead of 12), and as many row groups as fill
-/// 256 threads, fewer where the map is shorter or the tile would not fit shared memory.
+/// The tile: slabs of up to 4 channel blocks of 8 (see [`depthwise_slab_blocks`]: a staged
+/// pixel is one contiguous run of up to 64 bytes), up to 16 output columns (see
+/// [`depthwise_tile_columns`]: 28 and 56 columns take tiles of 14, not a last tile of 12 or 8), 4 rows per thread at stride 1 and 2 at stride 2 (the rows a thread
+/// reads are shared by its R-row windows: 3x3 stride 1 reads 6 rows for 4 outputs instead of
+/// 12), and as many row groups as fill 256 threads, fewer where the map is shorter or the tile
+/// would not fit shared memory.
 pub fn depthwise_tile(p: &ConvProblem) -> Option<DepthwiseTile> {
     let square = p.r == p.s && matches!(p.r, 3 | 5 | 7);
     let stride = p.strides[0];
@@ -137,10 +138,9 @@ pub fn depthwise_tile(p: &ConvProblem) -> Option<DepthwiseTile> {
     if p.dilations.iter().any(|&d| d < 1) || p.c % 8 != 0 {
         return None;
     }
-    let blocks = p.c / 8;
-    let slab_blocks = [4, 2, 1].into_iter().find(|b| blocks % b == 0).unwrap_or(1);
+    let slab_blocks = depthwise_slab_blocks(p.c / 8);
     let rows_per_thread = if stride == 1 { 4 } else { 2 };
-    let tile_q = p.q.min(16);
+    let tile_q = depthwise_tile_columns(p.q);
     // Row groups: fill the block, but no taller than the map (rounded up to whole groups).
     let map_groups = (p.p + rows_per_thread - 1) / rows_per_thread;
     let mut groups = (DEPTHWISE_BLOCK_THREADS / (slab_blocks * tile_q)).clamp(1, map_groups);
@@ -154,6 +154,25 @@ pub fn depthwise_tile(p: &ConvProblem) -> Option<DepthwiseTile> {
         }
         groups -= 1;
     }
+}
+
+/// Channel blocks (of 8) per slab of the tiled depthwise kernel for `blocks` channel blocks: the
+/// largest of 4, 3, 2, 1 whose partial last slab leaves at most an eighth of the blocks idle. A
+/// slab is what a staged pixel reads contiguously: one block (16 bytes) of a pixel every C·2
+/// bytes half fills each 32-byte sector, and the idle threads of a partial slab cost only
+/// arithmetic (C = 72: 3 blocks; C = 120: 4, the last slab of 3).
+pub fn depthwise_slab_blocks(blocks: i64) -> i64 {
+    [4, 3, 2].into_iter().find(|&b| ((blocks + b - 1) / b * b - blocks) * 8 <= blocks).unwrap_or(1)
+}
+
+/// Output columns of a tiled depthwise tile for a map `q` columns wide: the map's width up to 16,
+/// else the width from 8 to 16 that wastes the fewest columns in the last tile, the widest of
+/// those (112 → 16, 56 → 14, 28 → 14, 40 → 10).
+pub fn depthwise_tile_columns(q: i64) -> i64 {
+    if q <= 16 {
+        return q;
+    }
+    (8..=16).rev().min_by_key(|t| (q + t - 1) / t * t - q).unwrap_or(16)
 }
 
 /// The depthwise kernel's instance (group = C = K, C % 8 == 0) for every target that has it:
