@@ -150,7 +150,8 @@ fn depthwise_selection_rule() {
         assert_eq!(depthwise_tile(&problem(hw, c, rs, stride, 1, false)), None, "{hw}x{hw}x{c} {rs}x{rs}/{stride}");
     }
     // Slabs: contiguous runs of up to 4 blocks; columns: equal tiles where a width of 8..16 makes them.
-    let slabs = [(1, 1), (2, 2), (3, 3), (4, 4), (5, 1), (9, 3), (12, 4), (15, 4), (18, 4), (23, 4), (25, 4), (30, 4), (84, 4)];
+    let slabs =
+        [(1, 1), (2, 2), (3, 3), (4, 4), (5, 1), (9, 3), (12, 4), (15, 4), (18, 4), (23, 4), (25, 4), (30, 4), (84, 4)];
     for (blocks, slab) in slabs {
         assert_eq!(depthwise_slab_blocks(blocks), slab, "{blocks} channel blocks");
     }
