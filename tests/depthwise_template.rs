@@ -313,9 +313,9 @@ fn run_on_host(text: &str, ctx: &Json, images: i64, dir: &std::path::Path) -> (b
 
 /// Every case of [`cases`] computes the reference convolution when run on the host (the kernel's
 /// own index math, staging, partial slabs and tiles, phase layout and epilogue; two images, so
-/// the image loop and the per-image offsets run too). And the check can fail: a kernel whose
-/// tiled staging ignores the phase layout (or, for the register form, whose pixel loop skips a
-/// tap) is caught.
+/// the image loop and the per-image offsets run too). And the check can fail: a tiled kernel whose
+/// staging ignores the phase layout, and a register kernel reading the wrong weight row, are
+/// caught.
 #[test]
 fn depthwise_kernels_compute_the_reference_on_the_host() {
     let dir = common::fresh_dir("depthwise", "host");
@@ -341,23 +341,17 @@ fn depthwise_kernels_compute_the_reference_on_the_host() {
         assert!(*ok, "{name} differs from the reference convolution on the host:\n{out}");
     }
     // Mutations the check must catch: the tiled form storing staged columns unphased (only a
-    // column stride notices), and a weight tap read from the wrong row.
-    let (strided_tiled, ctx) = jobs
-        .iter()
-        .find(|(_, ctx)| ctx["tiled"] == json!(true) && ctx["stride_w"] == json!(2))
-        .map(|((_, text), ctx)| (text.clone(), (*ctx).clone()))
-        .expect("a tiled stride-2 case");
-    let broken = strided_tiled.replace("[c % STRIDE_W * PHASE_COLS + c / STRIDE_W][b]", "[c][b]");
-    assert_ne!(broken, strided_tiled);
-    let (ok, out) = run_on_host(&broken, &ctx, 1, &dir);
-    assert!(!ok, "an unphased staging still passes:\n{out}");
-    let (register, ctx) = jobs
-        .iter()
-        .find(|(_, ctx)| ctx["tiled"] == json!(false) && ctx["r"] == json!(5))
-        .map(|((_, text), ctx)| (text.clone(), (*ctx).clone()))
-        .expect("a register 5x5 case");
-    let broken = register.replace("r * WS_R + s * WS_S + k0", "s * WS_S + k0");
-    assert_ne!(broken, register);
-    let (ok, out) = run_on_host(&broken, &ctx, 1, &dir);
-    assert!(!ok, "a wrong weight row still passes:\n{out}");
+    // column stride notices), and the register form reading every tap's weights from row 0.
+    let must_fail = |tiled: bool, key: &str, value: i64, from: &str, to: &str, what: &str| {
+        let ((_, text), ctx) = jobs
+            .iter()
+            .find(|(_, ctx)| ctx["tiled"] == json!(tiled) && ctx[key] == json!(value))
+            .unwrap_or_else(|| panic!("a case for {what}"));
+        let broken = text.replace(from, to);
+        assert_ne!(&broken, text, "{what}: the mutation applies");
+        let (ok, out) = run_on_host(&broken, ctx, 1, &dir);
+        assert!(!ok, "{what} still passes:\n{out}");
+    };
+    must_fail(true, "stride_w", 2, "[c % STRIDE_W * PHASE_COLS + c / STRIDE_W][b]", "[c][b]", "unphased staging");
+    must_fail(false, "r", 5, "r * WS_R + s * WS_S + k0", "s * WS_S + k0", "a wrong weight row");
 }
