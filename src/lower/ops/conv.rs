@@ -125,10 +125,11 @@ impl DepthwiseTile {
 ///
 /// The tile: slabs of up to 4 channel blocks of 8 (see [`depthwise_slab_blocks`]: a staged
 /// pixel is one contiguous run of up to 64 bytes), up to 16 output columns (see
-/// [`depthwise_tile_columns`]: 28 and 56 columns take tiles of 14, not a last tile of 12 or 8), 4 rows per thread at stride 1 and 2 at stride 2 (the rows a thread
-/// reads are shared by its R-row windows: 3x3 stride 1 reads 6 rows for 4 outputs instead of
-/// 12), and as many row groups as fill 256 threads, fewer where the map is shorter or the tile
-/// would not fit shared memory.
+/// [`depthwise_tile_columns`]: 28 and 56 columns take tiles of 14, not a last tile of 12 or 8),
+/// 4 rows per thread at stride 1 and 2 at stride 2 (the rows a thread reads are shared by its
+/// R-row windows: 3x3 stride 1 reads 6 rows for 4 outputs instead of 12), and as many row
+/// groups as fill 256 threads, fewer where the map is shorter or the tile would not fit shared
+/// memory.
 pub fn depthwise_tile(p: &ConvProblem) -> Option<DepthwiseTile> {
     let square = p.r == p.s && matches!(p.r, 3 | 5 | 7);
     let stride = p.strides[0];
