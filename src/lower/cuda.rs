@@ -929,6 +929,18 @@ impl CudaTarget {
         (tiles >= sms).then_some(t)
     }
 
+    /// Whether 1x1 convolution `p`, a GEMM of a full wave, has so short a reduction that the sm80
+    /// multistage tiles beat the sm90 ones: C ≤ 72 input channels (one or two 64-deep sm90
+    /// k-steps, and nothing to pipeline them against) into more than 32 filters (the narrow sm90
+    /// tile wins below that). From the H100 profile of MobileNetV3-Large at batch 256
+    /// (2026-12-06): C = 16, 24, 40, 72 into K = 64, 72, 120, 40 took 0.280, 0.118, 0.042,
+    /// 0.031 ms with the sm80 tile pick_tile chooses, 0.335, 0.173, 0.059, 0.043 ms with the sm90
+    /// GEMM's (the sm90 conv kernel's, where C allows it, were in between); from C = 80 on the
+    /// sm90 GEMM was ahead.
+    fn short_reduction_gemm_conv(p: &ConvProblem) -> bool {
+        p.c <= 72 && p.k > 32
+    }
+
     /// Whether convolution `p` is a plain matrix product on NHWC tensors (1x1, stride 1, no
     /// padding: out[n·p·q, k] = x[n·p·q, c] · w[k, c]ᵀ) whose epilogue the GEMM's computes.
     fn is_gemm_conv(p: &ConvProblem) -> bool {
@@ -989,7 +1001,12 @@ impl CudaTarget {
         let exact = |config: &str| candidates.iter().find(|c| c.config == config).cloned();
         if self.hopper() && Self::is_gemm_conv(p) {
             if let Some(t) = Self::gemm_conv_tile(gemm_m, p.c, p.k, self.sms()) {
-                if let Some(c) = exact(&format!("{CONV_GEMM_TEMPLATE} {}", t.config(true))) {
+                let c = if Self::short_reduction_gemm_conv(p) {
+                    find(&format!("conv2d_sm80 {}", pick_tile(gemm_m, p.k, 1, self.sms()).config()))
+                } else {
+                    exact(&format!("{CONV_GEMM_TEMPLATE} {}", t.config(true)))
+                };
+                if let Some(c) = c {
                     return c;
                 }
             }

@@ -121,7 +121,7 @@ impl Act {
                 let c = (2.0f32 / std::f32::consts::PI).sqrt();
                 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
             }
-            Act::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            Act::HardSwish => x * x.mul_add(1.0 / 6.0, 0.5).clamp(0.0, 1.0),
             Act::HardSigmoid { alpha, beta } => (alpha * x + beta).clamp(0.0, 1.0),
             Act::Tanh => x.tanh(),
             Act::LeakyRelu { alpha } => {
@@ -233,7 +233,7 @@ mod tests {
         // torch.nn.functional.gelu(torch.tensor(1.0)) = 0.8413447
         assert!((Act::GeluErf.apply(1.0) - 0.841_344_7).abs() < 1e-6);
         assert!((Act::GeluTanh.apply(1.0) - 0.841_192).abs() < 1e-5);
-        assert_eq!(Act::HardSwish.apply(1.0), 1.0 * (1.0f32 / 6.0 + 0.5));
+        assert_eq!(Act::HardSwish.apply(1.0), 1.0f32.mul_add(1.0 / 6.0, 0.5));
         assert_eq!(Act::Clip { lo: 0.0, hi: 6.0 }.apply(7.5), 6.0);
     }
 }
