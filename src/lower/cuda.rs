@@ -929,16 +929,22 @@ impl CudaTarget {
         (tiles >= sms).then_some(t)
     }
 
-    /// Whether 1x1 convolution `p`, a GEMM of a full wave, has so short a reduction that the sm80
-    /// multistage tiles beat the sm90 ones: C ≤ 72 input channels (one or two 64-deep sm90
-    /// k-steps, and nothing to pipeline them against) into more than 32 filters (the narrow sm90
-    /// tile wins below that). From the H100 profile of MobileNetV3-Large at batch 256
-    /// (2026-12-06): C = 16, 24, 40, 72 into K = 64, 72, 120, 40 took 0.280, 0.118, 0.042,
-    /// 0.031 ms with the sm80 tile pick_tile chooses, 0.335, 0.173, 0.059, 0.043 ms with the sm90
-    /// GEMM's (the sm90 conv kernel's, where C allows it, were in between); from C = 80 on the
-    /// sm90 GEMM was ahead.
+    /// Whether 1x1 convolution `p`, a GEMM of a full wave, is one the sm80 multistage tiles
+    /// compute faster than the sm90 GEMM: a short reduction of C < 80 input channels that are
+    /// not a multiple of 16 (pixel rows of an odd number of 16-byte chunks: 48, 80, 144 bytes)
+    /// into more than 32 filters (the narrow sm90 tile wins below that). Measured, not derived:
+    /// - H100, MobileNetV3-Large at batch 256 (2026-12-06): C = 24, 40, 72 into K = 72, 120, 40
+    ///   took 0.118, 0.042, 0.031 ms with the sm80 tile conv_heuristic chooses against 0.173, 0.059,
+    ///   0.043 ms with the GEMM's (the sm90 conv kernel's, where C allows it, in between);
+    /// - H200, MobileNetV2 (tests/fixtures/h200_profile_cache.json): C = 24 into 144 filters,
+    ///   0.207 against 0.266 ms at batch 256, 0.056 against 0.076 at 64;
+    /// - but C = 16, 32 and 64 (rows of 32, 64, 128 bytes) into 96, 192, 64..384 filters went to
+    ///   the GEMM on the H200 by 8-45%, and from C = 80 on it was ahead on the H100 too.
+    ///
+    /// The one exception seen: C = 16 into 64 filters on the H100, 0.335 ms by the GEMM against
+    /// 0.280 by the sm80 tile; the profiler corrects such cases.
     fn short_reduction_gemm_conv(p: &ConvProblem) -> bool {
-        p.c <= 72 && p.k > 32
+        p.c < 80 && p.c % 16 != 0 && p.k > 32
     }
 
     /// Whether convolution `p` is a plain matrix product on NHWC tensors (1x1, stride 1, no
@@ -1002,7 +1008,11 @@ impl CudaTarget {
         if self.hopper() && Self::is_gemm_conv(p) {
             if let Some(t) = Self::gemm_conv_tile(gemm_m, p.c, p.k, self.sms()) {
                 let c = if Self::short_reduction_gemm_conv(p) {
-                    find(&format!("conv2d_sm80 {}", pick_tile(gemm_m, p.k, 1, self.sms()).config()))
+                    // 128 rows; 64 columns where that leaves fewer columns idle (K = 144: 48
+                    // against 112), which won on both GPUs' profiles.
+                    let round_up = |k: i64, n: i64| (k + n - 1) / n * n;
+                    let t = if round_up(p.k, 64) < round_up(p.k, 128) { TILES[1] } else { TILES[0] };
+                    find(&format!("conv2d_sm80 {}", t.config()))
                 } else {
                     exact(&format!("{CONV_GEMM_TEMPLATE} {}", t.config(true)))
                 };
@@ -1738,6 +1748,15 @@ mod tests {
         let layer1 = hopper.conv2d(&conv(n.clone(), 56, 64, 64, 3, 1));
         let configs: Vec<&str> = layer1.dispatch.iter().map(|d| d.instance.config.as_str()).collect();
         assert_eq!(configs, ["conv2d_sm90 128x64x64 c1x1", "conv2d_sm90 128x64x64 c1x1 2/sm"]);
+        // A short reduction of C = 24 (48-byte pixel rows) into 144 filters: at batch 64 and 256 (a
+        // full wave) the sm80 128x64 tile instead of the GEMM (64 columns leave 48 idle, 128 would
+        // leave 112); into 72 filters 128x128 (56 idle either way); into 16 the narrow GEMM.
+        let expand = hopper.conv2d(&conv(n.clone(), 56, 24, 144, 1, 1));
+        assert!(expand.dispatch.last().unwrap().instance.config.starts_with("conv2d_sm80 128x64x32 "));
+        let expand = hopper.conv2d(&conv(n.clone(), 56, 24, 72, 1, 1));
+        assert!(expand.dispatch.last().unwrap().instance.config.starts_with("conv2d_sm80 128x128x32 "));
+        let project = hopper.conv2d(&conv(n.clone(), 56, 24, 16, 1, 1));
+        assert_eq!(project.dispatch.last().unwrap().instance.config, "conv2d_gemm_sm90 128x32x64 c1x1 pingpong");
         assert_eq!(layer1.dispatch[0].max_batch, 1, "the batch ranges from 8 up share the two-CTA tile");
         // Up to 32 output channels: the narrow tile is a candidate, and the heuristic's choice.
         let narrow = hopper.conv2d(&conv(n.clone(), 112, 96, 24, 1, 1));
