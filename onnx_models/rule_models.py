@@ -311,6 +311,32 @@ def squeeze_excite():
     return b
 
 
+def squeeze_excite_projection():
+    b = ModelBuilder("squeeze_excite_projection", "Squeeze-and-excitation scales folded into the next 1x1 "
+                     "convolution's weights (src/egraph/se_fold.rs): on 24x24 images (576 pixels, more than "
+                     "the fold's 512) an EfficientNet MBConv block (expand, depthwise, SE with SiLU and a Sigmoid "
+                     "gate, scale * x, projection with a residual add) and a MobileNetV3-style block (ReLU, "
+                     "HardSigmoid gate, x * scale, projection to 24 channels, no residual).")
+    x = b.input("x", ["N", 16, 24, 24])
+
+    def block(y, c_in, c, k, squeeze, act, gate, scale_first, residual):
+        h = conv(b, y, c_in, c, bias=True)
+        h = b.node("Mul", [h, b.node("Sigmoid", [h])])
+        h = b.node("Conv", [h, b.he("dw", (c, 1, 3, 3), 9), b.small("dwb", (c,))], kernel_shape=[3, 3],
+                   pads=[1] * 4, group=c)
+        h = b.node("Mul", [h, b.node("Sigmoid", [h])])
+        s = conv(b, b.node("GlobalAveragePool", [h]), c, squeeze, bias=True)
+        s = b.node("Mul", [s, b.node("Sigmoid", [s])]) if act == "silu" else b.node("Relu", [s])
+        s = conv(b, s, squeeze, c, bias=True)
+        s = b.node("Sigmoid", [s]) if gate == "sigmoid" else b.node("HardSigmoid", [s], alpha=1.0 / 6.0, beta=0.5)
+        out = conv(b, b.node("Mul", [s, h] if scale_first else [h, s]), c, k, bias=True)
+        return b.node("Add", [out, y]) if residual else out
+
+    h = block(x, 16, 32, 16, 8, "silu", "sigmoid", scale_first=True, residual=True)
+    b.output(block(h, 16, 48, 24, 8, "relu", "hardsigmoid", scale_first=False, residual=False))
+    return b
+
+
 def squeeze_excite_depthwise():
     b = ModelBuilder("squeeze_excite_depthwise", "A depthwise 3x3 conv and a squeeze-and-excitation block over 24 "
                      "channels (squeeze width 6, SiLU, Sigmoid): every kernel after optimisation is one of "
@@ -331,7 +357,7 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for fn in (cleanup, layout, fusion, epilogue_acts, shared_producer, attention, squeeze_excite,
-               squeeze_excite_depthwise):
+               squeeze_excite_depthwise, squeeze_excite_projection):
         m = fn().build()
         onnx.checker.check_model(m, full_check=True)
         smoke_run(m, None)

@@ -2,7 +2,7 @@
 //! original computes (reference executor, 1e-4 relative), and the expected fusions happen.
 
 use onnx2ait::egraph::{optimize, ExplainReport, OptimizeOptions};
-use onnx2ait::ir::{DType, Graph, Tensor};
+use onnx2ait::ir::{DType, Dim, Graph, Tensor};
 use onnx2ait::validate::inputs::random_tensor;
 use rand::SeedableRng;
 use std::collections::BTreeMap;
@@ -467,6 +467,47 @@ fn squeeze_excite_blocks_fuse_into_one_scale_kernel_each() {
         "{fused}\n{unfused}"
     );
     assert!(!unfused.phases.iter().any(|p| p.name == "squeeze-excite"), "{unfused}");
+}
+
+/// onnx_models/rules/squeeze_excite_projection.onnx: each block's `x · scale` folds into its
+/// projection (`onnx2ait::egraph::se_fold`): a batched product of x by per-image scaled
+/// weights takes the product's and the projection's ONNX nodes (and the residual add), the
+/// elementwise kernel left per block scales the weights (`[N, K, C]`, not the activation), and
+/// the results match the original within 1e-5. Without the fold the projections stay
+/// convolutions after an elementwise product; on 6x6 images (squeeze_excite.onnx, 36 pixels)
+/// nothing folds.
+#[test]
+fn squeeze_excite_scale_folds_into_projection_weights() {
+    let path = "onnx_models/rules/squeeze_excite_projection.onnx";
+    let opts = OptimizeOptions::standard().and_then(|o| o.with_squeeze_excite(true)).unwrap();
+    let folded = check(path, &opts, 1e-5);
+    assert_eq!(folded.kernels_after.get("gemm"), Some(&2), "{folded}");
+    let scaled: Vec<_> = folded.fusions.iter().filter(|f| f.kernel == "gemm").collect();
+    let nodes: Vec<Vec<&str>> = scaled.iter().map(|f| f.onnx_nodes.iter().map(String::as_str).collect()).collect();
+    assert_eq!(nodes, [vec!["mul_3", "conv_4", "add_0"], vec!["mul_6", "conv_9"]], "{folded}");
+    assert_eq!(
+        scaled.iter().map(|f| f.detail.as_str()).collect::<Vec<_>>(),
+        ["gemm+bias+residual", "gemm+bias"],
+        "{folded}"
+    );
+    let (g, _) = optimize(&onnx2ait::onnx::load_model(Path::new(path)).unwrap(), &opts).unwrap();
+    let scale_weights: Vec<_> = g.nodes.iter().filter(|n| n.name.ends_with(".scale_weights")).collect();
+    assert_eq!(scale_weights.len(), 2);
+    // [N, K, C]: 16 and 24 filters of 32 and 48 channels.
+    for (n, kc) in scale_weights.iter().zip([[16, 32], [24, 48]]) {
+        let shape = &g.values[n.outputs[0]].ty.as_ref().unwrap().shape;
+        assert_eq!(shape[1..], kc.map(Dim::known), "{}", n.name);
+    }
+
+    let unfolded = check(path, &OptimizeOptions { scale_into_projections: false, ..opts.clone() }, 1e-5);
+    assert_eq!(unfolded.kernels_after.get("gemm"), None, "{unfolded}");
+    assert_eq!(
+        unfolded.kernels_after.get("conv").copied().unwrap_or(0),
+        folded.kernels_after.get("conv").copied().unwrap_or(0) + 2,
+        "{unfolded}"
+    );
+    let small = check("onnx_models/rules/squeeze_excite.onnx", &opts, 1e-5);
+    assert_eq!(small.kernels_after.get("gemm"), None, "{small}");
 }
 
 /// Channel padding folded into the producer (`onnx2ait::egraph::channel_padding`): in the

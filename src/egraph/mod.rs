@@ -39,6 +39,7 @@ pub mod from_ir;
 pub mod language;
 pub mod rules;
 pub mod runner;
+pub mod se_fold;
 pub mod to_ir;
 pub mod views;
 
@@ -72,6 +73,9 @@ pub struct OptimizeOptions {
     /// Fold the channel padding a convolution's input needs into its producer's and its own
     /// weights ([`channel_padding`]), after extraction.
     pub pad_channels_into_producers: bool,
+    /// Fold each squeeze-and-excitation scale into the next 1x1 convolution's weights where
+    /// that moves fewer bytes than the product ([`se_fold`]), after extraction.
+    pub scale_into_projections: bool,
 }
 
 impl OptimizeOptions {
@@ -108,6 +112,7 @@ impl OptimizeOptions {
             attention_views: true,
             index_views: true,
             pad_channels_into_producers: true,
+            scale_into_projections: true,
         })
     }
 
@@ -135,6 +140,7 @@ impl OptimizeOptions {
             attention_views: false,
             index_views: false,
             pad_channels_into_producers: false,
+            scale_into_projections: false,
         }
     }
 }
@@ -178,6 +184,9 @@ pub fn optimize_with_cost(g: &Graph, opts: &OptimizeOptions, cost: &dyn CostMode
     if opts.pad_channels_into_producers {
         channel_padding::pad_channels_into_producers(&mut lowered.graph);
     }
+    if opts.scale_into_projections {
+        se_fold::fold_scale_into_projections(&mut lowered);
+    }
     let fusions = attribute(&eg, &imported.node_classes, &imported.node_inputs, g, &lowered);
     let mut kernels_after = BTreeMap::new();
     for n in &lowered.graph.nodes {
@@ -214,12 +223,15 @@ fn attribute(
     }
     let producers = low.graph.producers();
     // A layout transform, or a view the optimiser added (the squeeze/unsqueeze around a 1-D
-    // conv), is not where an ONNX node's work went: look through it.
+    // conv, the reshapes around a projection with the squeeze-excite scale in its weights), is
+    // not where an ONNX node's work went: look through it.
     let passes_through = |n: &crate::ir::Node| {
-        use crate::ir::ops::shape::{Squeeze, Unsqueeze};
+        use crate::ir::ops::shape::{Reshape, Squeeze, Unsqueeze};
         n.op.downcast_ref::<crate::ir::ops::kernel::Transpose>().is_some()
             || (n.domain == "onnx2ait"
-                && (n.op.downcast_ref::<Squeeze>().is_some() || n.op.downcast_ref::<Unsqueeze>().is_some()))
+                && (n.op.downcast_ref::<Squeeze>().is_some()
+                    || n.op.downcast_ref::<Unsqueeze>().is_some()
+                    || n.op.downcast_ref::<Reshape>().is_some()))
     };
     let through_transpose = |mut k: usize| -> usize {
         while passes_through(&low.graph.nodes[k]) {

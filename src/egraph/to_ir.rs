@@ -265,10 +265,10 @@ fn rewrite_inputs(e: &EwExpr, f: &dyn Fn(usize) -> EwExpr) -> EwExpr {
 /// The kernel kind of an op the optimiser emits: a kernel-level op, or one of the ONNX views
 /// it adds around a 1-D conv (`squeeze`/`unsqueeze`, a `reshape` like the kernel-level views).
 fn optimiser_kind(op: &dyn crate::ir::Op) -> Option<&'static str> {
-    use crate::ir::ops::shape::{Squeeze, Unsqueeze};
+    use crate::ir::ops::shape::{Reshape, Squeeze, Unsqueeze};
     crate::ir::ops::kernel::kernel_kind(op).or_else(|| {
         let any = op.as_any();
-        (any.is::<Squeeze>() || any.is::<Unsqueeze>()).then_some("reshape")
+        (any.is::<Squeeze>() || any.is::<Unsqueeze>() || any.is::<Reshape>()).then_some("reshape")
     })
 }
 

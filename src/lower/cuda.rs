@@ -1088,7 +1088,7 @@ impl CudaTarget {
     /// an sm80 instance fastest only for two tiny batched products (the 64x64 tile, 2% ahead of
     /// the sm90 64x64 ping-pong), and the others cost profile builds an nvcc run each for every
     /// epilogue. Both families need the same 16-byte alignment, so nothing runs on sm80 alone.
-    fn gemm_candidates(&self, epi: &Epilogue) -> Vec<LibraryInstance> {
+    fn gemm_candidates(&self, p: &GemmProblem, epi: &Epilogue) -> Vec<LibraryInstance> {
         let sm80: &[Tile] = if self.hopper() { &TILES[3..] } else { &TILES };
         let mut out: Vec<LibraryInstance> = sm80
             .iter()
@@ -1096,7 +1096,19 @@ impl CudaTarget {
             .map(|t| library("gemm_sm80", t.config(), t.context(8), epi))
             .collect();
         if self.hopper() {
-            out.extend(SM90_GEMM_TILES.iter().map(|t| library("gemm_sm90", t.config(true), t.context(true), epi)));
+            // The narrow tile only where N fits it: the products of few columns that a 64-wide
+            // tile would leave mostly idle (a projection with the squeeze-excite scale in its
+            // weights, `crate::egraph::se_fold`: N = 16..24 output channels).
+            let narrow =
+                p.n.as_known()
+                    .is_some_and(|n| n <= SM90_CONV_GEMM_NARROW_TILE.n)
+                    .then_some(&SM90_CONV_GEMM_NARROW_TILE);
+            out.extend(
+                SM90_GEMM_TILES
+                    .iter()
+                    .chain(narrow)
+                    .map(|t| library("gemm_sm90", t.config(true), t.context(true), epi)),
+            );
         }
         // The skinny kernel reads k-contiguous rows of A and of B (B stored [n, k]).
         if epi.fields["layout_a"] == "RowMajor" && epi.fields["layout_b"] == "ColumnMajor" {
@@ -1178,7 +1190,13 @@ impl CudaTarget {
             // stream-K: BERT-base at batch 1 with the stream-K 128x64 tile on its linear layers
             // ran 1.007 ms against 0.737 ms (BENCHMARKS.md, 2026-12-05 03:37 and 02:04 runs):
             // each such product took 0.016–0.020 ms. The profiler still times the stream-K tiles.
-            let t = pick_sm90_gemm_tile(m, n, bc, self.sms());
+            let narrow = SM90_CONV_GEMM_NARROW_TILE;
+            let t = if n <= narrow.n && (m + narrow.m - 1) / narrow.m * bc >= self.sms() {
+                // As for 1x1 convolutions of at most 32 filters (`gemm_conv_tile`).
+                narrow
+            } else {
+                pick_sm90_gemm_tile(m, n, bc, self.sms())
+            };
             if let Some(c) = find(&format!("gemm_sm90 {}", t.config(true))) {
                 return c;
             }
@@ -1232,7 +1250,7 @@ impl CudaTarget {
     pub fn gemm_time(&self, p: &GemmProblem, batch: i64) -> Option<f64> {
         self.measured.as_ref()?;
         let signature = self.gemm_signature_at(p, batch)?;
-        let candidates = self.gemm_candidates(&Self::gemm_epilogue(p));
+        let candidates = self.gemm_candidates(p, &Self::gemm_epilogue(p));
         self.fastest_measured_ms(&signature, &candidates)
     }
 
@@ -1342,7 +1360,7 @@ impl Target for CudaTarget {
             return Instance::own("gemm_generic", Map::new());
         }
         let epi = Self::gemm_epilogue(p);
-        let candidates = self.gemm_candidates(&epi);
+        let candidates = self.gemm_candidates(p, &epi);
         // One choice per range of the batch and of each other run-time dim the sizes depend on,
         // each judged at its range's bound: the heuristic and a measured choice alike.
         let points = p.choice_points(&self.buckets);
@@ -2152,7 +2170,7 @@ mod tests {
             let p = GemmProblem { a_batched: true, b_batched: true, ..gemm(Dim::known(dims[0]), dims[1], dims[2]) };
             let epi = CudaTarget::gemm_epilogue(&p);
             assert_eq!(&CudaTarget::gemm_signature(&p, &Point::batch(1), &epi), sig, "the signature round-trips");
-            let heuristic = t.gemm_heuristic(&p, &Point::batch(1), &t.gemm_candidates(&epi));
+            let heuristic = t.gemm_heuristic(&p, &Point::batch(1), &t.gemm_candidates(&p, &epi));
             if heuristic.template == GEMM_SKINNY_TEMPLATE {
                 assert!(dims[0] <= SKINNY_ROWS, "{sig}");
                 skinny += 1;
