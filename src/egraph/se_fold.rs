@@ -40,7 +40,7 @@ const OPTIMISER_DOMAIN: &str = "onnx2ait";
 /// rows per image, and below this its 128-row tiles leave much of their last tile idle (14x14:
 /// 196 rows in 256) while the product the fold saves is small (EfficientNet-B0's 14x14 blocks:
 /// 0.02-0.05 ms each at batch 256 on an H100).
-const MIN_PIXELS: i64 = 512;
+pub const MIN_PIXELS: i64 = 512;
 
 /// A fold found by [`find`]: node indices and the sizes the new nodes need.
 struct Site {
