@@ -275,6 +275,17 @@ def attention():
     return b
 
 
+def se(b, y, c, squeeze, act, gate, scale_first, bias1=True):
+    """A squeeze-and-excitation block over y's c channels, as torchvision exports them: the scale
+    (pooling, 1x1 conv, SiLU or ReLU, 1x1 conv, Sigmoid or HardSigmoid gate) times y."""
+    s = b.node("GlobalAveragePool", [y])
+    s = conv(b, s, c, squeeze, bias=bias1)
+    s = b.node("Mul", [s, b.node("Sigmoid", [s])]) if act == "silu" else b.node("Relu", [s])
+    s = conv(b, s, squeeze, c, bias=True)
+    s = b.node("Sigmoid", [s]) if gate == "sigmoid" else b.node("HardSigmoid", [s], alpha=1.0 / 6.0, beta=0.5)
+    return b.node("Mul", [s, y] if scale_first else [y, s])
+
+
 def squeeze_excite():
     b = ModelBuilder("squeeze_excite", "The squeeze_excite.rules rules: squeeze-and-excitation blocks as torchvision "
                      "exports them, EfficientNet-style (SiLU written as x*Sigmoid(x), Sigmoid gate, scale * x, a "
@@ -283,26 +294,18 @@ def squeeze_excite():
                      "scale multiplying a tensor other than the pooled one, which must stay unfused.")
     x = b.input("x", ["N", 8, 6, 6])
 
-    def se(y, c, squeeze, act, gate, scale_first, bias1=True):
-        s = b.node("GlobalAveragePool", [y])
-        s = conv(b, s, c, squeeze, bias=bias1)
-        s = b.node("Mul", [s, b.node("Sigmoid", [s])]) if act == "silu" else b.node("Relu", [s])
-        s = conv(b, s, squeeze, c, bias=True)
-        s = b.node("Sigmoid", [s]) if gate == "sigmoid" else b.node("HardSigmoid", [s], alpha=1.0 / 6.0, beta=0.5)
-        return b.node("Mul", [s, y] if scale_first else [y, s])
-
     # EfficientNet MBConv: expand 1x1 + SiLU, depthwise 3x3 + SiLU, SE, project 1x1.
     h = conv(b, x, 8, 24, bias=True)
     h = b.node("Mul", [h, b.node("Sigmoid", [h])])
     h = b.node("Conv", [h, b.he("dw", (24, 1, 3, 3), 9), b.small("dwb", (24,))], kernel_shape=[3, 3], pads=[1] * 4,
                group=24)
     h = b.node("Mul", [h, b.node("Sigmoid", [h])])
-    h = conv(b, se(h, 24, 6, "silu", "sigmoid", scale_first=True), 24, 16, bias=True)
+    h = conv(b, se(b, h, 24, 6, "silu", "sigmoid", scale_first=True), 24, 16, bias=True)
     # MobileNetV3 block: depthwise + HardSwish, SE (ReLU, HardSigmoid), project.
     m = b.node("Conv", [h, b.he("dw", (16, 1, 3, 3), 9), b.small("dwb", (16,))], kernel_shape=[3, 3], pads=[1] * 4,
                group=16)
     m = b.node("HardSwish", [m])
-    m = conv(b, se(m, 16, 8, "relu", "hardsigmoid", scale_first=False, bias1=False), 16, 16, bias=True)
+    m = conv(b, se(b, m, 16, 8, "relu", "hardsigmoid", scale_first=False, bias1=False), 16, 16, bias=True)
     # Not a squeeze-and-excitation: the scale pooled from m multiplies another tensor.
     other = b.node("Relu", [conv(b, m, 16, 16, bias=True)])
     s = b.node("Sigmoid", [conv(b, b.node("Relu", [conv(b, b.node("GlobalAveragePool", [m]), 16, 8, bias=True)]), 8, 16,
@@ -325,11 +328,7 @@ def squeeze_excite_projection():
         h = b.node("Conv", [h, b.he("dw", (c, 1, 3, 3), 9), b.small("dwb", (c,))], kernel_shape=[3, 3],
                    pads=[1] * 4, group=c)
         h = b.node("Mul", [h, b.node("Sigmoid", [h])])
-        s = conv(b, b.node("GlobalAveragePool", [h]), c, squeeze, bias=True)
-        s = b.node("Mul", [s, b.node("Sigmoid", [s])]) if act == "silu" else b.node("Relu", [s])
-        s = conv(b, s, squeeze, c, bias=True)
-        s = b.node("Sigmoid", [s]) if gate == "sigmoid" else b.node("HardSigmoid", [s], alpha=1.0 / 6.0, beta=0.5)
-        out = conv(b, b.node("Mul", [s, h] if scale_first else [h, s]), c, k, bias=True)
+        out = conv(b, se(b, h, c, squeeze, act, gate, scale_first), c, k, bias=True)
         return b.node("Add", [out, y]) if residual else out
 
     h = block(x, 16, 32, 16, 8, "silu", "sigmoid", scale_first=True, residual=True)
