@@ -1190,13 +1190,15 @@ impl CudaTarget {
             // stream-K: BERT-base at batch 1 with the stream-K 128x64 tile on its linear layers
             // ran 1.007 ms against 0.737 ms (BENCHMARKS.md, 2026-12-05 03:37 and 02:04 runs):
             // each such product took 0.016–0.020 ms. The profiler still times the stream-K tiles.
+            // As for 1x1 convolutions of at most 32 filters (`gemm_conv_tile`): the narrow tile
+            // where its 128-row tiles fill a wave (a candidate where N is known to fit it).
             let narrow = SM90_CONV_GEMM_NARROW_TILE;
-            let t = if n <= narrow.n && (m + narrow.m - 1) / narrow.m * bc >= self.sms() {
-                // As for 1x1 convolutions of at most 32 filters (`gemm_conv_tile`).
-                narrow
-            } else {
-                pick_sm90_gemm_tile(m, n, bc, self.sms())
-            };
+            if n <= narrow.n && (m + narrow.m - 1) / narrow.m * bc >= self.sms() {
+                if let Some(c) = find(&format!("gemm_sm90 {}", narrow.config(true))) {
+                    return c;
+                }
+            }
+            let t = pick_sm90_gemm_tile(m, n, bc, self.sms());
             if let Some(c) = find(&format!("gemm_sm90 {}", t.config(true))) {
                 return c;
             }
@@ -2143,9 +2145,9 @@ mod tests {
     /// The unprofiled heuristic against an H100's measurements of MobileNetV3-Large at batch 256
     /// (tests/fixtures/h100_mobilenet_v3_large_b256_profile_cache.json, `onnx2ait profile
     /// --dim batch=256..256 --max-batch 256` of 2026-12-06 23:40: 46 conv problems, every
-    /// candidate timed). The problems with a HardSwish epilogue are left out: they were timed with
-    /// the IEEE division `o2a_hardswish` had then, 2 to 4x slower than the same instances without
-    /// it. Summed over the other 56 the heuristic's choices take 2.666 ms against 2.538 ms for
+    /// candidate timed). The problems with a HardSwish epilogue are left out: they were timed
+    /// with the IEEE division `o2a_hardswish` had then, 1.7 to 4.1x as slow as the same
+    /// instances without it. Summed over the other 56 the heuristic's choices take 2.666 ms against 2.538 ms for
     /// the fastest candidates (1.05x; 2.822 ms, 1.11x, before the short-reduction rule,
     /// `short_reduction_gemm_conv`), and its 7 short reductions take the sm80 tiles.
     #[test]
