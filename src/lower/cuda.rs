@@ -2112,6 +2112,8 @@ mod tests {
             "Relu" => Some(Act::Relu),
             "Clip{lo:0.0,hi:6.0}" => Some(Act::Clip { lo: 0.0, hi: 6.0 }),
             "HardSwish" => Some(Act::HardSwish),
+            "Silu" => Some(Act::Silu),
+            "Sigmoid" => Some(Act::Sigmoid),
             "HardSigmoid{alpha:0.16666667,beta:0.5}" => Some(Act::HardSigmoid { alpha: 1.0 / 6.0, beta: 0.5 }),
             other => panic!("{sig}: activation {other}"),
         };

@@ -432,8 +432,8 @@ impl Target for RocmTarget {
         K1 as usize
     }
 
-    /// The fused attention and tensor-core stem kernels are written on NVIDIA's mma.sync fragments
-    /// and have no HIP version yet.
+    /// The fused attention, tensor-core stem and grouped convolution kernels are written on
+    /// NVIDIA's mma.sync fragments and have no HIP version yet.
     fn own_kernel(&self, template: &str) -> std::result::Result<(), String> {
         match template {
             "attention" => Err("the fused attention kernel (--attention fused) is not written for ROCm yet; \
@@ -441,6 +441,11 @@ impl Target for RocmTarget {
                 .into()),
             crate::lower::ops::conv::STEM_TEMPLATE => {
                 Err("the tensor-core stem kernel is not written for ROCm yet (thin stems take the library path)".into())
+            }
+            crate::lower::ops::conv::GROUP_MMA_TEMPLATE => {
+                Err("the tensor-core grouped convolution kernel is not written for ROCm yet (narrow groups take the \
+                 direct kernel)"
+                    .into())
             }
             _ => Ok(()),
         }

@@ -354,6 +354,10 @@ pub fn conv_problem(
         LibraryForm::Stem(_) => {
             Err("a thin stem runs on the target's own tensor-core kernel (priced analytically)".into())
         }
+        LibraryForm::GroupMma(_) => Err(
+            "a grouped convolution of narrow groups runs on the target's own tensor-core kernel (priced analytically)"
+                .into(),
+        ),
         LibraryForm::Im2col { problem: product, .. } => Ok(product),
         LibraryForm::Padded(padded) => Ok(padded),
         LibraryForm::AsIs => Ok(problem),

@@ -353,6 +353,77 @@ fn patch_weights(w: &Tensor, row: Option<i64>, columns: i64) -> LowerResult<Tens
     Ok(Tensor::F32(out))
 }
 
+/// A target's own tensor-core kernel for grouped convolutions of narrow groups
+/// (`templates/<target>/kernels/conv2d_group_mma.cu.hbs`): the stem kernel's implicit GEMM per
+/// group, with the weights as `[K, Kp]` (each filter's (r, s, c) elements, zero-padded).
+pub const GROUP_MMA_TEMPLATE: &str = "conv2d_group_mma";
+/// Shared memory a grouped block may use: the static limit of every CUDA device, no opt-in.
+const GROUP_MMA_SMEM_BYTES: i64 = 48 * 1024;
+/// Output channels per group at most: 8 n8 fragments per warp, as the stem's block.
+const GROUP_MMA_MAX_KG: i64 = 64;
+
+/// A grouped block's shape (see [`GROUP_MMA_TEMPLATE`]): output tiles of `tile_p` x `tile_q`
+/// pixels x one group's output channels, reduction over `columns` (Kp) patch columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupMmaTile {
+    pub tile_p: i64,
+    pub tile_q: i64,
+    pub columns: i64,
+}
+
+impl GroupMmaTile {
+    /// The block's shared memory, as the template declares it: the group's weight rows (padded by
+    /// 8 halves), the group's channels of the input tile with its halo, the output tile (rows
+    /// padded by 8 halves), and the column table (ints).
+    pub fn smem_bytes(&self, p: &ConvProblem) -> i64 {
+        let (cg, kg) = (p.c / p.group, p.k / p.group);
+        let in_rows = (self.tile_p - 1) * p.strides[0] + (p.r - 1) * p.dilations[0] + 1;
+        let in_cols = (self.tile_q - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1;
+        (kg * (self.columns + 8) + in_rows * in_cols * cg + STEM_TILE_PIXELS * (kg + 8)) * 2 + self.columns * 4
+    }
+}
+
+/// The grouped kernel's tile for `p`, or None where it does not apply: more than one group,
+/// Cg = C / group a multiple of 8 (16-byte staging loads; even, so the A fragments' channel pairs
+/// never straddle two filter taps), Kg = K / group a multiple of 8 up to
+/// [`GROUP_MMA_MAX_KG`] (n8 fragments, 16-byte stores), and a tile of 128 output pixels that fits
+/// the static 48 KB of shared memory: 8 x 16 pixels, or 16 x 8 / 32 x 4 for narrow maps (fewer
+/// pixels fall outside), then the other shapes where the halo of a strided 16-column tile is too
+/// large. Depthwise convolutions (Cg = 1) have their own kernel.
+pub fn group_mma_tile(p: &ConvProblem) -> Option<GroupMmaTile> {
+    let g = p.group;
+    if g < 2 || p.c % g != 0 || p.k % g != 0 {
+        return None;
+    }
+    let (cg, kg) = (p.c / g, p.k / g);
+    if cg % 8 != 0 || kg % 8 != 0 || kg > GROUP_MMA_MAX_KG {
+        return None;
+    }
+    if p.strides.iter().chain(&p.dilations).any(|&v| v < 1) || p.p < 1 || p.q < 1 || p.r < 1 || p.s < 1 {
+        return None;
+    }
+    let columns = (p.r * p.s * cg + 15) / 16 * 16;
+    let preferred: i64 = if p.q >= 16 {
+        16
+    } else if p.q >= 8 {
+        8
+    } else {
+        4
+    };
+    std::iter::once(preferred)
+        .chain([16, 8, 4].into_iter().filter(|&q| q != preferred))
+        .map(|tile_q| GroupMmaTile { tile_p: STEM_TILE_PIXELS / tile_q, tile_q, columns })
+        .find(|t| t.smem_bytes(p) <= GROUP_MMA_SMEM_BYTES)
+}
+
+/// The grouped kernel's instance for `tile`.
+pub fn group_mma_instance(tile: &GroupMmaTile) -> Instance {
+    let mut context = Map::new();
+    context.insert("tile_p".into(), json!(tile.tile_p));
+    context.insert("tile_q".into(), json!(tile.tile_q));
+    Instance::own(GROUP_MMA_TEMPLATE, context)
+}
+
 /// Zero-pads the channel dim of a channels-last tensor.
 pub const PAD_CHANNELS_TEMPLATE: &str = "pad_channels";
 /// Writes the patch matrix of a thin stem (explicit im2col).
@@ -456,6 +527,9 @@ pub fn im2col_product(p: &ConvProblem, columns: i64) -> ConvProblem {
 pub enum LibraryForm {
     /// No library: the target's own tensor-core stem kernel ([`STEM_TEMPLATE`]) with this tile.
     Stem(StemTile),
+    /// No library: the target's own tensor-core grouped kernel ([`GROUP_MMA_TEMPLATE`]) with this
+    /// tile, for narrow groups its library does not take.
+    GroupMma(GroupMmaTile),
     /// An explicit im2col with `columns` (Kp) columns, then `problem`, the 1x1 product.
     Im2col { columns: i64, problem: ConvProblem },
     /// A thin stem's input copied into a zero-padded `problem.c`-channel temporary.
@@ -472,6 +546,13 @@ pub enum LibraryForm {
 /// form when the target wants more channels (`Target::conv_padded_channels`) and has a library
 /// kernel for the padded problem; otherwise `p` as it is.
 pub fn library_form(target: &dyn Target, p: &ConvProblem, constant_weights: bool) -> LowerResult<LibraryForm> {
+    if constant_weights && p.group > 1 && target.own_kernel(GROUP_MMA_TEMPLATE).is_ok() {
+        if let Some(tile) = group_mma_tile(p) {
+            if is_direct(&target.conv2d(p).template) {
+                return Ok(LibraryForm::GroupMma(tile));
+            }
+        }
+    }
     if !constant_weights || p.group != 1 {
         return Ok(LibraryForm::AsIs);
     }
@@ -683,6 +764,11 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
             let kp = tile.columns;
             let wt = cx.add_weight(&format!("{}.stem{kp}", input_name(cx, node, 1)), &stem_weights(wk, &tile)?)?;
             (problem, stem_instance(&tile), x, wt, WeightLayout::Patch { columns: kp, row: tile.row_columns })
+        }
+        (Some(wk), LibraryForm::GroupMma(tile)) => {
+            let kp = tile.columns;
+            let wt = cx.add_weight(&format!("{}.patch{kp}", input_name(cx, node, 1)), &patch_weights(wk, None, kp)?)?;
+            (problem, group_mma_instance(&tile), x, wt, WeightLayout::Patch { columns: kp, row: s_ * cg })
         }
         (Some(wk), LibraryForm::Im2col { columns, problem: product }) => {
             let wt =
@@ -1684,11 +1770,13 @@ pub(crate) mod tests {
 
     /// ResNeXt-50 (32x4d) 3x3 convolutions with 4 and 8 filters per group (128 channels in 32
     /// groups of 4 at stride 1 and 2, 256 in 32 groups of 8, BN folded into a bias, ReLU, one
-    /// with a residual) run on the direct kernel: the grouped CUTLASS instance would put several
-    /// groups in each 32-wide tile (see `CudaTarget::conv2d`). The ungrouped 1x1 between them
-    /// stays a library conv.
+    /// with a residual): the grouped CUTLASS instance would put several groups in each 32-wide
+    /// tile (see `CudaTarget::conv2d`), so 4 per group run on the direct kernel and 8 per group on
+    /// the tensor-core grouped kernel ([`GROUP_MMA_TEMPLATE`]), its weights each filter's
+    /// (r, s, c) elements zero-padded to whole k16 steps. The ungrouped 1x1 between them stays a
+    /// library conv.
     #[test]
-    fn resnext_narrow_groups_run_on_the_direct_kernel() {
+    fn resnext_narrow_groups_run_on_the_direct_and_grouped_mma_kernels() {
         let mut b = G::new();
         let x = b.input("x", nhwc(56, 56, 128));
         let bias128 = b.konst("b128", &[128], |i| i as f32 * 0.01);
@@ -1698,23 +1786,35 @@ pub(crate) mod tests {
         let y2 = b.node("g4_s2", conv_op(2, 1, 32, Some(Act::Relu)), vec![Some(y1), Some(w2), Some(bias128), None]);
         let w_up = b.konst("w_up", &[256, 1, 1, 128], |_| 0.5);
         let y3 = b.node("expand", conv_op(1, 0, 1, None), vec![Some(y2), Some(w_up), None, None]);
-        let w8 = b.konst("w8", &[256, 3, 3, 8], |i| (i % 5) as f32);
+        // w8[k, r, s, c] = (k·72 + (r·3 + s)·8 + c) mod 509: distinct along a filter.
+        let w8 = b.konst("w8", &[256, 3, 3, 8], |i| (i % 509) as f32);
         let bias256 = b.konst("b256", &[256], |_| 0.5);
         b.node("g8_res", conv_op(1, 1, 32, Some(Act::Relu)), vec![Some(y3), Some(w8), Some(bias256), Some(y3)]);
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         let templates: Vec<&str> = p.kernels.iter().map(|k| k.template.as_str()).collect();
-        assert_eq!(templates, [DIRECT_TEMPLATE, DIRECT_TEMPLATE, "conv2d_library", DIRECT_TEMPLATE]);
-        for (i, (node, stride, cg, kpt)) in
-            [("g4_s1", 1, 4, 4), ("g4_s2", 2, 4, 4), ("g8_res", 1, 8, 8)].into_iter().enumerate()
-        {
-            let k = &p.kernels[if i == 2 { 3 } else { i }];
+        assert_eq!(templates, [DIRECT_TEMPLATE, DIRECT_TEMPLATE, "conv2d_library", GROUP_MMA_TEMPLATE]);
+        for (i, (node, stride)) in [("g4_s1", 1), ("g4_s2", 2)].into_iter().enumerate() {
+            let k = &p.kernels[i];
             assert_eq!(k.node, node);
-            assert_eq!((k.context["cg"].as_i64(), k.context["k_per_thread"].as_i64()), (Some(cg), Some(kpt)));
+            assert_eq!((k.context["cg"].as_i64(), k.context["k_per_thread"].as_i64()), (Some(4), Some(4)));
             assert_eq!(k.context["stride_h"], stride);
         }
         assert!(p.library.iter().all(|l| l.template != "conv2d_group_sm80"));
-        let res = &p.kernels[3];
-        assert_eq!(res.context["has_residual"].as_bool(), Some(true));
+        let g8 = &p.kernels[3];
+        assert_eq!(g8.node, "g8_res");
+        assert_eq!(g8.context["has_residual"].as_bool(), Some(true));
+        let fields = ["group", "cg", "kg", "w_stride_k", "tile_p", "tile_q"].map(|f| g8.context[f].as_i64());
+        // 3 x 3 x 8 = 72 filter elements in 80 columns (five k16 steps); 8 x 16 pixel tiles.
+        assert_eq!(fields, [32, 8, 8, 80, 8, 16].map(Some));
+        let wt = &p.tensors[g8.args[1]];
+        assert_eq!(wt.shape, [256, 1, 1, 80].map(Dim::known).to_vec());
+        let values = weight_f32(&p, g8.args[1]);
+        for k in 0..256 {
+            for col in 0..80 {
+                let want = if col < 72 { ((k * 72 + col) % 509) as f32 } else { 0.0 };
+                assert_eq!(values[k * 80 + col], want, "filter {k}, column {col}");
+            }
+        }
         render_all(&p);
     }
 

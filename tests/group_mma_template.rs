@@ -1,0 +1,150 @@
+//! templates/cuda/kernels/conv2d_group_mma.cu.hbs (grouped convolutions of narrow groups on
+//! tensor cores) renders with the fields the lowering gives it (`ops::conv::group_mma_tile` /
+//! `group_mma_instance`, so the tile sizes are the ones models get) and compiles warning-free
+//! with the pinned nvcc for sm_90a and sm_80, with no register spills and its shared memory
+//! within the static 48 KB (ptxas -v). The cases are the grouped 3x3 convs of RegNetY (24
+//! channels per group, stride 1 and 2) and ResNeXt-50 (8 and 16), and odd ones: 8 channels per
+//! group, a residual, dilation, a 5x5 filter, maps narrower than a tile. (Wider groups do not
+//! fit: 64 per group of a 3x3 filter is 74 KB of weights alone; 32 per group takes CUTLASS's
+//! grouped instances.) Compile-only: the GPU check runs the kernel through the model
+//! validations (RegNetY-1.6GF, ResNeXt-50) against ONNX Runtime; which convolutions take it, with
+//! which weights, is checked by the lowering's tests (src/lower/ops/conv.rs).
+//!
+//! Without nvcc the test is skipped, unless `CI` or `ONNX2AIT_REQUIRE_NVCC` is set.
+
+mod common;
+
+use onnx2ait::ir::Dim;
+use onnx2ait::lower::cuda::Arch;
+use onnx2ait::lower::ops::conv::{group_mma_instance, group_mma_tile, GroupMmaTile, GROUP_MMA_TEMPLATE};
+use onnx2ait::lower::ConvProblem;
+use serde_json::{json, Value as Json};
+
+/// A convolution of a `c`-channel `h` x `w` map in `group` groups with an `r` x `s` filter to `k`
+/// channels.
+#[allow(clippy::too_many_arguments)]
+fn problem(
+    [h, w, c]: [i64; 3],
+    k: i64,
+    group: i64,
+    [r, s]: [i64; 2],
+    pads: [i64; 2],
+    strides: [i64; 2],
+    dilations: [i64; 2],
+    residual: bool,
+) -> ConvProblem {
+    let out = |x: i64, f: i64, pad: i64, stride: i64, dil: i64| (x + 2 * pad - (f - 1) * dil - 1) / stride + 1;
+    ConvProblem {
+        n: Dim::known(8),
+        h,
+        w,
+        c,
+        k,
+        r,
+        s,
+        p: out(h, r, pads[0], strides[0], dilations[0]),
+        q: out(w, s, pads[1], strides[1], dilations[1]),
+        pads: [pads[0], pads[1], pads[0], pads[1]],
+        strides,
+        dilations,
+        group,
+        bias: true,
+        residual,
+        pre_act: None,
+        act: None,
+    }
+}
+
+/// The kernel fields of one grouped node as the lowering writes them (`[K, Kp]` weights).
+fn context(name: &str, batch: &str, p: &ConvProblem, tile: &GroupMmaTile) -> Json {
+    let instance = group_mma_instance(tile);
+    assert_eq!(instance.template, GROUP_MMA_TEMPLATE);
+    let (cg, kg) = (p.c / p.group, p.k / p.group);
+    let mut ctx = json!({
+        "name": name, "node": name, "workspace_bytes": 0, "args": [], "n": batch,
+        "group": p.group, "cg": cg, "kg": kg,
+        "w_stride_k": tile.columns, "w_stride_r": p.s * cg, "w_stride_s": cg, "w_stride_c": 1,
+        "x_index": 0, "w_index": 1, "bias_index": 2, "res_index": if p.residual { 3 } else { -1 },
+        "out_index": if p.residual { 4 } else { 3 },
+        "has_bias": p.bias, "has_residual": p.residual,
+        // ReLU before the residual, SiLU after it: both epilogue slots in use.
+        "pre_act": "fmaxf(v, 0.0f)", "act": "v / (1.0f + __expf(-v))",
+    });
+    let map = ctx.as_object_mut().expect("object");
+    for (k, v) in p.geometry_fields() {
+        map.insert(k.into(), json!(v));
+    }
+    for (k, v) in instance.context {
+        map.insert(k, v);
+    }
+    ctx
+}
+
+fn cases() -> Vec<Json> {
+    let shapes = [
+        problem([56, 56, 48], 48, 2, [3, 3], [1, 1], [1, 1], [1, 1], false), // RegNetY-1.6GF stage 1
+        problem([56, 56, 120], 120, 5, [3, 3], [1, 1], [2, 2], [1, 1], false), // stage 2 entry, stride 2
+        problem([14, 14, 336], 336, 14, [3, 3], [1, 1], [1, 1], [1, 1], true), // stage 3, + a residual
+        problem([7, 7, 888], 888, 37, [3, 3], [1, 1], [1, 1], [1, 1], false), // stage 4: 7-column maps
+        problem([28, 28, 256], 256, 32, [3, 3], [1, 1], [1, 1], [1, 1], false), // ResNeXt-50, 8 per group
+        problem([28, 28, 512], 512, 32, [3, 3], [1, 1], [2, 2], [1, 1], false), // 16 per group, stride 2
+        problem([20, 30, 64], 64, 4, [3, 3], [2, 2], [1, 1], [2, 2], true),  // 16 per group, dilated
+        problem([9, 5, 32], 16, 2, [5, 5], [2, 2], [1, 1], [1, 1], false),   // 5x5, Kg 8, narrow map
+    ];
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let tile = group_mma_tile(p).unwrap_or_else(|| panic!("case {i} takes the grouped kernel: {p:?}"));
+            // A run-time batch for half of them.
+            let batch = if i % 2 == 0 { "(dims.v[0])" } else { "8" };
+            context(&format!("k{i:03}_conv2d_group_mma"), batch, p, &tile)
+        })
+        .collect()
+}
+
+fn compile_all(arch: Arch, tag: &str) {
+    let dir = common::cuda_kernel_dir("group_mma", tag, "group_mma_test");
+    let sources = common::render_kernels(&dir, "kernels/conv2d_group_mma.cu", &cases());
+    common::compile_kernels(arch, "the grouped mma template test", &dir, &sources, "conv2d_group_mma_kernel");
+}
+
+#[test]
+fn group_mma_kernels_compile_for_sm90a() {
+    compile_all(Arch::Sm90a, "sm90a");
+}
+
+#[test]
+fn group_mma_kernels_compile_for_sm80() {
+    compile_all(Arch::Sm80, "sm80");
+}
+
+/// The rule of `ops::conv::group_mma_tile` (no nvcc needed): narrow groups with 8-multiple
+/// channel counts take 128-pixel tiles over whole k16 steps within 48 KB; depthwise, 4-channel,
+/// odd and wide (more than 64 filters per group) groups, and ungrouped convolutions, do not.
+#[test]
+fn group_mma_selection_rule() {
+    let regnet = problem([56, 56, 48], 48, 2, [3, 3], [1, 1], [1, 1], [1, 1], false);
+    // 3 x 3 x 24 = 216 columns, rounded up to 224 (whole k16 steps).
+    assert_eq!(group_mma_tile(&regnet), Some(GroupMmaTile { tile_p: 8, tile_q: 16, columns: 224 }));
+    let strided = problem([56, 56, 120], 120, 5, [3, 3], [1, 1], [2, 2], [1, 1], false);
+    let t = group_mma_tile(&strided).expect("stride 2, 24 per group");
+    assert!(t.smem_bytes(&strided) <= 48 * 1024, "{t:?}");
+    let narrow = problem([7, 7, 888], 888, 37, [3, 3], [1, 1], [1, 1], [1, 1], false);
+    assert_eq!(group_mma_tile(&narrow).map(|t| (t.tile_p, t.tile_q)), Some((32, 4)), "7-column maps");
+    // 16 per group with a 5x5/2 filter: the 8x16 tile's 19x35 halo is 21 KB of the 48, with
+    // 400-column weights; a 4-column tile's 67x11 halo would be 23 KB.
+    let wide_halo = problem([56, 56, 64], 64, 4, [5, 5], [2, 2], [2, 2], [1, 1], false);
+    let t = group_mma_tile(&wide_halo).expect("16 per group, 5x5/2");
+    assert_eq!((t.tile_q, t.columns), (16, 400), "{t:?}");
+    assert!(t.smem_bytes(&wide_halo) <= 48 * 1024, "{t:?}");
+
+    let none = |p: ConvProblem, why: &str| assert_eq!(group_mma_tile(&p), None, "{why}");
+    none(problem([56, 56, 64], 64, 64, [3, 3], [1, 1], [1, 1], [1, 1], false), "depthwise");
+    none(problem([56, 56, 128], 128, 32, [3, 3], [1, 1], [1, 1], [1, 1], false), "4 channels per group");
+    none(problem([56, 56, 96], 96, 8, [3, 3], [1, 1], [1, 1], [1, 1], false), "12 channels per group");
+    none(problem([56, 56, 256], 256, 2, [3, 3], [1, 1], [1, 1], [1, 1], false), "128 filters per group");
+    none(problem([56, 56, 128], 128, 2, [3, 3], [1, 1], [1, 1], [1, 1], false), "64 per group: 74 KB of weights");
+    none(problem([56, 56, 64], 64, 1, [3, 3], [1, 1], [1, 1], [1, 1], false), "ungrouped");
+    none(problem([56, 56, 128], 128, 2, [11, 11], [5, 5], [4, 4], [1, 1], false), "an 11x11/4 halo of 64 channels");
+}
