@@ -3,7 +3,8 @@
 //! `group_mma_instance`, so the tile sizes are the ones models get) and compiles warning-free
 //! with the pinned nvcc for sm_90a and sm_80, with no register spills and its shared memory
 //! within the static 48 KB (ptxas -v). The cases are the grouped 3x3 convs of RegNetY (24
-//! channels per group, stride 1 and 2) and ResNeXt-50 (8 and 16), and odd ones: 8 channels per
+//! channels per group, stride 1 and 2) and ResNeXt-50 (4, two groups at a time, 8 and 16), and
+//! odd ones: 8 channels per
 //! group, a residual, dilation, a 5x5 filter, maps narrower than a tile. (Wider groups do not
 //! fit: 64 per group of a 3x3 filter is 74 KB of weights alone; 32 per group takes CUTLASS's
 //! grouped instances.) Compile-only: the GPU check runs the kernel through the model
@@ -59,6 +60,7 @@ fn problem(
 fn context(name: &str, batch: &str, p: &ConvProblem, tile: &GroupMmaTile) -> Json {
     let instance = group_mma_instance(tile);
     assert_eq!(instance.template, GROUP_MMA_TEMPLATE);
+    let p = &tile.kernel_problem(p);
     let (cg, kg) = (p.c / p.group, p.k / p.group);
     let mut ctx = json!({
         "name": name, "node": name, "workspace_bytes": 0, "args": [], "n": batch,
@@ -90,6 +92,7 @@ fn cases() -> Vec<Json> {
         problem([28, 28, 512], 512, 32, [3, 3], [1, 1], [2, 2], [1, 1], false), // 16 per group, stride 2
         problem([20, 30, 64], 64, 4, [3, 3], [2, 2], [1, 1], [2, 2], true),  // 16 per group, dilated
         problem([9, 5, 32], 16, 2, [5, 5], [2, 2], [1, 1], [1, 1], false),   // 5x5, Kg 8, narrow map
+        problem([56, 56, 128], 128, 32, [3, 3], [1, 1], [2, 2], [1, 1], true), // ResNeXt-50, 4 per group
     ];
     shapes
         .iter()
@@ -120,13 +123,14 @@ fn group_mma_kernels_compile_for_sm80() {
 }
 
 /// The rule of `ops::conv::group_mma_tile` (no nvcc needed): narrow groups with 8-multiple
-/// channel counts take 128-pixel tiles over whole k16 steps within 48 KB; depthwise, 4-channel,
-/// odd and wide (more than 64 filters per group) groups, and ungrouped convolutions, do not.
+/// channel counts take 128-pixel tiles over whole k16 steps within 48 KB, groups of 4 and 12
+/// two at a time; depthwise, odd, 2-channel and wide (more than 64 filters per group) groups, and
+/// ungrouped convolutions, do not.
 #[test]
 fn group_mma_selection_rule() {
     let regnet = problem([56, 56, 48], 48, 2, [3, 3], [1, 1], [1, 1], [1, 1], false);
     // 3 x 3 x 24 = 216 columns, rounded up to 224 (whole k16 steps).
-    assert_eq!(group_mma_tile(&regnet), Some(GroupMmaTile { tile_p: 8, tile_q: 16, columns: 224 }));
+    assert_eq!(group_mma_tile(&regnet), Some(GroupMmaTile { tile_p: 8, tile_q: 16, columns: 224, merge: 1 }));
     let strided = problem([56, 56, 120], 120, 5, [3, 3], [1, 1], [2, 2], [1, 1], false);
     let t = group_mma_tile(&strided).expect("stride 2, 24 per group");
     assert!(t.smem_bytes(&strided) <= 48 * 1024, "{t:?}");
@@ -141,8 +145,15 @@ fn group_mma_selection_rule() {
 
     let none = |p: ConvProblem, why: &str| assert_eq!(group_mma_tile(&p), None, "{why}");
     none(problem([56, 56, 64], 64, 64, [3, 3], [1, 1], [1, 1], [1, 1], false), "depthwise");
-    none(problem([56, 56, 128], 128, 32, [3, 3], [1, 1], [1, 1], [1, 1], false), "4 channels per group");
-    none(problem([56, 56, 96], 96, 8, [3, 3], [1, 1], [1, 1], [1, 1], false), "12 channels per group");
+    // Groups of 4 (ResNeXt-50's first stage) and 12 channels: two per kernel group, of 8 and 24.
+    let resnext = problem([56, 56, 128], 128, 32, [3, 3], [1, 1], [1, 1], [1, 1], false);
+    assert_eq!(group_mma_tile(&resnext), Some(GroupMmaTile { tile_p: 8, tile_q: 16, columns: 80, merge: 2 }));
+    assert_eq!(group_mma_tile(&resnext).map(|t| t.kernel_problem(&resnext).group), Some(16));
+    let twelve = problem([56, 56, 96], 96, 8, [3, 3], [1, 1], [1, 1], [1, 1], false);
+    assert_eq!(group_mma_tile(&twelve).map(|t| (t.merge, t.columns)), Some((2, 224)));
+    none(problem([56, 56, 12], 12, 3, [3, 3], [1, 1], [1, 1], [1, 1], false), "3 groups of 4: no pairs");
+    none(problem([56, 56, 64], 64, 32, [3, 3], [1, 1], [1, 1], [1, 1], false), "2 per group: 4 would merge");
+    none(problem([56, 56, 64], 128, 64, [3, 3], [1, 1], [1, 1], [1, 1], false), "depthwise, 2 filters each");
     none(problem([56, 56, 256], 256, 2, [3, 3], [1, 1], [1, 1], [1, 1], false), "128 filters per group");
     none(problem([56, 56, 128], 128, 2, [3, 3], [1, 1], [1, 1], [1, 1], false), "64 per group: 74 KB of weights");
     none(problem([56, 56, 64], 64, 1, [3, 3], [1, 1], [1, 1], [1, 1], false), "ungrouped");

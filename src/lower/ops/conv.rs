@@ -362,46 +362,67 @@ const GROUP_MMA_SMEM_BYTES: i64 = 48 * 1024;
 /// Output channels per group at most: 8 n8 fragments per warp, as the stem's block.
 const GROUP_MMA_MAX_KG: i64 = 64;
 
+/// Groups the grouped kernel merges into one at most: two groups of 4 channels become one of 8
+/// (ResNeXt-50's first stage), at twice the tensor-core work.
+const GROUP_MMA_MAX_MERGE: i64 = 2;
+
 /// A grouped block's shape (see [`GROUP_MMA_TEMPLATE`]): output tiles of `tile_p` x `tile_q`
-/// pixels x one group's output channels, reduction over `columns` (Kp) patch columns.
+/// pixels x one kernel group's output channels, reduction over `columns` (Kp) patch columns. The
+/// kernel's groups are `merge` consecutive groups of the convolution each: groups of Cg and Kg
+/// channels too narrow for the kernel's 16-byte accesses (4 and 4) are computed as groups of
+/// merge·Cg and merge·Kg with block-diagonal weights (zero where a filter's group does not read
+/// the channel), which adds only zero products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupMmaTile {
     pub tile_p: i64,
     pub tile_q: i64,
     pub columns: i64,
+    pub merge: i64,
 }
 
 impl GroupMmaTile {
+    /// The problem the kernel computes: `p` with every `merge` groups as one.
+    pub fn kernel_problem(&self, p: &ConvProblem) -> ConvProblem {
+        ConvProblem { group: p.group / self.merge, ..p.clone() }
+    }
+
     /// The block's shared memory, as the template declares it: the group's weight rows (padded by
     /// 8 halves), the group's channels of the input tile with its halo, the output tile (rows
     /// padded by 8 halves), and the column table (ints).
     pub fn smem_bytes(&self, p: &ConvProblem) -> i64 {
-        let (cg, kg) = (p.c / p.group, p.k / p.group);
+        let g = p.group / self.merge;
+        let (cg, kg) = (p.c / g, p.k / g);
         let in_rows = (self.tile_p - 1) * p.strides[0] + (p.r - 1) * p.dilations[0] + 1;
         let in_cols = (self.tile_q - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1;
         (kg * (self.columns + 8) + in_rows * in_cols * cg + STEM_TILE_PIXELS * (kg + 8)) * 2 + self.columns * 4
     }
 }
 
-/// The grouped kernel's tile for `p`, or None where it does not apply: more than one group,
-/// Cg = C / group a multiple of 8 (16-byte staging loads; even, so the A fragments' channel pairs
-/// never straddle two filter taps), Kg = K / group a multiple of 8 up to
-/// [`GROUP_MMA_MAX_KG`] (n8 fragments, 16-byte stores), and a tile of 128 output pixels that fits
-/// the static 48 KB of shared memory: 8 x 16 pixels, or 16 x 8 / 32 x 4 for narrow maps (fewer
-/// pixels fall outside), then the other shapes where the halo of a strided 16-column tile is too
-/// large. Depthwise convolutions (Cg = 1) have their own kernel.
+/// The grouped kernel's tile for `p`, or None where it does not apply: more than one group;
+/// the kernel's groups (`merge` groups of `p` each, the fewest up to [`GROUP_MMA_MAX_MERGE`]
+/// that make them fit) of Cg' input channels, a multiple of 8 (16-byte staging loads; even, so
+/// the A fragments' channel pairs never straddle two filter taps), and Kg' filters, a multiple
+/// of 8 up to [`GROUP_MMA_MAX_KG`] (n8 fragments, 16-byte stores); and a tile of 128 output
+/// pixels that fits the static 48 KB of shared memory: 8 x 16 pixels, or 16 x 8 / 32 x 4 for
+/// narrow maps (fewer pixels fall outside), then the other shapes where the halo of a strided
+/// 16-column tile is too large. Depthwise convolutions (Cg = 1) have their own kernel.
 pub fn group_mma_tile(p: &ConvProblem) -> Option<GroupMmaTile> {
     let g = p.group;
-    if g < 2 || p.c % g != 0 || p.k % g != 0 {
-        return None;
-    }
-    let (cg, kg) = (p.c / g, p.k / g);
-    if cg % 8 != 0 || kg % 8 != 0 || kg > GROUP_MMA_MAX_KG {
+    if g < 2 || p.c % g != 0 || p.k % g != 0 || p.c == g {
         return None;
     }
     if p.strides.iter().chain(&p.dilations).any(|&v| v < 1) || p.p < 1 || p.q < 1 || p.r < 1 || p.s < 1 {
         return None;
     }
+    let (cg, kg) = (p.c / g, p.k / g);
+    (1..=GROUP_MMA_MAX_MERGE)
+        .filter(|&m| g % m == 0 && (m * cg) % 8 == 0 && (m * kg) % 8 == 0 && m * kg <= GROUP_MMA_MAX_KG)
+        .find_map(|merge| group_mma_tile_of(p, merge))
+}
+
+/// The tile for `p` with `merge` groups per kernel group, if one fits shared memory.
+fn group_mma_tile_of(p: &ConvProblem, merge: i64) -> Option<GroupMmaTile> {
+    let cg = p.c / p.group * merge;
     let columns = (p.r * p.s * cg + 15) / 16 * 16;
     let preferred: i64 = if p.q >= 16 {
         16
@@ -412,7 +433,7 @@ pub fn group_mma_tile(p: &ConvProblem) -> Option<GroupMmaTile> {
     };
     std::iter::once(preferred)
         .chain([16, 8, 4].into_iter().filter(|&q| q != preferred))
-        .map(|tile_q| GroupMmaTile { tile_p: STEM_TILE_PIXELS / tile_q, tile_q, columns })
+        .map(|tile_q| GroupMmaTile { tile_p: STEM_TILE_PIXELS / tile_q, tile_q, columns, merge })
         .find(|t| t.smem_bytes(p) <= GROUP_MMA_SMEM_BYTES)
 }
 
@@ -422,6 +443,28 @@ pub fn group_mma_instance(tile: &GroupMmaTile) -> Instance {
     context.insert("tile_p".into(), json!(tile.tile_p));
     context.insert("tile_q".into(), json!(tile.tile_q));
     Instance::own(GROUP_MMA_TEMPLATE, context)
+}
+
+/// KRSC weights `[K, R, S, Cg]` of `groups` groups as those of `groups / merge` groups
+/// `[K, R, S, merge·Cg]`: filter k (of group g = k / Kg) reads its original channels at
+/// positions (g mod merge)·Cg.. of its merged group's channels, and zero weights at the others.
+pub fn merge_group_weights(w: &Tensor, groups: usize, merge: usize) -> LowerResult<Tensor> {
+    let a = w.to_f32();
+    let &[k, r, s_, cg] = a.shape() else {
+        return Err(LowerError::Invalid(format!("convolution weights must be rank 4, found {:?}", a.shape())));
+    };
+    if merge == 0 || groups == 0 || groups % merge != 0 || k % groups != 0 {
+        return Err(LowerError::Invalid(format!(
+            "{k} filters in {groups} groups cannot be merged {merge} groups at a time"
+        )));
+    }
+    let kg = k / groups;
+    let mut out = ArrayD::<f32>::zeros(IxDyn(&[k, r, s_, cg * merge]));
+    for f in 0..k {
+        let at = (f / kg) % merge * cg;
+        out.slice_mut(s![f, .., .., at..at + cg]).assign(&a.slice(s![f, .., .., ..]));
+    }
+    Ok(Tensor::F32(out))
 }
 
 /// Zero-pads the channel dim of a channels-last tensor.
@@ -767,8 +810,16 @@ fn lower_conv2d(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         }
         (Some(wk), LibraryForm::GroupMma(tile)) => {
             let kp = tile.columns;
-            let wt = cx.add_weight(&format!("{}.patch{kp}", input_name(cx, node, 1)), &patch_weights(wk, None, kp)?)?;
-            (problem, group_mma_instance(&tile), x, wt, WeightLayout::Patch { columns: kp, row: s_ * cg })
+            let merged = tile.kernel_problem(&problem);
+            let wm = if tile.merge > 1 {
+                Cow::Owned(merge_group_weights(wk, group as usize, tile.merge as usize)?)
+            } else {
+                Cow::Borrowed(wk.as_ref())
+            };
+            let name = format!("{}.patch{kp}", input_name(cx, node, 1));
+            let wt = cx.add_weight(&name, &patch_weights(&wm, None, kp)?)?;
+            let row = s_ * cg * tile.merge;
+            (merged, group_mma_instance(&tile), x, wt, WeightLayout::Patch { columns: kp, row })
         }
         (Some(wk), LibraryForm::Im2col { columns, problem: product }) => {
             let wt =
@@ -1771,16 +1822,17 @@ pub(crate) mod tests {
     /// ResNeXt-50 (32x4d) 3x3 convolutions with 4 and 8 filters per group (128 channels in 32
     /// groups of 4 at stride 1 and 2, 256 in 32 groups of 8, BN folded into a bias, ReLU, one
     /// with a residual): the grouped CUTLASS instance would put several groups in each 32-wide
-    /// tile (see `CudaTarget::conv2d`), so 4 per group run on the direct kernel and 8 per group on
-    /// the tensor-core grouped kernel ([`GROUP_MMA_TEMPLATE`]), its weights each filter's
-    /// (r, s, c) elements zero-padded to whole k16 steps. The ungrouped 1x1 between them stays a
-    /// library conv.
+    /// tile (see `CudaTarget::conv2d`), so they run on the tensor-core grouped kernel
+    /// ([`GROUP_MMA_TEMPLATE`]), groups of 4 two at a time (16 groups of 8 with block-diagonal
+    /// weights), its weights each filter's (r, s, c) elements zero-padded to whole k16 steps. The
+    /// ungrouped 1x1 between them stays a library conv.
     #[test]
-    fn resnext_narrow_groups_run_on_the_direct_and_grouped_mma_kernels() {
+    fn resnext_narrow_groups_run_on_the_grouped_mma_kernel() {
         let mut b = G::new();
         let x = b.input("x", nhwc(56, 56, 128));
         let bias128 = b.konst("b128", &[128], |i| i as f32 * 0.01);
-        let w1 = b.konst("w1", &[128, 3, 3, 4], |i| (i % 13) as f32 - 6.0);
+        // w1[k, r, s, c] = (k·36 + (r·3 + s)·4 + c) mod 251.
+        let w1 = b.konst("w1", &[128, 3, 3, 4], |i| (i % 251) as f32);
         let y1 = b.node("g4_s1", conv_op(1, 1, 32, Some(Act::Relu)), vec![Some(x), Some(w1), Some(bias128), None]);
         let w2 = b.konst("w2", &[128, 3, 3, 4], |i| (i % 7) as f32);
         let y2 = b.node("g4_s2", conv_op(2, 1, 32, Some(Act::Relu)), vec![Some(y1), Some(w2), Some(bias128), None]);
@@ -1792,30 +1844,91 @@ pub(crate) mod tests {
         b.node("g8_res", conv_op(1, 1, 32, Some(Act::Relu)), vec![Some(y3), Some(w8), Some(bias256), Some(y3)]);
         let p = lower_with(&b.g, lower_conv2d).expect("lowers");
         let templates: Vec<&str> = p.kernels.iter().map(|k| k.template.as_str()).collect();
-        assert_eq!(templates, [DIRECT_TEMPLATE, DIRECT_TEMPLATE, "conv2d_library", GROUP_MMA_TEMPLATE]);
-        for (i, (node, stride)) in [("g4_s1", 1), ("g4_s2", 2)].into_iter().enumerate() {
-            let k = &p.kernels[i];
-            assert_eq!(k.node, node);
-            assert_eq!((k.context["cg"].as_i64(), k.context["k_per_thread"].as_i64()), (Some(4), Some(4)));
-            assert_eq!(k.context["stride_h"], stride);
-        }
+        assert_eq!(templates, [GROUP_MMA_TEMPLATE, GROUP_MMA_TEMPLATE, "conv2d_library", GROUP_MMA_TEMPLATE]);
         assert!(p.library.iter().all(|l| l.template != "conv2d_group_sm80"));
-        let g8 = &p.kernels[3];
-        assert_eq!(g8.node, "g8_res");
-        assert_eq!(g8.context["has_residual"].as_bool(), Some(true));
-        let fields = ["group", "cg", "kg", "w_stride_k", "tile_p", "tile_q"].map(|f| g8.context[f].as_i64());
-        // 3 x 3 x 8 = 72 filter elements in 80 columns (five k16 steps); 8 x 16 pixel tiles.
-        assert_eq!(fields, [32, 8, 8, 80, 8, 16].map(Some));
-        let wt = &p.tensors[g8.args[1]];
-        assert_eq!(wt.shape, [256, 1, 1, 80].map(Dim::known).to_vec());
-        let values = weight_f32(&p, g8.args[1]);
-        for k in 0..256 {
-            for col in 0..80 {
-                let want = if col < 72 { ((k * 72 + col) % 509) as f32 } else { 0.0 };
-                assert_eq!(values[k * 80 + col], want, "filter {k}, column {col}");
+        let fields = |k: &KernelInstance| {
+            ["group", "cg", "kg", "w_stride_k", "stride_h", "tile_q"].map(|f| k.context[f].as_i64().expect(f))
+        };
+        // Groups of 4 as 16 groups of 8: 72 filter elements in 80 columns (five k16 steps).
+        assert_eq!((p.kernels[0].node.as_str(), fields(&p.kernels[0])), ("g4_s1", [16, 8, 8, 80, 1, 16]));
+        assert_eq!((p.kernels[1].node.as_str(), fields(&p.kernels[1])), ("g4_s2", [16, 8, 8, 80, 2, 16]));
+        assert_eq!((p.kernels[3].node.as_str(), fields(&p.kernels[3])), ("g8_res", [32, 8, 8, 80, 1, 16]));
+        assert_eq!(p.kernels[3].context["has_residual"].as_bool(), Some(true));
+        let patch_value = |w: &dyn Fn(usize) -> f32, kg: usize, f: usize, col: usize| -> f32 {
+            // Column (r·3 + s)·8 + c' of filter f: its own group's channel c' - j·kg when c' is in
+            // block j = (f / kg) mod (8 / kg), else zero; zero past the 72 filter elements.
+            if col >= 72 {
+                return 0.0;
+            }
+            let (tap, c) = (col / 8, col % 8);
+            let j = (f / kg) % (8 / kg);
+            if c / kg != j {
+                return 0.0;
+            }
+            w(f * 9 * kg + tap * kg + c % kg)
+        };
+        for (i, kg, w) in
+            [(0, 4, &(|i: usize| (i % 251) as f32) as &dyn Fn(usize) -> f32), (3, 8, &|i: usize| (i % 509) as f32)]
+        {
+            let k = &p.kernels[i];
+            let wt = &p.tensors[k.args[1]];
+            let filters = if kg == 4 { 128 } else { 256 };
+            assert_eq!(wt.shape, [filters, 1, 1, 80].map(Dim::known).to_vec());
+            let values = weight_f32(&p, k.args[1]);
+            for f in 0..filters as usize {
+                for col in 0..80 {
+                    assert_eq!(
+                        values[f * 80 + col],
+                        patch_value(w, kg, f, col),
+                        "{}: filter {f}, column {col}",
+                        k.node
+                    );
+                }
             }
         }
         render_all(&p);
+    }
+
+    /// Merging groups only adds zero products: the reference convolution with the merged
+    /// (block-diagonal) weights and half the groups equals the original, for groups of 4 into 8
+    /// and of 12 into 24, strided and padded.
+    #[test]
+    fn merged_group_weights_compute_the_same_convolution() {
+        use crate::ir::ops::conv::Geom3;
+        use crate::reference::conv::conv;
+        for (c, groups, stride) in [(16usize, 4usize, 1usize), (48, 4, 2)] {
+            let (n, hw, cg) = (2usize, 9usize, c / groups);
+            let k = c;
+            let geom = Geom3::lift(
+                &[hw, hw],
+                &[3, 3],
+                &[stride, stride],
+                &[1, 1],
+                &[1, 1],
+                &[1, 1],
+                &[(hw + 2 - 3) / stride + 1, (hw + 2 - 3) / stride + 1],
+            )
+            .expect("geometry");
+            let x: Vec<f32> = (0..n * c * hw * hw).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+            // KRSC weights [K, 3, 3, Cg], and the reference's [K, Cg, 3, 3].
+            let w = Tensor::from_f32s(
+                &[k, 3, 3, cg],
+                (0..k * 9 * cg).map(|i| ((i * 53 % 97) as f32 - 48.0) / 40.0).collect(),
+            );
+            let kcrs =
+                |t: &Tensor| -> Vec<f32> { t.to_f32().permuted_axes(IxDyn(&[0, 3, 1, 2])).iter().copied().collect() };
+            let bias: Vec<f32> = (0..k).map(|i| i as f32 * 0.1).collect();
+            let want = conv(&x, n, c, &kcrs(&w), k, Some(&bias), &geom, groups).expect("original");
+            let merged = merge_group_weights(&w, groups, 2).expect("merges");
+            assert_eq!(merged.shape(), &[k, 3, 3, 2 * cg]);
+            let got = conv(&x, n, c, &kcrs(&merged), k, Some(&bias), &geom, groups / 2).expect("merged");
+            assert_eq!(got.len(), want.len());
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "c {c}, element {i}: {a} against {b}");
+            }
+        }
+        let w = Tensor::from_f32s(&[12, 3, 3, 4], vec![1.0; 12 * 36]);
+        assert!(merge_group_weights(&w, 3, 2).is_err(), "3 groups do not pair up");
     }
 
     /// Grouped convolutions whose groups hold 32 filters (ResNeXt-50's last stage) compute one
