@@ -112,15 +112,7 @@ fn compile_all(arch: Arch, tag: &str) {
     common::compile_kernels(arch, "the depthwise template test", &dir, &sources, "conv2d_depthwise_kernel");
 }
 
-#[test]
-fn depthwise_kernels_compile_for_sm90a() {
-    compile_all(Arch::Sm90a, "sm90a");
-}
-
-#[test]
-fn depthwise_kernels_compile_for_sm80() {
-    compile_all(Arch::Sm80, "sm80");
-}
+compile_tests_for_both_archs!(depthwise_kernels_compile_for_sm90a, depthwise_kernels_compile_for_sm80);
 
 /// The variant rule of `ops::conv::depthwise_tile` (no nvcc needed): the EfficientNet-B0 and
 /// MobileNetV2 layers with maps of 8x8 or more are tiled within 256 threads and 48 KB; 7x7 maps,

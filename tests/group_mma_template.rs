@@ -15,71 +15,20 @@
 
 mod common;
 
-use onnx2ait::ir::Dim;
 use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::ops::conv::{group_mma_instance, group_mma_tile, GroupMmaTile, GROUP_MMA_TEMPLATE};
 use onnx2ait::lower::ConvProblem;
-use serde_json::{json, Value as Json};
+use serde_json::Value as Json;
 
-/// A convolution of a `c`-channel `h` x `w` map in `group` groups with an `r` x `s` filter to `k`
-/// channels.
-#[allow(clippy::too_many_arguments)]
-fn problem(
-    [h, w, c]: [i64; 3],
-    k: i64,
-    group: i64,
-    [r, s]: [i64; 2],
-    pads: [i64; 2],
-    strides: [i64; 2],
-    dilations: [i64; 2],
-    residual: bool,
-) -> ConvProblem {
-    let out = |x: i64, f: i64, pad: i64, stride: i64, dil: i64| (x + 2 * pad - (f - 1) * dil - 1) / stride + 1;
-    ConvProblem {
-        n: Dim::known(8),
-        h,
-        w,
-        c,
-        k,
-        r,
-        s,
-        p: out(h, r, pads[0], strides[0], dilations[0]),
-        q: out(w, s, pads[1], strides[1], dilations[1]),
-        pads: [pads[0], pads[1], pads[0], pads[1]],
-        strides,
-        dilations,
-        group,
-        bias: true,
-        residual,
-        pre_act: None,
-        act: None,
-    }
-}
+use common::conv_problem as problem;
 
 /// The kernel fields of one grouped node as the lowering writes them (`[K, Kp]` weights).
 fn context(name: &str, batch: &str, p: &ConvProblem, tile: &GroupMmaTile) -> Json {
     let instance = group_mma_instance(tile);
     assert_eq!(instance.template, GROUP_MMA_TEMPLATE);
     let p = &tile.kernel_problem(p);
-    let (cg, kg) = (p.c / p.group, p.k / p.group);
-    let mut ctx = json!({
-        "name": name, "node": name, "workspace_bytes": 0, "args": [], "n": batch,
-        "group": p.group, "cg": cg, "kg": kg,
-        "w_stride_k": tile.columns, "w_stride_r": p.s * cg, "w_stride_s": cg, "w_stride_c": 1,
-        "x_index": 0, "w_index": 1, "bias_index": 2, "res_index": if p.residual { 3 } else { -1 },
-        "out_index": if p.residual { 4 } else { 3 },
-        "has_bias": p.bias, "has_residual": p.residual,
-        // ReLU before the residual, SiLU after it: both epilogue slots in use.
-        "pre_act": "fmaxf(v, 0.0f)", "act": "v / (1.0f + __expf(-v))",
-    });
-    let map = ctx.as_object_mut().expect("object");
-    for (k, v) in p.geometry_fields() {
-        map.insert(k.into(), json!(v));
-    }
-    for (k, v) in instance.context {
-        map.insert(k, v);
-    }
-    ctx
+    let cg = p.c / p.group;
+    common::conv_kernel_context(name, batch, p, [tile.columns, p.s * cg, cg, 1], instance.context)
 }
 
 fn cases() -> Vec<Json> {
@@ -112,15 +61,7 @@ fn compile_all(arch: Arch, tag: &str) {
     common::compile_kernels(arch, "the grouped mma template test", &dir, &sources, "conv2d_group_mma_kernel");
 }
 
-#[test]
-fn group_mma_kernels_compile_for_sm90a() {
-    compile_all(Arch::Sm90a, "sm90a");
-}
-
-#[test]
-fn group_mma_kernels_compile_for_sm80() {
-    compile_all(Arch::Sm80, "sm80");
-}
+compile_tests_for_both_archs!(group_mma_kernels_compile_for_sm90a, group_mma_kernels_compile_for_sm80);
 
 /// The rule of `ops::conv::group_mma_tile` (no nvcc needed): narrow groups with 8-multiple
 /// channel counts take 128-pixel tiles over whole k16 steps within 48 KB, groups of 4 and 12

@@ -13,66 +13,29 @@
 
 mod common;
 
-use onnx2ait::ir::Dim;
 use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::ops::conv::{stem_instance, stem_tile, StemTile};
 use onnx2ait::lower::ConvProblem;
 use serde_json::{json, Value as Json};
 
 /// A convolution of a `c`-channel `h` x `w` map with an `r` x `s` filter to `k` channels.
-#[allow(clippy::too_many_arguments)]
 fn problem(
-    [h, w, c]: [i64; 3],
+    hwc: [i64; 3],
     k: i64,
-    [r, s]: [i64; 2],
+    rs: [i64; 2],
     pads: [i64; 2],
     strides: [i64; 2],
     dilations: [i64; 2],
     residual: bool,
 ) -> ConvProblem {
-    let out = |x: i64, f: i64, pad: i64, stride: i64, dil: i64| (x + 2 * pad - (f - 1) * dil - 1) / stride + 1;
-    ConvProblem {
-        n: Dim::known(8),
-        h,
-        w,
-        c,
-        k,
-        r,
-        s,
-        p: out(h, r, pads[0], strides[0], dilations[0]),
-        q: out(w, s, pads[1], strides[1], dilations[1]),
-        pads: [pads[0], pads[1], pads[0], pads[1]],
-        strides,
-        dilations,
-        group: 1,
-        bias: true,
-        residual,
-        pre_act: None,
-        act: None,
-    }
+    common::conv_problem(hwc, k, 1, rs, pads, strides, dilations, residual)
 }
 
 /// The kernel fields of one stem node as the lowering writes them (`[K, Kp]` weights).
 fn context(name: &str, batch: &str, p: &ConvProblem, tile: &StemTile) -> Json {
     let instance = stem_instance(tile);
     assert_eq!(instance.template, "conv2d_stem");
-    let mut ctx = json!({
-        "name": name, "node": name, "workspace_bytes": 0, "args": [], "n": batch,
-        "w_stride_k": tile.columns, "w_stride_r": tile.row_columns, "w_stride_s": p.c, "w_stride_c": 1,
-        "x_index": 0, "w_index": 1, "bias_index": 2, "res_index": if p.residual { 3 } else { -1 },
-        "out_index": if p.residual { 4 } else { 3 },
-        "has_bias": p.bias, "has_residual": p.residual,
-        // ReLU before the residual, SiLU after it: both epilogue slots in use.
-        "pre_act": "fmaxf(v, 0.0f)", "act": "v / (1.0f + __expf(-v))",
-    });
-    let map = ctx.as_object_mut().expect("object");
-    for (k, v) in p.geometry_fields() {
-        map.insert(k.into(), json!(v));
-    }
-    for (k, v) in instance.context {
-        map.insert(k, v);
-    }
-    ctx
+    common::conv_kernel_context(name, batch, p, [tile.columns, tile.row_columns, p.c, 1], instance.context)
 }
 
 fn cases() -> Vec<Json> {
@@ -117,15 +80,7 @@ fn compile_all(arch: Arch, tag: &str) {
     common::compile_kernels(arch, "the stem template test", &dir, &sources, "conv2d_stem_kernel");
 }
 
-#[test]
-fn stem_kernels_compile_for_sm90a() {
-    compile_all(Arch::Sm90a, "sm90a");
-}
-
-#[test]
-fn stem_kernels_compile_for_sm80() {
-    compile_all(Arch::Sm80, "sm80");
-}
+compile_tests_for_both_archs!(stem_kernels_compile_for_sm90a, stem_kernels_compile_for_sm80);
 
 /// The rule of `ops::conv::stem_tile` (no nvcc needed): the CNN stems take 8x16-pixel tiles of
 /// up to 64 channels over whole k16 steps within 48 KB; grouped, wide-input, 1x1, and

@@ -115,3 +115,86 @@ pub fn compile_kernels(
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A convolution of an `h` x `w` x `c` map (batch 8) in `group` groups with an `r` x `s` filter
+/// to `k` channels, symmetric padding, a bias and no activations: the problems of the
+/// own-kernel template tests.
+#[allow(dead_code, clippy::too_many_arguments)]
+pub fn conv_problem(
+    [h, w, c]: [i64; 3],
+    k: i64,
+    group: i64,
+    [r, s]: [i64; 2],
+    pads: [i64; 2],
+    strides: [i64; 2],
+    dilations: [i64; 2],
+    residual: bool,
+) -> onnx2ait::lower::ConvProblem {
+    let out = |x: i64, f: i64, pad: i64, stride: i64, dil: i64| (x + 2 * pad - (f - 1) * dil - 1) / stride + 1;
+    onnx2ait::lower::ConvProblem {
+        n: onnx2ait::ir::Dim::known(8),
+        h,
+        w,
+        c,
+        k,
+        r,
+        s,
+        p: out(h, r, pads[0], strides[0], dilations[0]),
+        q: out(w, s, pads[1], strides[1], dilations[1]),
+        pads: [pads[0], pads[1], pads[0], pads[1]],
+        strides,
+        dilations,
+        group,
+        bias: true,
+        residual,
+        pre_act: None,
+        act: None,
+    }
+}
+
+/// The template test's kernels for sm_90a and sm_80 (`$name_compile_for_sm90a` / `_sm80`), each
+/// compiling the cases of `compile_all(arch, tag)`.
+#[macro_export]
+macro_rules! compile_tests_for_both_archs {
+    ($sm90a:ident, $sm80:ident) => {
+        #[test]
+        fn $sm90a() {
+            compile_all(onnx2ait::lower::cuda::Arch::Sm90a, "sm90a");
+        }
+
+        #[test]
+        fn $sm80() {
+            compile_all(onnx2ait::lower::cuda::Arch::Sm80, "sm80");
+        }
+    };
+}
+
+/// The fields the lowering gives a convolution kernel (`emit_conv`) for problem `p`: geometry,
+/// the weights' element strides `[k, r, s, c]`, argument slots (x, w, bias, residual if any,
+/// out), and both epilogue slots in use (ReLU before the residual, SiLU after it), then the
+/// instance's own fields.
+#[allow(dead_code)]
+pub fn conv_kernel_context(
+    name: &str,
+    batch: &str,
+    p: &onnx2ait::lower::ConvProblem,
+    [ws_k, ws_r, ws_s, ws_c]: [i64; 4],
+    instance: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Value {
+    use serde_json::json;
+    let mut ctx = json!({
+        "name": name, "node": name, "workspace_bytes": 0, "args": [], "n": batch,
+        "group": p.group, "cg": p.c / p.group, "kg": p.k / p.group,
+        "w_stride_k": ws_k, "w_stride_r": ws_r, "w_stride_s": ws_s, "w_stride_c": ws_c,
+        "x_index": 0, "w_index": 1, "bias_index": 2, "res_index": if p.residual { 3 } else { -1 },
+        "out_index": if p.residual { 4 } else { 3 },
+        "has_bias": p.bias, "has_residual": p.residual,
+        "pre_act": "fmaxf(v, 0.0f)", "act": "v / (1.0f + __expf(-v))",
+    });
+    let map = ctx.as_object_mut().expect("object");
+    for (k, v) in p.geometry_fields() {
+        map.insert(k.into(), json!(v));
+    }
+    map.extend(instance);
+    ctx
+}

@@ -355,12 +355,10 @@ fn patch_weights(w: &Tensor, row: Option<i64>, columns: i64) -> LowerResult<Tens
 
 /// A target's own tensor-core kernel for grouped convolutions of narrow groups
 /// (`templates/<target>/kernels/conv2d_group_mma.cu.hbs`): the stem kernel's implicit GEMM per
-/// group, with the weights as `[K, Kp]` (each filter's (r, s, c) elements, zero-padded).
+/// group, with the weights as `[K, Kp]` (each filter's (r, s, c) elements, zero-padded). Its
+/// block is the stem's: 128 pixels, up to 64 filters (one kernel group's), within the 48 KB of
+/// static shared memory.
 pub const GROUP_MMA_TEMPLATE: &str = "conv2d_group_mma";
-/// Shared memory a grouped block may use: the static limit of every CUDA device, no opt-in.
-const GROUP_MMA_SMEM_BYTES: i64 = 48 * 1024;
-/// Output channels per group at most: 8 n8 fragments per warp, as the stem's block.
-const GROUP_MMA_MAX_KG: i64 = 64;
 
 /// Groups the grouped kernel merges into one at most: two groups of 4 channels become one of 8
 /// (ResNeXt-50's first stage), at twice the tensor-core work.
@@ -399,10 +397,10 @@ impl GroupMmaTile {
 }
 
 /// The grouped kernel's tile for `p`, or None where it does not apply: more than one group;
-/// the kernel's groups (`merge` groups of `p` each, the fewest up to [`GROUP_MMA_MAX_MERGE`]
+/// the kernel's groups (`merge` groups of `p` each, the fewest up to 2
 /// that make them fit) of Cg' input channels, a multiple of 8 (16-byte staging loads; even, so
 /// the A fragments' channel pairs never straddle two filter taps), and Kg' filters, a multiple
-/// of 8 up to [`GROUP_MMA_MAX_KG`] (n8 fragments, 16-byte stores); and a tile of 128 output
+/// of 8 up to 64 (n8 fragments, 16-byte stores); and a tile of 128 output
 /// pixels that fits the static 48 KB of shared memory: 8 x 16 pixels, or 16 x 8 / 32 x 4 for
 /// narrow maps (fewer pixels fall outside), then the other shapes where the halo of a strided
 /// 16-column tile is too large. Depthwise convolutions (Cg = 1) have their own kernel.
@@ -416,7 +414,7 @@ pub fn group_mma_tile(p: &ConvProblem) -> Option<GroupMmaTile> {
     }
     let (cg, kg) = (p.c / g, p.k / g);
     (1..=GROUP_MMA_MAX_MERGE)
-        .filter(|&m| g % m == 0 && (m * cg) % 8 == 0 && (m * kg) % 8 == 0 && m * kg <= GROUP_MMA_MAX_KG)
+        .filter(|&m| g % m == 0 && (m * cg) % 8 == 0 && (m * kg) % 8 == 0 && m * kg <= STEM_MAX_BLOCK_N)
         .find_map(|merge| group_mma_tile_of(p, merge))
 }
 
@@ -434,7 +432,7 @@ fn group_mma_tile_of(p: &ConvProblem, merge: i64) -> Option<GroupMmaTile> {
     std::iter::once(preferred)
         .chain([16, 8, 4].into_iter().filter(|&q| q != preferred))
         .map(|tile_q| GroupMmaTile { tile_p: STEM_TILE_PIXELS / tile_q, tile_q, columns, merge })
-        .find(|t| t.smem_bytes(p) <= GROUP_MMA_SMEM_BYTES)
+        .find(|t| t.smem_bytes(p) <= STEM_SMEM_BYTES)
 }
 
 /// The grouped kernel's instance for `tile`.
