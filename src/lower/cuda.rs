@@ -22,8 +22,11 @@
 //!   groups, Cg = C / group a multiple of 4 (8-byte accesses; 16-byte when Cg % 8 == 0), K % 8 ==
 //!   0, and Kg = K / group a multiple of 32 (kSingleGroup: each CTA's tile within one group).
 //!   Narrower groups go to the direct kernel (CUTLASS's several-groups-per-tile mode measured
-//!   0.4–26 TFLOP/s, see [`group_conv_fit`]). CUTLASS 3.x's sm90 conv has no group mode. A
-//!   depthwise convolution (Cg = 1) keeps its own kernel.
+//!   0.4–26 TFLOP/s, see [`group_conv_fit`]), where the lowering does not give them to our own
+//!   tensor-core grouped kernel (`ops::conv::group_mma_tile`: constant weights, 8 to 64 filters
+//!   per group over channel counts in multiples of 8, or 4 and 12 two groups at a time).
+//!   CUTLASS 3.x's sm90 conv has no group mode. A depthwise convolution (Cg = 1) keeps its own
+//!   kernel.
 //! - everything else → `conv2d_direct` (or `conv2d_depthwise`).
 //! - matrix product: the contiguous dim of each operand (K of a row-major A, M of a transposed A,
 //!   N of B, K of a transposed B) and N of the output are multiples of 8; bias absent or one value

@@ -7,6 +7,11 @@
 //! A grouped problem is given as it is (C and K over all groups, `group`, KRSC weights
 //! `[K,R,S,C/g]`): the CUDA target runs it on its grouped instances where their alignment and
 //! group-width rules hold (`cuda::group_conv_fit`), a target without them on the direct kernel.
+//! Narrower groups with constant weights run on the target's own tensor-core grouped kernel
+//! where it has one ([`GROUP_MMA_TEMPLATE`], [`group_mma_tile`]: groups of 8 to 64 filters over
+//! channel counts in multiples of 8, groups of 4 or 12 two at a time with block-diagonal
+//! weights), with the weights as `[K, Kp]` (each filter's (r, s, c) elements, zero-padded to
+//! whole k16 steps).
 //! At fp32 precision (`--precision fp32`) the target is not asked: library instances store fp16,
 //! so every convolution runs on the direct kernel with fp32 storage ([`direct_instance`]), and
 //! no stem is padded or unfolded by im2col (both only serve the library kernels).
@@ -581,6 +586,8 @@ pub enum LibraryForm {
 
 /// The one rule, shared by the lowering and the optimiser's measured cost model
 /// (`profile::cost`), for how convolution `p` (fp16 tensors) reaches the target: with constant
+/// weights and several groups that the target's library leaves to the direct kernel, the
+/// grouped tensor-core kernel where the target has it and [`group_mma_tile`] fits; with constant
 /// weights and one group, the stem kernel where the target has it and [`stem_tile`] fits, else
 /// the im2col form when the target asks for it
 /// (`Target::conv_im2col_columns`) and has a library kernel for the 1x1 product, else the padded
