@@ -235,3 +235,54 @@ fn find_object(obj_dir: &Path, src: &Path) -> PathBuf {
         })
         .unwrap_or_else(|| panic!("no object for {}", src.display()))
 }
+
+/// `onnx2ait profile --target rocm --build-only`: the ROCm profiler (CUDA's profiler template
+/// compiled as HIP, with every candidate CK instance of the model's products) builds for gfx942
+/// into `libprofile.so`, which exports the profiler's C API and every candidate; its own object
+/// holds gfx942 kernels (reference, fill, compare, spin), each candidate MFMA instructions.
+/// Timing needs an AMD GPU, which CI does not have: this proves the build, not the times.
+#[test]
+fn rocm_profiler_builds_for_gfx942() {
+    use onnx2ait::profile::{ProfileOptions, ProfileTarget};
+    let Some(_) = HipClang::discover_for_test(RocmArch::Gfx942, "rocm::rocm_profiler_builds_for_gfx942") else {
+        return;
+    };
+    let work = fresh_dir("profiler");
+    let g = onnx2ait::onnx::load_model(Path::new("onnx_models/pattern_mlp.onnx")).expect("loads");
+    let opts = ProfileOptions {
+        target: ProfileTarget::Rocm(RocmArch::Gfx942),
+        lower: LowerOptions { max_batch: 8, ..LowerOptions::default() },
+        optimize: OptimizeOptions::standard().expect("rules load"),
+        cache: work.join("cache.json"),
+        work_dir: work.clone(),
+        build: BuildOptions { jobs: None, cache_dir: None, progress: true, ..Default::default() },
+        warmup: 0,
+        iters: 1,
+        progress: true,
+        build_only: true,
+    };
+    let problems = onnx2ait::profile::problems(&g, &opts).expect("problems");
+    assert!(!problems.is_empty() && problems.iter().all(|p| p.kind == "gemm"), "the MLP's products");
+    let candidates: std::collections::BTreeSet<String> =
+        problems.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.clone())).collect();
+    // Each product has several CK tiles to choose from, the heuristic's among them.
+    for p in &problems {
+        assert!(p.candidates.len() > 1, "{}: {} candidates", p.signature, p.candidates.len());
+        assert!(p.candidates.iter().any(|c| c.config == p.heuristic), "{}", p.signature);
+    }
+    onnx2ait::profile::profile(&g, &opts).expect("the profiler builds");
+    let lib = work.join("libprofile.so");
+    let nm = std::process::Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output().expect("nm runs");
+    let symbols = String::from_utf8_lossy(&nm.stdout);
+    for needed in ["o2a_profile_num_cases", "o2a_profile_run", "o2a_profile_device_name"] {
+        assert!(symbols.contains(needed), "libprofile.so does not export {needed}");
+    }
+    for c in &candidates {
+        assert!(symbols.contains(c.as_str()), "libprofile.so lacks candidate {c}");
+        let code = device_code(&find_object(&work.join("obj"), Path::new(&format!("{c}.cu")))).expect("device code");
+        assert!(code.iter().any(|d| d.target.ends_with("gfx942") && d.mfma > 0), "{c}: no gfx942 MFMA code");
+    }
+    let code = device_code(&find_object(&work.join("obj"), Path::new("profiler.cu"))).expect("device code");
+    assert!(code.iter().any(|d| d.target.ends_with("gfx942") && d.kernels >= 4), "profiler.cu: {code:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}

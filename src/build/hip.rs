@@ -106,6 +106,17 @@ impl HipClang {
         self.arch
     }
 
+    /// clang's version, e.g. "19.1.7".
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The Composable Kernel headers' version: the tools folder's stamp (the wheel pinned by
+    /// scripts/setup-rocm.sh), empty when it has none.
+    pub fn ck_version(&self) -> &str {
+        &self.ck_version
+    }
+
     pub fn clang_path(&self) -> &Path {
         &self.clang
     }

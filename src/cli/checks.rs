@@ -8,9 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-pub use onnx2ait::compile::checks::{
-    check_dims, check_sizes, fmt_bytes, gpu_memory_bound, largest_dims, parse_size, Bound,
-};
+pub use onnx2ait::compile::checks::{check_dims, check_sizes, fmt_bytes, largest_dims, parse_size, Bound};
 
 /// Imports a model and prints its import warnings (e.g. an opset newer than the newest supported)
 /// on stderr, as `warning: …`.

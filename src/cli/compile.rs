@@ -133,6 +133,17 @@ pub enum TargetName {
     Rocm,
 }
 
+impl TargetName {
+    /// The profile target for `--arch` (each platform's default when absent).
+    pub fn profile_target(self, arch: Option<&str>) -> Result<onnx2ait::profile::ProfileTarget, Failure> {
+        use onnx2ait::profile::ProfileTarget;
+        Ok(match self {
+            TargetName::Cuda => ProfileTarget::Cuda(arch.unwrap_or("sm_90a").parse()?),
+            TargetName::Rocm => ProfileTarget::Rocm(arch.unwrap_or("gfx942").parse()?),
+        })
+    }
+}
+
 /// How attention subgraphs are compiled (`--attention`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionMode {

@@ -19,7 +19,6 @@
 
 use super::{emit, Failure, ModelArg};
 use clap::Args;
-use onnx2ait::build::nvcc::Nvcc;
 use onnx2ait::egraph::explain::to_dot;
 use onnx2ait::egraph::{optimize, optimize_with_cost, ExplainReport, OptimizeOptions};
 use onnx2ait::ir::Graph;
@@ -182,9 +181,9 @@ fn measured_target(file: &std::path::Path, arch: Arch, gpu: Option<&str>) -> Res
         return Err(Failure::new(1, format!("profile cache {}: no such file", file.display())));
     }
     let cache = ProfileCache::open(file)?;
-    let nvcc = Nvcc::discover(arch)?;
+    let toolchain = onnx2ait::profile::Toolchain::discover(onnx2ait::profile::ProfileTarget::Cuda(arch))?;
     let target = CudaTarget::new(arch);
-    Ok(match onnx2ait::profile::measurements_for(&cache, arch, &nvcc, gpu)? {
+    Ok(match onnx2ait::profile::measurements_for(&cache, &toolchain, gpu)? {
         Some((device, m)) => (target.with_measurements(m), format!("times of {device} from {}", file.display())),
         None => (
             target,

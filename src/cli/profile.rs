@@ -8,18 +8,22 @@ use clap::Args;
 use onnx2ait::build::BuildOptions;
 use onnx2ait::egraph::OptimizeOptions;
 use onnx2ait::ir::Graph;
-use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::LowerOptions;
-use onnx2ait::profile::{self, ProfileOptions};
+use onnx2ait::profile::{self, ProfileOptions, ProfileTarget};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
 pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelArg,
-    /// GPU architecture (as for compile): sm_90a adds the Hopper (TMA + wgmma) candidates.
-    #[arg(long, default_value = "sm_90a")]
-    pub arch: String,
+    /// GPU platform (as for compile): cuda times CUTLASS instances (nvcc), rocm Composable Kernel
+    /// instances (clang-19 in HIP mode; the profiler then runs on an AMD GPU).
+    #[arg(long, default_value = "cuda", value_name = "cuda|rocm")]
+    pub target: super::compile::TargetName,
+    /// GPU architecture (as for compile): CUDA sm_80, sm_90, sm_90a (the default; adds the Hopper
+    /// TMA + wgmma candidates); ROCm gfx90a or gfx942 (the default).
+    #[arg(long)]
+    pub arch: Option<String>,
     /// Largest run-time batch: problems are profiled at batch 1, 8, 64 and this (those below it).
     /// [default: 64] A range of the batch dim (--dim batch=1..8) bounds the batch instead, as
     /// for compile; a --max-batch other than that range's largest value is an error.
@@ -81,7 +85,7 @@ pub fn cache_path(given: Option<&PathBuf>) -> Result<PathBuf, Failure> {
 /// ranges, `--max-batch`. Checks the dims against the model and every tensor's size at the
 /// largest values (ranges at their largest, the batch at `--max-batch`) against the largest GPU
 /// of `arch`, with checked arithmetic: the profiled problems run at those sizes.
-fn model_and_options(a: &ProfileArgs, arch: Arch) -> Result<(Graph, LowerOptions), Failure> {
+fn model_and_options(a: &ProfileArgs, target: ProfileTarget) -> Result<(Graph, LowerOptions), Failure> {
     let mut g = super::checks::load_model(&a.model.model)?;
     let (fixed, ranges) = super::checks::split_dims(&a.dims)?;
     let pairs: Vec<(String, i64)> = fixed.iter().map(|(k, v)| (k.clone(), *v)).collect();
@@ -90,22 +94,25 @@ fn model_and_options(a: &ProfileArgs, arch: Arch) -> Result<(Graph, LowerOptions
     onnx2ait::ir::specialize::bind_dims(&mut g, &dims)?;
     let max_batch = super::checks::max_batch(&g, &dims, &ranges, a.max_batch, onnx2ait::compile::DEFAULT_MAX_BATCH)?;
     let (env, context) = super::checks::largest_dims(&g, &dims, &ranges, max_batch);
-    let bound = super::checks::gpu_memory_bound(arch);
+    let bound = match target {
+        ProfileTarget::Cuda(arch) => onnx2ait::compile::checks::gpu_memory_bound(arch),
+        ProfileTarget::Rocm(arch) => onnx2ait::compile::checks::rocm_memory_bound(arch),
+    };
     super::checks::check_sizes(&g, &env, None, super::checks::host_bytes, &bound, &context)?;
     Ok((g, LowerOptions { dims, ranges, max_batch, ..LowerOptions::default() }))
 }
 
 pub fn run(a: &ProfileArgs) -> Result<u8, Failure> {
     a.model.check()?;
-    let arch: Arch = a.arch.parse()?;
-    let (g, lower) = model_and_options(a, arch)?;
+    let target = a.target.profile_target(a.arch.as_deref())?;
+    let (g, lower) = model_and_options(a, target)?;
     let cache = cache_path(a.cache.as_ref())?;
     let work_dir = a.work_dir.clone().unwrap_or_else(|| profile::default_work_dir(&cache));
     let cache_dir = a.cache_dir.clone().or_else(|| std::env::var_os("ONNX2AIT_CACHE_DIR").map(PathBuf::from));
     let optimize =
         OptimizeOptions::pipeline(a.attention.fused_on_cuda())?.with_squeeze_excite(a.squeeze_excite.fused())?;
     let opts = ProfileOptions {
-        arch,
+        target,
         lower,
         optimize,
         cache,

@@ -135,15 +135,16 @@ impl Templates {
             let prefix = format!("{dir}/");
             for (path, text) in TEMPLATE_FILES {
                 let Some(rel) = path.strip_prefix(&prefix) else { continue };
-                // The profiler is CUDA's own (ROCm has no profiler yet).
-                if *dir != target && rel.starts_with("profile/") {
-                    continue;
-                }
+                // Another target's profiler is only a partial (by its folder-qualified name,
+                // below): `profile/profiler.cu` is the target's own.
+                let foreign_profiler = *dir != target && rel.starts_with("profile/");
                 let name = rel.strip_suffix(".hbs").unwrap_or(rel);
                 let name = name.strip_prefix("partials/").unwrap_or(name);
-                hb.register_template_string(name, *text)
-                    .map_err(|e| Error::Other(format!("template templates/{path}: {e}")))?;
-                origin.insert(name.to_string(), path.to_string());
+                if !foreign_profiler {
+                    hb.register_template_string(name, *text)
+                        .map_err(|e| Error::Other(format!("template templates/{path}: {e}")))?;
+                    origin.insert(name.to_string(), path.to_string());
+                }
                 // With several folders, every template is also reachable by its folder-qualified
                 // name (`cuda/kernels/gemm_generic.cu`), so a replacement can render the template
                 // it replaces as a partial with other fields.

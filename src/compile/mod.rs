@@ -28,9 +28,10 @@ use crate::ir::{DType, Graph};
 use crate::lower::cuda::Arch;
 use crate::lower::cuda::CudaTarget;
 use crate::lower::rocm::{RocmArch, RocmTarget};
+use crate::lower::target::{Measurements, ProfiledTarget};
 use crate::lower::{LowerOptions, Precision, RunDims};
 use crate::profile::cache::ProfileCache;
-use crate::profile::ProfileOptions;
+use crate::profile::{ProfileOptions, ProfileTarget, Toolchain};
 use crate::{Error, Result};
 use checks::Bound;
 use std::collections::BTreeMap;
@@ -264,50 +265,40 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     let optimize_opts = OptimizeOptions::pipeline(opts.attention.fused_on(opts.target))?
         .with_squeeze_excite(opts.fused_squeeze_excite)?;
     let (optimised, report) = optimize(&graph, &optimize_opts)?;
-    if let GpuTarget::Rocm(arch) = opts.target {
-        let choice = rocm_kernel_choice(opts)?;
-        let (min_batch, max_batch) = lower.batch_range(&graph);
-        return Ok(Prepared {
-            opts: opts.clone(),
-            lower,
-            graph,
-            optimised,
-            report,
-            target: PreparedTarget::Rocm(RocmTarget::new(arch).with_batch_range(min_batch, max_batch)),
-            choice,
-            sharing: None,
-            bound,
-            profile_summary: None,
-        });
-    }
-    let (target, choice, profile_summary) = kernel_choice(opts, &graph, &lower, &optimize_opts)?;
-    // With profiled times, extraction prices convs and gemms by them (at the largest batch, the
-    // range that dominates throughput), so fusion and layout choices follow measurements.
-    let (optimised, report) = if target.has_measurements() {
-        crate::profile::cost::optimize_measured(&graph, &optimize_opts, &target, opts.max_batch, &lower.pricing_dims())?
-    } else {
-        (optimised, report)
+    let (min_batch, max_batch) = lower.batch_range(&graph);
+    let profile_target = match opts.target {
+        GpuTarget::Cuda => ProfileTarget::Cuda(opts.arch),
+        GpuTarget::Rocm(arch) => ProfileTarget::Rocm(arch),
     };
-    let (target, sharing) = crate::lower::sharing::share(target, &optimised, &lower, opts.reuse_within)?;
-    let sharing = sharing.map(|plan| {
-        let by_batch: Vec<String> =
-            plan.slowdown_by_range.iter().map(|(b, r)| format!("+{:.2}% at {b}", (r - 1.0) * 100.0)).collect();
-        format!(
-            "sharing:   {} instances serve the measured choices, the fastest-each choice needs {} (--reuse-within {}%: modelled library time {}; no choice more than {:.1}% slower than its fastest)",
-            plan.instances.len(),
-            plan.unshared,
-            opts.reuse_within * 100.0,
-            by_batch.join(", "),
-            (plan.worst_slowdown - 1.0) * 100.0
-        )
-    });
+    let (measured, choice, profile_summary) = kernel_choice(opts, &graph, &lower, &optimize_opts, profile_target)?;
+    let chosen = Chosen { graph: &graph, optimised, report, lower: &lower, optimize: &optimize_opts, opts };
+    let (target, optimised, report, sharing) = match opts.target {
+        GpuTarget::Cuda => {
+            let target = CudaTarget::new(opts.arch).with_batch_range(min_batch, max_batch);
+            let target = match measured {
+                Some(m) => target.with_measurements(m),
+                None => target,
+            };
+            let (t, optimised, report, sharing) = chosen.measured_and_shared(target)?;
+            (PreparedTarget::Cuda(t), optimised, report, sharing)
+        }
+        GpuTarget::Rocm(arch) => {
+            let target = RocmTarget::new(arch).with_batch_range(min_batch, max_batch);
+            let target = match measured {
+                Some(m) => target.with_measurements(m),
+                None => target,
+            };
+            let (t, optimised, report, sharing) = chosen.measured_and_shared(target)?;
+            (PreparedTarget::Rocm(t), optimised, report, sharing)
+        }
+    };
     Ok(Prepared {
         opts: opts.clone(),
         lower,
         graph,
         optimised,
         report,
-        target: PreparedTarget::Cuda(target),
+        target,
         choice,
         sharing,
         bound,
@@ -315,18 +306,48 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     })
 }
 
-/// ROCm has no profiler yet: the heuristic chooses, and asking for profiled times is an error.
-fn rocm_kernel_choice(opts: &CompileOptions) -> Result<String> {
-    match &opts.kernel_choice {
-        KernelChoice::Profile(_) => Err(Error::Other(
-            "--profile: the ROCm target has no profiler yet (kernel instances come from the heuristic)".into(),
-        )),
-        KernelChoice::ProfileCache(Some(f)) => Err(Error::Other(format!(
-            "--profile-cache {}: the ROCm target has no profiled times yet (kernel instances come from the heuristic)",
-            f.display()
-        ))),
-        KernelChoice::ProfileCache(None) => Ok("kernel choice: heuristic (ROCm: no profiler yet)".into()),
-        KernelChoice::Heuristic => Ok("kernel choice: heuristic (--no-profile)".into()),
+/// The optimised graph before the target's measured times are applied.
+struct Chosen<'a> {
+    graph: &'a Graph,
+    optimised: Graph,
+    report: ExplainReport,
+    lower: &'a LowerOptions,
+    optimize: &'a OptimizeOptions,
+    opts: &'a CompileOptions,
+}
+
+impl Chosen<'_> {
+    /// With profiled times, extraction prices convs and gemms by them (at the largest batch, the
+    /// range that dominates throughput), so fusion and layout choices follow measurements; then
+    /// the measured choices share instances (`--reuse-within`). Returns the target, the graph,
+    /// its report and the sharing summary.
+    fn measured_and_shared<T: ProfiledTarget>(self, target: T) -> Result<(T, Graph, ExplainReport, Option<String>)> {
+        let opts = self.opts;
+        let (optimised, report) = if target.has_measurements() {
+            crate::profile::cost::optimize_measured(
+                self.graph,
+                self.optimize,
+                &target,
+                opts.max_batch,
+                &self.lower.pricing_dims(),
+            )?
+        } else {
+            (self.optimised, self.report)
+        };
+        let (target, sharing) = crate::lower::sharing::share(target, &optimised, self.lower, opts.reuse_within)?;
+        let sharing = sharing.map(|plan| {
+            let by_batch: Vec<String> =
+                plan.slowdown_by_range.iter().map(|(b, r)| format!("+{:.2}% at {b}", (r - 1.0) * 100.0)).collect();
+            format!(
+                "sharing:   {} instances serve the measured choices, the fastest-each choice needs {} (--reuse-within {}%: modelled library time {}; no choice more than {:.1}% slower than its fastest)",
+                plan.instances.len(),
+                plan.unshared,
+                opts.reuse_within * 100.0,
+                by_batch.join(", "),
+                (plan.worst_slowdown - 1.0) * 100.0
+            )
+        });
+        Ok((target, optimised, report, sharing))
     }
 }
 
@@ -578,32 +599,30 @@ fn commit_failed(stage: Staging, hash: &str, message: String) -> Error {
     }
 }
 
-/// The target, with profiled times when a profile cache has them for this toolchain; a line
-/// saying where the choices come from; the profiler's report when it ran.
+/// Profiled times for `target` when a profile cache has them for this toolchain (after running
+/// the profiler with `--profile`); a line saying where the choices come from; the profiler's
+/// report when it ran.
 fn kernel_choice(
     opts: &CompileOptions,
     graph: &Graph,
     lower: &LowerOptions,
     optimize: &OptimizeOptions,
-) -> Result<(CudaTarget, String, Option<String>)> {
-    let (min_batch, max_batch) = lower.batch_range(graph);
-    let target = CudaTarget::new(opts.arch).with_batch_range(min_batch, max_batch);
+    target: ProfileTarget,
+) -> Result<(Option<Measurements>, String, Option<String>)> {
     let (file, explicit) = match &opts.kernel_choice {
-        KernelChoice::Heuristic => return Ok((target, "kernel choice: heuristic (--no-profile)".into(), None)),
+        KernelChoice::Heuristic => return Ok((None, "kernel choice: heuristic (--no-profile)".into(), None)),
         KernelChoice::ProfileCache(file) => (file, file.is_some()),
         KernelChoice::Profile(file) => (file, true),
     };
     let cache_file = match profile_cache_file(file) {
         Ok(f) => f,
-        Err(_) if !explicit => {
-            return Ok((target, "kernel choice: heuristic (no profile cache location)".into(), None))
-        }
+        Err(_) if !explicit => return Ok((None, "kernel choice: heuristic (no profile cache location)".into(), None)),
         Err(e) => return Err(e),
     };
     let mut profile_summary = None;
     if matches!(opts.kernel_choice, KernelChoice::Profile(_)) {
         let popts = ProfileOptions {
-            arch: opts.arch,
+            target,
             lower: lower.clone(),
             optimize: optimize.clone(),
             cache: cache_file.clone(),
@@ -624,25 +643,26 @@ fn kernel_choice(
         if explicit {
             return Err(Error::Other(format!("profile cache {}: no such file", cache_file.display())));
         }
-        return Ok((target, format!("kernel choice: heuristic (no profile cache at {})", cache_file.display()), None));
+        return Ok((None, format!("kernel choice: heuristic (no profile cache at {})", cache_file.display()), None));
     }
     let cache = ProfileCache::open(&cache_file)?;
-    // The toolchain is part of the key: times hold for the code this nvcc and CUTLASS produce.
-    let nvcc = match Nvcc::discover(opts.arch) {
-        Ok(n) => n,
+    // The toolchain is part of the key: times hold for the code this compiler and instance
+    // library produce.
+    let toolchain = match Toolchain::discover(target) {
+        Ok(t) => t,
         Err(_) if !explicit => {
-            return Ok((target, "kernel choice: heuristic (no nvcc to match the profile cache with)".into(), None))
+            return Ok((None, "kernel choice: heuristic (no toolchain to match the profile cache with)".into(), None))
         }
         Err(e) => return Err(e),
     };
-    match crate::profile::measurements_for(&cache, opts.arch, &nvcc, opts.profile_gpu.as_deref())? {
+    match crate::profile::measurements_for(&cache, &toolchain, opts.profile_gpu.as_deref())? {
         Some((device, m)) => Ok((
-            target.with_measurements(m),
+            Some(m),
             format!("kernel choice: profiled times of {device} ({})", cache_file.display()),
             profile_summary,
         )),
         None => Ok((
-            target,
+            None,
             format!(
                 "kernel choice: heuristic ({} has no times for this GPU architecture and toolchain)",
                 cache_file.display()

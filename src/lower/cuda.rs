@@ -81,7 +81,11 @@
 //! [`LIBRARY_WORKSPACE_BYTES`] (`O2A_LIBRARY_WORKSPACE_BYTES`). Each instance checks what it
 //! needs against what it is given (a stream-K one falls back to data-parallel tiles).
 
-use super::ops::act::act_call;
+use super::choice::act_expr;
+use super::choice::{
+    at, conv_epilogue, conv_profile_problem, conv_signature, gemm_dims, gemm_epilogue, gemm_profile_problem,
+    gemm_signature, Choices, Epilogue,
+};
 pub use super::ops::conv::DEPTHWISE_TEMPLATE;
 use super::problem::{BiasKind, ConvProblem, GemmProblem};
 use super::target::{
@@ -89,14 +93,12 @@ use super::target::{
     ProfileProblem, ProfiledTarget, Target,
 };
 use crate::error::{Error, Result};
-use crate::ir::ops::kernel::Act;
 use crate::ir::Dim;
 use serde_json::{json, Map, Value as Json};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Mutex;
 
 /// GPU architecture the kernels are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -611,32 +613,8 @@ pub struct CudaTarget {
     /// Batch ranges of a model with a run-time batch (ascending upper bounds; the last is the
     /// largest batch).
     buckets: Vec<i64>,
-    measured: Option<Measurements>,
-    /// Instances a measured choice prefers, and how much slower than the fastest they may be
-    /// (see `sharing.rs`).
-    shared: Option<(BTreeSet<String>, f64)>,
-    /// Every library problem the lowering asked about (for `onnx2ait profile`).
-    recorded: Option<Mutex<BTreeMap<String, ProfileProblem>>>,
-}
-
-/// The context fields an instance's epilogue needs, and the part of the signature they set.
-struct Epilogue {
-    fields: Map<String, Json>,
-    tag: String,
-}
-
-pub(crate) fn act_name(a: Option<Act>) -> String {
-    match a {
-        None => "id".into(),
-        Some(a) => format!("{a:?}").replace(' ', ""),
-    }
-}
-
-pub(crate) fn act_expr(act: Option<Act>, x: &str) -> String {
-    match act {
-        Some(a) => act_call(a, x),
-        None => x.to_string(),
-    }
+    /// Profiled times, shared instances, the record for the profiler.
+    choices: Choices,
 }
 
 /// `{prefix}_{config}_{hash}`: readable, and equal names mean equal template + context.
@@ -666,7 +644,7 @@ fn library(template: &str, config: String, mut ctx: Map<String, Json>, epilogue:
 
 impl CudaTarget {
     pub fn new(arch: Arch) -> CudaTarget {
-        CudaTarget { arch, buckets: vec![DEFAULT_BATCH_HINT], measured: None, shared: None, recorded: None }
+        CudaTarget { arch, buckets: vec![DEFAULT_BATCH_HINT], choices: Choices::default() }
     }
 
     /// The batch ranges for a model whose batch runs from 1 to `max_batch`: instances are chosen
@@ -686,42 +664,32 @@ impl CudaTarget {
 
     /// Profiled times to choose from (see [`Measurements`]).
     pub fn with_measurements(mut self, m: Measurements) -> CudaTarget {
-        self.measured = Some(m);
+        self.choices = self.choices.with_measurements(m);
         self
     }
 
     /// Lets a measured choice take an instance of `instances` over the fastest candidate when it
     /// is at most `1 + tolerance` times slower (fewer instances to build; see `sharing.rs`).
     pub fn with_shared_instances(mut self, instances: BTreeSet<String>, tolerance: f64) -> CudaTarget {
-        self.shared = Some((instances, tolerance.max(0.0)));
+        self.choices = self.choices.with_shared_instances(instances, tolerance);
         self
     }
 
     /// A recording copy of this target (same architecture, batch ranges and times, no sharing):
     /// lowering a graph with it lists the library problems this target would choose for.
     pub fn probe(&self) -> CudaTarget {
-        CudaTarget {
-            arch: self.arch,
-            buckets: self.buckets.clone(),
-            measured: self.measured.clone(),
-            shared: None,
-            recorded: None,
-        }
-        .recording()
+        CudaTarget { arch: self.arch, buckets: self.buckets.clone(), choices: self.choices.probe() }
     }
 
     /// Records every library problem (at every batch range) the lowering asks about.
     pub fn recording(mut self) -> CudaTarget {
-        self.recorded = Some(Mutex::new(BTreeMap::new()));
+        self.choices = self.choices.recording();
         self
     }
 
     /// The recorded problems, by signature.
     pub fn recorded(&self) -> Vec<ProfileProblem> {
-        match &self.recorded {
-            Some(m) => m.lock().map(|m| m.values().cloned().collect()).unwrap_or_default(),
-            None => Vec::new(),
-        }
+        self.choices.recorded()
     }
 
     pub fn batch_buckets(&self) -> &[i64] {
@@ -744,12 +712,6 @@ impl CudaTarget {
         self.arch == Arch::Sm90a
     }
 
-    /// The value of a dim with the batch symbol set to `batch`.
-    fn at(d: &Dim, batch: i64) -> i64 {
-        let env: BTreeMap<String, i64> = d.symbols().map(|s| (s.to_string(), batch)).collect();
-        d.eval(&env).as_known().unwrap_or(batch).max(1)
-    }
-
     /// The points to choose a convolution's instance at: every batch bucket when the batch `n`
     /// is the run-time batch, else one choice (a convolution's other sizes are compile-time).
     fn conv_points(&self, n: &Dim) -> Vec<Point> {
@@ -757,31 +719,6 @@ impl CudaTarget {
         match n.as_known() {
             None => choice_grid(&self.buckets, &[]),
             Some(_) => vec![Point::batch(largest)],
-        }
-    }
-
-    /// The fastest measured candidate for `signature`, if the profile has one.
-    /// With shared instances, the fastest of those within the tolerance, when there is one.
-    fn measured_choice(&self, signature: &str, candidates: &[LibraryInstance]) -> Option<LibraryInstance> {
-        let times = self.measured.as_ref()?.get(signature)?;
-        let timed = || candidates.iter().filter_map(|c| times.get(&c.config).map(|ms| (*ms, c)));
-        let (best, c) = timed().min_by(|a, b| a.0.total_cmp(&b.0))?;
-        if let Some((shared, tolerance)) = &self.shared {
-            let limit = best * (1.0 + tolerance);
-            let preferred =
-                timed().filter(|(t, c)| *t <= limit && shared.contains(&c.name)).min_by(|a, b| a.0.total_cmp(&b.0));
-            if let Some((_, s)) = preferred {
-                return Some(s.clone());
-            }
-        }
-        Some(c.clone())
-    }
-
-    fn record(&self, p: ProfileProblem) {
-        if let Some(m) = &self.recorded {
-            if let Ok(mut m) = m.lock() {
-                m.entry(p.signature.clone()).or_insert(p).uses += 1;
-            }
         }
     }
 
@@ -795,18 +732,6 @@ impl CudaTarget {
             return super::ops::conv::depthwise_instance(p);
         }
         super::ops::conv::direct_instance(p)
-    }
-
-    fn conv_epilogue(p: &ConvProblem) -> Epilogue {
-        let mut f = Map::new();
-        f.insert("has_bias".into(), json!(p.bias));
-        f.insert("has_residual".into(), json!(p.residual));
-        f.insert("pre_act".into(), json!(act_expr(p.pre_act, "v")));
-        f.insert("act".into(), json!(act_expr(p.act, "v")));
-        f.insert("epilogue".into(), json!(act_expr(p.act, &act_expr(p.pre_act, "v"))));
-        let tag =
-            format!("bias{} res{} pre:{} act:{}", p.bias as u8, p.residual as u8, act_name(p.pre_act), act_name(p.act));
-        Epilogue { fields: f, tag }
     }
 
     fn conv_candidates(&self, p: &ConvProblem, epi: &Epilogue) -> Vec<LibraryInstance> {
@@ -971,37 +896,6 @@ impl CudaTarget {
 
     /// The profile-cache key of `p` at batch `n`. A grouped problem adds its group count after
     /// the window (` g32`); group-1 signatures stay as they were, so existing caches still apply.
-    fn conv_signature(p: &ConvProblem, n: i64, epi: &Epilogue) -> String {
-        let group = if p.group == 1 { String::new() } else { format!(" g{}", p.group) };
-        format!(
-            "conv2d n{n} h{} w{} c{} k{} r{} s{} p{} q{} pad{},{} str{},{} dil{},{}{group} {}",
-            p.h,
-            p.w,
-            p.c,
-            p.k,
-            p.r,
-            p.s,
-            p.p,
-            p.q,
-            p.pads[0],
-            p.pads[1],
-            p.strides[0],
-            p.strides[1],
-            p.dilations[0],
-            p.dilations[1],
-            epi.tag
-        )
-    }
-
-    fn conv_fields(p: &ConvProblem, n: i64, epi: &Epilogue) -> Map<String, Json> {
-        let mut f = epi.fields.clone();
-        f.insert("n".into(), json!(n));
-        for (key, v) in p.geometry_fields() {
-            f.insert(key.into(), json!(v));
-        }
-        f.insert("groups".into(), json!(p.group));
-        f
-    }
 
     /// The heuristic conv choice at batch `n` (see the module doc).
     fn conv_heuristic(&self, p: &ConvProblem, n: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
@@ -1073,24 +967,6 @@ impl CudaTarget {
         choice
     }
 
-    fn gemm_epilogue(p: &GemmProblem) -> Epilogue {
-        let mut f = Map::new();
-        f.insert("has_bias".into(), json!(p.bias.is_some()));
-        f.insert("has_residual".into(), json!(p.residual));
-        f.insert("act".into(), json!(act_expr(p.act, "v")));
-        f.insert("layout_a".into(), json!(if p.trans_a { "ColumnMajor" } else { "RowMajor" }));
-        f.insert("layout_b".into(), json!(if p.trans_b { "ColumnMajor" } else { "RowMajor" }));
-        let tag = format!(
-            "ta{} tb{} bias{} res{} act:{}",
-            p.trans_a as u8,
-            p.trans_b as u8,
-            p.bias.is_some() as u8,
-            p.residual as u8,
-            act_name(p.act)
-        );
-        Epilogue { fields: f, tag }
-    }
-
     /// The instances that may compute a GEMM. On Hopper the sm90 tiles and, of the sm80 ones,
     /// only the smallest: profiling BERT-base on an H100 (42 problems, 2026-12-05 18:54) found
     /// an sm80 instance fastest only for two tiny batched products (the 64x64 tile, 2% ahead of
@@ -1128,59 +1004,12 @@ impl CudaTarget {
     }
 
     /// The gemm's sizes at `point`: (batch_count, m, n, k).
-    fn gemm_dims(p: &GemmProblem, point: &Point) -> [i64; 4] {
-        p.judged_at(&point.dims).map(|d| Self::at(&d, point.batch))
-    }
-
-    fn gemm_signature(p: &GemmProblem, point: &Point, epi: &Epilogue) -> String {
-        let [bc, m, n, k] = Self::gemm_dims(p, point);
-        format!(
-            "gemm b{bc} m{m} n{n} k{k} abatch{} bbatch{} alpha{} beta{} {}",
-            p.a_batched as u8, p.b_batched as u8, p.alpha, p.beta, epi.tag
-        )
-    }
 
     /// The problem's fields for the profiler, with the leading dims and batch strides the gemm
     /// lowering passes (packed operands, per-column bias, residual shaped like the output).
-    fn gemm_fields(p: &GemmProblem, point: &Point, epi: &Epilogue) -> Map<String, Json> {
-        let [bc, m, n, k] = Self::gemm_dims(p, point);
-        let mut f = epi.fields.clone();
-        let a_rows_stride = if p.trans_a { m } else { k };
-        let b_rows_stride = if p.trans_b { k } else { n };
-        let bsa = if p.a_batched { m * k } else { 0 };
-        let bsb = if p.b_batched { k * n } else { 0 };
-        for (key, v) in [
-            ("m", m),
-            ("n", n),
-            ("k", k),
-            ("batch_count", bc),
-            ("lda", a_rows_stride),
-            ("ldb", b_rows_stride),
-            ("ldd", n),
-            ("ld_bias", 0),
-            ("ld_res", n),
-            ("batch_stride_a", bsa),
-            ("batch_stride_b", bsb),
-            ("batch_stride_d", m * n),
-            ("batch_stride_bias", 0),
-            ("batch_stride_res", m * n),
-            ("a_elems", if p.a_batched { bc * m * k } else { m * k }),
-            ("b_elems", if p.b_batched { bc * k * n } else { k * n }),
-            ("bias_elems", n),
-            ("res_elems", bc * m * n),
-            ("d_elems", bc * m * n),
-        ] {
-            f.insert(key.into(), json!(v));
-        }
-        f.insert("alpha".into(), json!(super::ops::act::float_lit(p.alpha)));
-        f.insert("beta".into(), json!(super::ops::act::float_lit(p.beta)));
-        f.insert("trans_a".into(), json!(p.trans_a));
-        f.insert("trans_b".into(), json!(p.trans_b));
-        f
-    }
 
     fn gemm_heuristic(&self, p: &GemmProblem, point: &Point, candidates: &[LibraryInstance]) -> LibraryInstance {
-        let [bc, m, n, _] = Self::gemm_dims(p, point);
+        let [bc, m, n, _] = gemm_dims(p, point);
         let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
         // A few rows: the product is a stream of weights, which a tiled GEMM reads through one
         // CTA per 64 columns (ResNet-50's classifier at batch 1: 16 CTAs, 0.010 ms on an H100);
@@ -1217,12 +1046,12 @@ impl CudaTarget {
 
     /// The profiled times given ([`CudaTarget::with_measurements`]).
     pub fn measurements(&self) -> Option<&Measurements> {
-        self.measured.as_ref()
+        self.choices.measurements()
     }
 
     /// Whether profiled times were given ([`CudaTarget::with_measurements`]).
     pub fn has_measurements(&self) -> bool {
-        self.measured.is_some()
+        self.choices.measurements().is_some()
     }
 
     /// The profile-cache signature of convolution `p` with the batch symbol set to `batch` (a
@@ -1233,16 +1062,16 @@ impl CudaTarget {
         if Target::conv2d(self, p).template != CONV_NODE_TEMPLATE {
             return None;
         }
-        Some(Self::conv_signature(p, Self::at(&p.n, batch), &Self::conv_epilogue(p)))
+        Some(conv_signature(p, at(&p.n, batch), &conv_epilogue(p)))
     }
 
     /// The fastest profiled time (milliseconds) of convolution `p` at `batch` over the candidates
     /// this target would choose from: what the instance the measured choice picks takes. None
     /// without a time (not profiled, or no library instance computes it).
     pub fn conv_time(&self, p: &ConvProblem, batch: i64) -> Option<f64> {
-        self.measured.as_ref()?;
+        self.choices.measurements()?;
         let signature = self.conv_signature_at(p, batch)?;
-        let candidates = self.conv_candidates(p, &Self::conv_epilogue(p));
+        let candidates = self.conv_candidates(p, &conv_epilogue(p));
         self.fastest_measured_ms(&signature, &candidates)
     }
 
@@ -1253,22 +1082,21 @@ impl CudaTarget {
         if Target::gemm(self, p).template != GEMM_NODE_TEMPLATE {
             return None;
         }
-        Some(Self::gemm_signature(p, &Point::batch(batch), &Self::gemm_epilogue(p)))
+        Some(gemm_signature(p, &Point::batch(batch), &gemm_epilogue(p)))
     }
 
     /// [`CudaTarget::conv_time`] for a matrix product.
     pub fn gemm_time(&self, p: &GemmProblem, batch: i64) -> Option<f64> {
-        self.measured.as_ref()?;
+        self.choices.measurements()?;
         let signature = self.gemm_signature_at(p, batch)?;
-        let candidates = self.gemm_candidates(p, &Self::gemm_epilogue(p));
+        let candidates = self.gemm_candidates(p, &gemm_epilogue(p));
         self.fastest_measured_ms(&signature, &candidates)
     }
 
     /// The smallest profiled time (ms) among `candidates` for `signature`; times of instances that
     /// are not candidates (an older build's configurations) are ignored, as when choosing.
     pub fn fastest_measured_ms(&self, signature: &str, candidates: &[LibraryInstance]) -> Option<f64> {
-        let times = self.measured.as_ref()?.get(signature)?;
-        candidates.iter().filter_map(|c| times.get(&c.config).copied()).min_by(f64::total_cmp)
+        self.choices.fastest_measured_ms(signature, candidates)
     }
 }
 
@@ -1320,33 +1148,16 @@ impl Target for CudaTarget {
         if !library_ok {
             return self.conv_direct(p);
         }
-        let epi = Self::conv_epilogue(p);
+        let epi = conv_epilogue(p);
         let candidates = self.conv_candidates(p, &epi);
         if candidates.is_empty() {
             return self.conv_direct(p);
         }
         let points = self.conv_points(&p.n);
         let dispatch = dispatch_over(&points, |point| {
-            let b = point.batch;
-            let n = Self::at(&p.n, b);
-            let signature = Self::conv_signature(p, n, &epi);
-            // Each output sums R·S·C/group products.
-            let flops = 2.0 * (n * p.p * p.q) as f64 * p.k as f64 * (p.r * p.s * p.c / p.group) as f64;
+            let n = at(&p.n, point.batch);
             let heuristic = self.conv_heuristic(p, n, &candidates);
-            self.record(ProfileProblem {
-                signature: signature.clone(),
-                kind: "conv",
-                fields: Self::conv_fields(p, n, &epi),
-                candidates: candidates.clone(),
-                flops,
-                heuristic: heuristic.config.clone(),
-                point: point.clone(),
-                uses: 0,
-            });
-            Some(match self.measured_choice(&signature, &candidates) {
-                Some(c) => (c, true),
-                None => (heuristic, false),
-            })
+            Some(self.choices.choose(conv_profile_problem(p, n, point, &epi, &candidates, &heuristic), heuristic))
         })
         .unwrap_or_default();
         Instance {
@@ -1369,29 +1180,14 @@ impl Target for CudaTarget {
         if !(aligned && bias_ok && beta_ok) {
             return Instance::own("gemm_generic", Map::new());
         }
-        let epi = Self::gemm_epilogue(p);
+        let epi = gemm_epilogue(p);
         let candidates = self.gemm_candidates(p, &epi);
         // One choice per range of the batch and of each other run-time dim the sizes depend on,
         // each judged at its range's bound: the heuristic and a measured choice alike.
         let points = p.choice_points(&self.buckets);
         let dispatch = dispatch_over(&points, |point| {
-            let signature = Self::gemm_signature(p, point, &epi);
-            let [bc, m, n, k] = Self::gemm_dims(p, point);
             let heuristic = self.gemm_heuristic(p, point, &candidates);
-            self.record(ProfileProblem {
-                signature: signature.clone(),
-                kind: "gemm",
-                fields: Self::gemm_fields(p, point, &epi),
-                candidates: candidates.clone(),
-                flops: 2.0 * bc as f64 * m as f64 * n as f64 * k as f64,
-                heuristic: heuristic.config.clone(),
-                point: point.clone(),
-                uses: 0,
-            });
-            Some(match self.measured_choice(&signature, &candidates) {
-                Some(c) => (c, true),
-                None => (heuristic, false),
-            })
+            Some(self.choices.choose(gemm_profile_problem(p, point, &epi, &candidates, &heuristic), heuristic))
         })
         .unwrap_or_default();
         Instance {
@@ -1436,6 +1232,8 @@ impl Target for CudaTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::ops::kernel::Act;
+    use std::collections::BTreeMap;
 
     fn conv(n: Dim, hw: i64, c: i64, k: i64, rs: i64, group: i64) -> ConvProblem {
         ConvProblem {
@@ -1558,7 +1356,7 @@ mod tests {
     fn heuristic_splits_small_grids() {
         let t = CudaTarget::new(Arch::Sm90a);
         let choice = |p: &ConvProblem, n: i64| {
-            let epi = CudaTarget::conv_epilogue(p);
+            let epi = conv_epilogue(p);
             t.conv_heuristic(p, n, &t.conv_candidates(p, &epi)).config
         };
         let late = conv(Dim::sym("N"), 7, 512, 512, 3, 1);
@@ -1571,13 +1369,13 @@ mod tests {
         assert!(!choice(&conv(Dim::sym("N"), 7, 128, 64, 1, 1), 1).starts_with(CONV_SPLITK_TEMPLATE));
         // sm_80 (A100): the same rule over the sm80 tiles and 108 SMs.
         let a100 = CudaTarget::new(Arch::Sm80);
-        let epi = CudaTarget::conv_epilogue(&late);
+        let epi = conv_epilogue(&late);
         let c = a100.conv_heuristic(&late, 1, &a100.conv_candidates(&late, &epi));
         assert_eq!(c.template, CONV_SPLITK_TEMPLATE);
         assert_eq!(c.context["target_ctas"], 108);
         // The padded stem (fixed-channels iterator) has no split-K candidate.
         let stem = ConvProblem { c: 8, r: 7, s: 7, ..conv(Dim::sym("N"), 224, 8, 64, 7, 1) };
-        let epi = CudaTarget::conv_epilogue(&stem);
+        let epi = conv_epilogue(&stem);
         assert!(t.conv_candidates(&stem, &epi).iter().all(|c| c.template != CONV_SPLITK_TEMPLATE));
     }
 
@@ -1872,7 +1670,7 @@ mod tests {
         let m: Measurements = [(sig, [(fast.to_string(), 0.010), (shared.to_string(), 0.0105)].into())].into();
         let t = || CudaTarget::new(Arch::Sm90a).with_measurements(m.clone());
         let name_of = |cfg: &str| {
-            let c = t().conv_candidates(&p, &CudaTarget::conv_epilogue(&p));
+            let c = t().conv_candidates(&p, &conv_epilogue(&p));
             c.into_iter().find(|c| c.config == cfg).unwrap().name
         };
         let chosen = |t: CudaTarget| t.conv2d(&p).dispatch[0].instance.config.clone();
@@ -2176,8 +1974,8 @@ mod tests {
             if p.act == Some(Act::HardSwish) {
                 continue;
             }
-            let epi = CudaTarget::conv_epilogue(&p);
-            assert_eq!(&CudaTarget::conv_signature(&p, n, &epi), sig, "the signature round-trips");
+            let epi = conv_epilogue(&p);
+            assert_eq!(&conv_signature(&p, n, &epi), sig, "the signature round-trips");
             let heuristic = t.conv_heuristic(&p, n, &t.conv_candidates(&p, &epi));
             let ms = |config: &str| candidates[config]["ms"].as_f64();
             let chosen = ms(&heuristic.config).unwrap_or_else(|| panic!("{sig}: {} not timed", heuristic.config));
@@ -2227,8 +2025,8 @@ mod tests {
         let mut sums: BTreeMap<i64, (f64, f64, usize)> = BTreeMap::new();
         for (sig, candidates) in problems.as_object().expect("problems") {
             let Some((n, p)) = parse_conv_signature(sig) else { continue };
-            let epi = CudaTarget::conv_epilogue(&p);
-            assert_eq!(&CudaTarget::conv_signature(&p, n, &epi), sig, "the signature round-trips");
+            let epi = conv_epilogue(&p);
+            assert_eq!(&conv_signature(&p, n, &epi), sig, "the signature round-trips");
             let heuristic = t.conv_heuristic(&p, n, &t.conv_candidates(&p, &epi));
             let ms = |config: &str| candidates.get(config).and_then(|v| v["ms"].as_f64());
             let chosen = ms(&heuristic.config).unwrap_or_else(|| panic!("{sig}: {} not timed", heuristic.config));
@@ -2272,8 +2070,8 @@ mod tests {
         let mut split: BTreeMap<i64, usize> = BTreeMap::new();
         for (sig, candidates) in problems.as_object().expect("problems") {
             let Some((n, p)) = parse_conv_signature(sig) else { continue };
-            let epi = CudaTarget::conv_epilogue(&p);
-            assert_eq!(&CudaTarget::conv_signature(&p, n, &epi), sig, "the signature round-trips");
+            let epi = conv_epilogue(&p);
+            assert_eq!(&conv_signature(&p, n, &epi), sig, "the signature round-trips");
             let heuristic = t.conv_heuristic(&p, n, &t.conv_candidates(&p, &epi));
             if heuristic.template == CONV_SPLITK_TEMPLATE {
                 // Split-K came after this profile (its evidence is the H100 runs in
@@ -2309,8 +2107,8 @@ mod tests {
             let dims: Vec<i64> = rest.split(' ').take(3).map(|f| f[1..].parse().expect(sig)).collect();
             // The classifier's lowering marks a batch of one as batched operands.
             let p = GemmProblem { a_batched: true, b_batched: true, ..gemm(Dim::known(dims[0]), dims[1], dims[2]) };
-            let epi = CudaTarget::gemm_epilogue(&p);
-            assert_eq!(&CudaTarget::gemm_signature(&p, &Point::batch(1), &epi), sig, "the signature round-trips");
+            let epi = gemm_epilogue(&p);
+            assert_eq!(&gemm_signature(&p, &Point::batch(1), &epi), sig, "the signature round-trips");
             let heuristic = t.gemm_heuristic(&p, &Point::batch(1), &t.gemm_candidates(&p, &epi));
             if heuristic.template == GEMM_SKINNY_TEMPLATE {
                 assert!(dims[0] <= SKINNY_ROWS, "{sig}");

@@ -26,6 +26,7 @@
 //! at fp16 precision: the instances are fp16-only); every other kernel names a template family
 //! that each target provides.
 
+pub mod choice;
 pub mod cuda;
 pub mod dead;
 pub mod fuse;

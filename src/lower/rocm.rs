@@ -37,13 +37,20 @@
 //! width 32. The fused attention kernel (`--attention fused`) is built on NVIDIA's wmma and is
 //! refused by name ([`RocmTarget::own_kernel`]).
 
-use super::cuda::{act_expr, act_name, instance_name, multiple_of};
+use super::choice::{
+    act_expr, act_name, at, conv_epilogue, conv_profile_problem, conv_signature, gemm_dims, gemm_epilogue,
+    gemm_profile_problem, gemm_signature, Choices,
+};
+use super::cuda::{instance_name, multiple_of, CONV_NODE_TEMPLATE, GEMM_NODE_TEMPLATE, LIBRARY_WORKSPACE_BYTES};
 use super::problem::{BiasKind, ConvProblem, GemmProblem};
-use super::target::{choice_grid, dispatch_over, range_buckets, Instance, LibraryInstance, Point, Target};
+use super::target::{
+    choice_grid, dispatch_over, range_buckets, Instance, LibraryInstance, Measurements, Point, ProfileProblem,
+    ProfiledTarget, Target,
+};
 use crate::error::{Error, Result};
 use crate::ir::Dim;
 use serde_json::{json, Map, Value as Json};
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -266,11 +273,13 @@ pub struct RocmTarget {
     arch: RocmArch,
     /// Batch ranges (ascending upper bounds; the last is the largest batch), as CUDA's.
     buckets: Vec<i64>,
+    /// Profiled times, shared instances, the record for the profiler (as CUDA's).
+    choices: Choices,
 }
 
 impl RocmTarget {
     pub fn new(arch: RocmArch) -> RocmTarget {
-        RocmTarget { arch, buckets: vec![super::cuda::DEFAULT_BATCH_HINT] }
+        RocmTarget { arch, buckets: vec![super::cuda::DEFAULT_BATCH_HINT], choices: Choices::default() }
     }
 
     /// Instances are chosen at batch 1, 8, 64 and `max_batch` (those below it), as on CUDA.
@@ -289,9 +298,38 @@ impl RocmTarget {
         self.arch
     }
 
-    fn at(d: &Dim, batch: i64) -> i64 {
-        let env: BTreeMap<String, i64> = d.symbols().map(|s| (s.to_string(), batch)).collect();
-        d.eval(&env).as_known().unwrap_or(batch).max(1)
+    /// Profiled times to choose from (`onnx2ait profile --target rocm` on an AMD GPU).
+    pub fn with_measurements(mut self, m: Measurements) -> RocmTarget {
+        self.choices = self.choices.with_measurements(m);
+        self
+    }
+
+    /// Records every library problem the lowering asks about, with its candidates.
+    pub fn recording(mut self) -> RocmTarget {
+        self.choices = self.choices.recording();
+        self
+    }
+
+    /// The candidate tiles of convolution `p` at batch `n` (those that pass CK's checks).
+    fn conv_tiles(p: &ConvProblem, spec: &str, n: i64) -> Vec<CkTile> {
+        CK_TILES.iter().copied().filter(|t| ck_conv_check(t, spec, p, n).is_ok()).collect()
+    }
+
+    /// The candidate tiles of a `m` x `n` x `k` product.
+    fn gemm_tiles(p: &GemmProblem, m: i64, n: i64, k: i64) -> Vec<CkTile> {
+        CK_TILES.iter().copied().filter(|t| ck_gemm_check(t, m, n, k, !p.trans_b).is_ok()).collect()
+    }
+
+    /// Whether a library instance may compute convolution `p` (else our own kernels do).
+    fn conv_on_library(p: &ConvProblem) -> bool {
+        p.group == 1 && p.c > 0 && p.k > 0
+    }
+
+    /// Whether a library instance may compute product `p` (else the generic kernel does).
+    fn gemm_on_library(p: &GemmProblem) -> bool {
+        // A is read along K (row-major); per-column bias only (a D tensor with stride 0).
+        let layout_ok = !p.trans_a && matches!(p.bias, None | Some(BiasKind::PerColumn));
+        layout_ok && multiple_of(&p.k, K1) && multiple_of(&p.n, CDE_VECTOR)
     }
 
     /// The points to choose a convolution's instance at, as on CUDA: every batch bucket when
@@ -377,24 +415,27 @@ impl Target for RocmTarget {
     }
 
     fn conv2d(&self, p: &ConvProblem) -> Instance {
-        if p.group != 1 || p.c <= 0 || p.k <= 0 {
+        if !Self::conv_on_library(p) {
             return Self::conv_own(p);
         }
         let spec = conv_spec(p);
+        let epi = conv_epilogue(p);
         let points = self.conv_points(&p.n);
-        // None when a range has no instance that passes the checks.
+        // None when a range has no instance that passes the checks. Every tile that passes is a
+        // candidate the profiler times; the heuristic picks one of them.
         let dispatch = dispatch_over(&points, |point| {
-            let n = Self::at(&p.n, point.batch);
-            let allowed: Vec<CkTile> =
-                CK_TILES.iter().copied().filter(|t| ck_conv_check(t, spec, p, n).is_ok()).collect();
+            let n = at(&p.n, point.batch);
+            let allowed = Self::conv_tiles(p, spec, n);
             let tile = pick_ck_tile(&allowed, n * p.p * p.q, p.k, 1, self.arch.compute_units())?;
-            Some((self.conv_instance(p, &tile, spec), false))
+            let candidates: Vec<LibraryInstance> = allowed.iter().map(|t| self.conv_instance(p, t, spec)).collect();
+            let heuristic = self.conv_instance(p, &tile, spec);
+            Some(self.choices.choose(conv_profile_problem(p, n, point, &epi, &candidates, &heuristic), heuristic))
         });
         match dispatch {
             Some(dispatch) => Instance {
-                template: super::cuda::CONV_NODE_TEMPLATE.into(),
+                template: CONV_NODE_TEMPLATE.into(),
                 context: Map::new(),
-                workspace_bytes: super::cuda::LIBRARY_WORKSPACE_BYTES,
+                workspace_bytes: LIBRARY_WORKSPACE_BYTES,
                 dispatch,
             },
             None => Self::conv_own(p),
@@ -402,26 +443,25 @@ impl Target for RocmTarget {
     }
 
     fn gemm(&self, p: &GemmProblem) -> Instance {
-        // A is read along K (row-major); per-column bias only (a D tensor with stride 0).
-        let layout_ok = !p.trans_a && matches!(p.bias, None | Some(BiasKind::PerColumn));
-        let aligned = multiple_of(&p.k, K1) && multiple_of(&p.n, CDE_VECTOR);
-        if !(layout_ok && aligned) {
+        if !Self::gemm_on_library(p) {
             return Instance::own("gemm_generic", Map::new());
         }
+        let epi = gemm_epilogue(p);
         // Per range of the batch and of the other run-time dims the sizes depend on, as on CUDA.
         let points = p.choice_points(&self.buckets);
         let dispatch = dispatch_over(&points, |point| {
-            let [bc, m, n, k] = p.judged_at(&point.dims).map(|d| Self::at(&d, point.batch));
-            let allowed: Vec<CkTile> =
-                CK_TILES.iter().copied().filter(|t| ck_gemm_check(t, m, n, k, !p.trans_b).is_ok()).collect();
+            let [bc, m, n, k] = gemm_dims(p, point);
+            let allowed = Self::gemm_tiles(p, m, n, k);
             let tile = pick_ck_tile(&allowed, m, n, bc, self.arch.compute_units())?;
-            Some((self.gemm_instance(p, &tile), false))
+            let candidates: Vec<LibraryInstance> = allowed.iter().map(|t| self.gemm_instance(p, t)).collect();
+            let heuristic = self.gemm_instance(p, &tile);
+            Some(self.choices.choose(gemm_profile_problem(p, point, &epi, &candidates, &heuristic), heuristic))
         });
         match dispatch {
             Some(dispatch) => Instance {
-                template: super::cuda::GEMM_NODE_TEMPLATE.into(),
+                template: GEMM_NODE_TEMPLATE.into(),
                 context: Map::new(),
-                workspace_bytes: super::cuda::LIBRARY_WORKSPACE_BYTES,
+                workspace_bytes: LIBRARY_WORKSPACE_BYTES,
                 dispatch,
             },
             None => Instance::own("gemm_generic", Map::new()),
@@ -452,10 +492,57 @@ impl Target for RocmTarget {
     }
 }
 
+/// The profiled choice on ROCm, as on CUDA: a problem's candidates are the CK tiles that pass its
+/// checks at the point's sizes.
+impl ProfiledTarget for RocmTarget {
+    fn measurements(&self) -> Option<&Measurements> {
+        self.choices.measurements()
+    }
+    fn conv_signature_at(&self, p: &ConvProblem, batch: i64) -> Option<String> {
+        if Target::conv2d(self, p).template != CONV_NODE_TEMPLATE {
+            return None;
+        }
+        Some(conv_signature(p, at(&p.n, batch), &conv_epilogue(p)))
+    }
+    fn conv_time(&self, p: &ConvProblem, batch: i64) -> Option<f64> {
+        self.choices.measurements()?;
+        let signature = self.conv_signature_at(p, batch)?;
+        let (spec, n) = (conv_spec(p), at(&p.n, batch));
+        let candidates: Vec<LibraryInstance> =
+            Self::conv_tiles(p, spec, n).iter().map(|t| self.conv_instance(p, t, spec)).collect();
+        self.choices.fastest_measured_ms(&signature, &candidates)
+    }
+    fn gemm_signature_at(&self, p: &GemmProblem, batch: i64) -> Option<String> {
+        if Target::gemm(self, p).template != GEMM_NODE_TEMPLATE {
+            return None;
+        }
+        Some(gemm_signature(p, &Point::batch(batch), &gemm_epilogue(p)))
+    }
+    fn gemm_time(&self, p: &GemmProblem, batch: i64) -> Option<f64> {
+        self.choices.measurements()?;
+        let signature = self.gemm_signature_at(p, batch)?;
+        let [_, m, n, k] = gemm_dims(p, &Point::batch(batch));
+        let candidates: Vec<LibraryInstance> =
+            Self::gemm_tiles(p, m, n, k).iter().map(|t| self.gemm_instance(p, t)).collect();
+        self.choices.fastest_measured_ms(&signature, &candidates)
+    }
+    fn probe(&self) -> RocmTarget {
+        RocmTarget { arch: self.arch, buckets: self.buckets.clone(), choices: self.choices.probe() }
+    }
+    fn recorded(&self) -> Vec<ProfileProblem> {
+        self.choices.recorded()
+    }
+    fn with_shared_instances(mut self, instances: BTreeSet<String>, tolerance: f64) -> RocmTarget {
+        self.choices = self.choices.with_shared_instances(instances, tolerance);
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::lower::ops::conv::DEPTHWISE_TEMPLATE;
+    use std::collections::BTreeMap;
 
     fn conv(n: Dim, hw: i64, c: i64, k: i64, rs: i64, stride: i64) -> ConvProblem {
         let pad = rs / 2;
@@ -524,6 +611,48 @@ mod tests {
         let t = pick_ck_tile(&CK_TILES, 32, 4096, 1, 110).unwrap();
         assert_eq!(t.m, 64);
         assert_eq!(pick_ck_tile(&[], 10, 10, 1, 110), None);
+    }
+
+    /// The profiled choice on ROCm: a recording target lists each convolution at every batch
+    /// range with every CK tile that passes its checks as a candidate (the heuristic's among
+    /// them); with profiled times, the fastest candidate runs, flagged as measured, and the
+    /// profiler's signature and time are the ones `profile::cost` prices the graph by.
+    #[test]
+    fn profiled_times_choose_the_rocm_instance() {
+        let p = conv(Dim::sym("N"), 56, 64, 64, 3, 1);
+        let rec = RocmTarget::new(RocmArch::Gfx942).with_max_batch(64).recording();
+        let heuristic = rec.conv2d(&p);
+        let problems = ProfiledTarget::recorded(&rec);
+        let batches: std::collections::BTreeSet<i64> = problems.iter().map(|q| q.point.batch).collect();
+        assert_eq!(problems.len(), 3);
+        assert_eq!(batches, [1, 8, 64].into());
+        for q in &problems {
+            assert_eq!(q.kind, "conv");
+            assert!(q.candidates.len() > 1, "{}", q.signature);
+            assert!(q.candidates.iter().any(|c| c.config == q.heuristic), "{}", q.signature);
+            assert!(q.candidates.iter().all(|c| c.template == CONV_CK_TEMPLATE));
+        }
+        // Times where the heuristic's choice at batch 64 is the slowest candidate.
+        let at64 = problems.iter().find(|q| q.point.batch == 64).unwrap();
+        let mut times = BTreeMap::new();
+        for (i, c) in at64.candidates.iter().enumerate() {
+            let ms = if c.config == at64.heuristic { 9.0 } else { 1.0 + i as f64 };
+            times.insert(c.config.clone(), ms);
+        }
+        let fastest = times.iter().min_by(|a, b| a.1.total_cmp(b.1)).map(|(c, _)| c.clone()).unwrap();
+        let fastest_ms = times[&fastest];
+        assert_ne!(fastest, at64.heuristic);
+        let measured = RocmTarget::new(RocmArch::Gfx942)
+            .with_max_batch(64)
+            .with_measurements([(at64.signature.clone(), times)].into());
+        let chosen = measured.conv2d(&p);
+        let last = chosen.dispatch.last().unwrap();
+        assert!(last.measured && last.instance.config == fastest, "{last:?}");
+        // Ranges without times keep the heuristic's choice.
+        assert!(!chosen.dispatch[0].measured && chosen.dispatch[0].instance == heuristic.dispatch[0].instance);
+        assert_eq!(measured.conv_signature_at(&p, 64).as_deref(), Some(at64.signature.as_str()));
+        assert_eq!(measured.conv_time(&p, 64), Some(fastest_ms));
+        assert_eq!(measured.conv_time(&p, 8), None, "no times at batch 8");
     }
 
     #[test]

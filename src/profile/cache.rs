@@ -59,9 +59,10 @@ fn lock_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// The device part of a cache key.
-pub fn device_key(gpu: &str, arch: &str, nvcc_version: &str, cutlass_version: &str) -> String {
-    format!("{gpu} | {arch} | nvcc {nvcc_version} | cutlass {cutlass_version}")
+/// The device part of a cache key: `NVIDIA H200 | sm_90a | nvcc 13.0.88 | cutlass 4.2.0`, with
+/// the toolchain's compiler and instance library as `profile::toolchain` names them.
+pub fn device_key(gpu: &str, arch: &str, compiler: &str, library: &str) -> String {
+    format!("{gpu} | {arch} | {compiler} | {library}")
 }
 
 /// The cache file used when none is given: `$ONNX2AIT_PROFILE_CACHE`, else
@@ -155,8 +156,8 @@ impl ProfileCache {
     }
 
     /// The device keys whose architecture and toolchain match (any GPU name).
-    pub fn devices_for(&self, arch: &str, nvcc_version: &str, cutlass_version: &str) -> Vec<String> {
-        let suffix = device_key("", arch, nvcc_version, cutlass_version);
+    pub fn devices_for(&self, arch: &str, compiler: &str, library: &str) -> Vec<String> {
+        let suffix = device_key("", arch, compiler, library);
         self.data.devices.keys().filter(|k| k.ends_with(&suffix) && k.len() > suffix.len()).cloned().collect()
     }
 
@@ -195,7 +196,7 @@ mod tests {
     fn round_trip_and_measurements() {
         let path = tmp("rt");
         let mut c = ProfileCache::open(&path).expect("missing file = empty cache");
-        let dev = device_key("NVIDIA H200", "sm_90a", "13.0.88", "4.2.0");
+        let dev = device_key("NVIDIA H200", "sm_90a", "nvcc 13.0.88", "cutlass 4.2.0");
         c.put(&dev, "conv2d n1 ...", "conv2d_sm80 64x64x32", Outcome::Ok { ms: 0.012 });
         c.put(&dev, "conv2d n1 ...", "conv2d_sm90 128x128x64 c1x1", Outcome::Unsupported { why: "C % 8".into() });
         c.put(&dev, "conv2d n1 ...", "x", Outcome::Mismatch { max_abs_err: 3.0, max_abs_ref: 1.0 });
@@ -204,15 +205,15 @@ mod tests {
         assert_eq!(c.get(&dev, "conv2d n1 ...", "conv2d_sm80 64x64x32"), Some(&Outcome::Ok { ms: 0.012 }));
         let m = c.measurements(&dev);
         assert_eq!(m["conv2d n1 ..."].len(), 1, "only successful runs are choices");
-        assert_eq!(c.devices_for("sm_90a", "13.0.88", "4.2.0"), std::slice::from_ref(&dev));
-        assert!(c.devices_for("sm_90a", "13.0.99", "4.2.0").is_empty());
+        assert_eq!(c.devices_for("sm_90a", "nvcc 13.0.88", "cutlass 4.2.0"), std::slice::from_ref(&dev));
+        assert!(c.devices_for("sm_90a", "nvcc 13.0.99", "cutlass 4.2.0").is_empty());
         assert!(c.measurements("another GPU").is_empty());
     }
 
     #[test]
     fn concurrent_writers_keep_each_others_results() {
         let path = tmp("merge");
-        let dev = device_key("GPU", "sm_90a", "13.0.88", "4.2.0");
+        let dev = device_key("GPU", "sm_90a", "nvcc 13.0.88", "cutlass 4.2.0");
         // Two runs opened the (empty) cache before either saved.
         let mut a = ProfileCache::open(&path).unwrap();
         let mut b = ProfileCache::open(&path).unwrap();

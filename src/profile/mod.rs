@@ -14,24 +14,25 @@
 
 pub mod cache;
 pub mod cost;
+pub mod toolchain;
 
-use crate::build::nvcc::Nvcc;
 use crate::build::BuildOptions;
 use crate::codegen::Templates;
 use crate::error::{Error, Result};
 use crate::ir::Graph;
-use crate::lower::cuda::Arch;
 use crate::lower::cuda::CudaTarget;
-use crate::lower::target::ProfileProblem;
+use crate::lower::rocm::RocmTarget;
+use crate::lower::target::{ProfileProblem, ProfiledTarget};
 use crate::lower::{LibraryInstance, LowerOptions};
 use crate::runtime::profiler::{CaseError, ProfilerLib};
-use cache::{device_key, Outcome, ProfileCache};
+use cache::{Outcome, ProfileCache};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{json, Value as Json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+pub use toolchain::{ProfileTarget, Toolchain};
 
 /// A candidate disagrees with the reference when max |out − ref| exceeds this fraction of
 /// max |ref| (plus the same absolute slack): fp16 output rounding and a different summation order
@@ -39,7 +40,8 @@ use std::time::Instant;
 pub const MISMATCH_TOLERANCE: f64 = 1e-2;
 
 pub struct ProfileOptions {
-    pub arch: Arch,
+    /// The target and architecture whose library instances are timed.
+    pub target: ProfileTarget,
     pub lower: LowerOptions,
     /// The optimiser's options of the build the profile is for (`--attention fused` packs the q,
     /// k and v projections into one product, whose problem only that graph has).
@@ -146,7 +148,23 @@ pub fn profile(graph: &Graph, opts: &ProfileOptions) -> Result<ProfileReport> {
 /// sizes depend on, each at its bound, as `compile` with these options chooses.
 pub fn problems(graph: &Graph, opts: &ProfileOptions) -> Result<Vec<ProfileProblem>> {
     let (min_batch, max_batch) = opts.lower.batch_range(graph);
-    let target = CudaTarget::new(opts.arch).with_batch_range(min_batch, max_batch).recording();
+    match opts.target {
+        ProfileTarget::Cuda(arch) => {
+            recorded_problems(graph, opts, CudaTarget::new(arch).with_batch_range(min_batch, max_batch).recording())
+        }
+        ProfileTarget::Rocm(arch) => {
+            recorded_problems(graph, opts, RocmTarget::new(arch).with_batch_range(min_batch, max_batch).recording())
+        }
+    }
+}
+
+/// The problems a recording `target` is asked for while the graph is optimised with measured
+/// costs and lowered.
+fn recorded_problems<T: ProfiledTarget>(
+    graph: &Graph,
+    opts: &ProfileOptions,
+    target: T,
+) -> Result<Vec<ProfileProblem>> {
     let (optimised, _) =
         cost::optimize_measured(graph, &opts.optimize, &target, opts.lower.max_batch, &opts.lower.pricing_dims())?;
     crate::lower::lower(&optimised, &target, &opts.lower)?;
@@ -159,8 +177,8 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
             "profile: the model has no convolution or matrix product that runs on a library instance".into(),
         ));
     }
-    let nvcc = Nvcc::discover(opts.arch)?;
-    let templates = Templates::for_target("cuda")?;
+    let toolchain = Toolchain::discover(opts.target)?;
+    let templates = Templates::for_target(opts.target.templates())?;
     let dir = &opts.work_dir;
     std::fs::create_dir_all(dir).map_err(|e| Error::Other(format!("profile: cannot create {}: {e}", dir.display())))?;
     // One profile at a time per work folder: another would rewrite the sources and replace
@@ -173,7 +191,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     // measured is neither built nor timed again: a resumed or extended profile builds only the
     // candidates it still needs.
     let mut cache = ProfileCache::open(&opts.cache)?;
-    let known = cache.devices_for(opts.arch.as_str(), nvcc.version(), nvcc.cutlass_version());
+    let known = cache.devices_for(opts.target.arch_name(), &toolchain.compiler_key(), &toolchain.library_key());
     let assumed = if known.len() == 1 { known.first().cloned() } else { None };
     let pending = pending_problems(all, &cache, assumed.as_deref());
     let total_cases: usize = all.iter().map(|p| p.candidates.len()).sum();
@@ -230,8 +248,14 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     sources.push(PathBuf::from("profiler.cu"));
 
     let t0 = Instant::now();
-    let built =
-        crate::build::build(dir, &sources, &[PathBuf::from("library.cuh")], &nvcc, &opts.build, "libprofile.so")?;
+    let built = crate::build::build(
+        dir,
+        &sources,
+        &[PathBuf::from("library.cuh")],
+        toolchain.compiler(),
+        &opts.build,
+        "libprofile.so",
+    )?;
     if opts.progress {
         eprintln!("{}", built.summary());
     }
@@ -249,7 +273,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     }
 
     let lib = ProfilerLib::load(&dir.join("libprofile.so"))?;
-    let device = device_key(&lib.device_name()?, opts.arch.as_str(), nvcc.version(), nvcc.cutlass_version());
+    let device = toolchain.device_key(&lib.device_name()?);
     if let Some(a) = assumed.as_ref().filter(|a| **a != device) {
         return Err(Error::Other(format!(
             "profile: the cache {} holds times of '{a}', but this GPU is '{device}': the candidates it \
@@ -409,14 +433,14 @@ fn report(
 /// when given. None when the cache has no entry for this toolchain (the heuristic decides).
 pub fn measurements_for(
     cache: &ProfileCache,
-    arch: Arch,
-    nvcc: &Nvcc,
+    toolchain: &Toolchain,
     gpu: Option<&str>,
 ) -> Result<Option<(String, crate::lower::target::Measurements)>> {
-    let devices = cache.devices_for(arch.as_str(), nvcc.version(), nvcc.cutlass_version());
+    let devices =
+        cache.devices_for(toolchain.target().arch_name(), &toolchain.compiler_key(), &toolchain.library_key());
     let chosen = match gpu {
         Some(g) => {
-            let key = device_key(g, arch.as_str(), nvcc.version(), nvcc.cutlass_version());
+            let key = toolchain.device_key(g);
             if !devices.contains(&key) {
                 return Err(Error::Other(format!(
                     "profile cache {} has no times for '{key}' (it has: {})",
@@ -470,7 +494,9 @@ pub fn default_object_cache(cache: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use crate::ir::Dim;
+    use crate::lower::cuda::Arch;
     use crate::lower::problem::ConvProblem;
+    use cache::device_key;
 
     /// The recorded problems of one 3x3 convolution at batch ranges 1 and 8 (sm_90a candidates).
     fn problems() -> Vec<ProfileProblem> {
@@ -504,7 +530,7 @@ mod tests {
         let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx_models/exports/bert_tiny_torchscript.onnx");
         let g = crate::onnx::load_model(&model).unwrap();
         let opts = ProfileOptions {
-            arch: Arch::Sm90a,
+            target: ProfileTarget::Cuda(Arch::Sm90a),
             lower,
             optimize: crate::egraph::OptimizeOptions::pipeline(true).unwrap(),
             cache: PathBuf::from("unused.json"),
@@ -579,7 +605,7 @@ mod tests {
         let all = problems();
         assert_eq!(all.len(), 2);
         let n = all[0].candidates.len();
-        let dev = device_key("NVIDIA H200", "sm_90a", "13.0.88", "4.2.0");
+        let dev = device_key("NVIDIA H200", "sm_90a", "nvcc 13.0.88", "cutlass 4.2.0");
         let mut c = cache("pending");
         // Without a known device everything is pending.
         assert_eq!(pending_problems(&all, &c, None).iter().map(|p| p.candidates.len()).sum::<usize>(), 2 * n);
@@ -607,7 +633,7 @@ mod tests {
     #[test]
     fn report_takes_the_fastest_matching_candidate() {
         let all = problems();
-        let dev = device_key("NVIDIA H200", "sm_90a", "13.0.88", "4.2.0");
+        let dev = device_key("NVIDIA H200", "sm_90a", "nvcc 13.0.88", "cutlass 4.2.0");
         let mut c = cache("report");
         let p = &all[1];
         c.put(&dev, &p.signature, &p.candidates[0].config, Outcome::Ok { ms: 0.30 });

@@ -63,9 +63,8 @@
 //! - Bias `[K]` and residual (the output's shape) are optional; `pre_act`/`act` are rendered by
 //!   `act::act_call` as C++ expressions in `v`.
 
-use super::act::act_call;
 use super::{float_storage_fields, LowerSpec};
-use crate::ir::ops::kernel::{Act, Conv2d, Layout};
+use crate::ir::ops::kernel::{Conv2d, Layout};
 use crate::ir::{Dim, Node, Tensor};
 use crate::lower::{
     ConvProblem, Instance, KernelFacts, LowerCtx, LowerError, LowerResult, Precision, Target, TensorId,
@@ -475,13 +474,7 @@ pub const PAD_CHANNELS_TEMPLATE: &str = "pad_channels";
 /// Writes the patch matrix of a thin stem (explicit im2col).
 pub const IM2COL_TEMPLATE: &str = "im2col";
 
-/// The C++ float expression applying an optional activation to `x`.
-pub(crate) fn act_expr(act: Option<Act>, x: &str) -> String {
-    match act {
-        Some(a) => act_call(a, x),
-        None => x.to_string(),
-    }
-}
+pub(crate) use crate::lower::choice::act_expr;
 
 /// A dim that kernels need as a compile-time constant.
 fn known(d: &Dim, what: &str) -> LowerResult<i64> {
@@ -1003,6 +996,7 @@ fn emit_conv(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::ir::ops::kernel::Act;
     use crate::ir::ops::kernel::ConvGeom;
     use crate::ir::{DType, Graph, Op, Value, ValueType};
     use crate::lower::cuda::Arch;
@@ -1142,7 +1136,12 @@ pub(crate) mod tests {
         let mut hb = handlebars::Handlebars::new();
         hb.set_strict_mode(true);
         hb.register_escape_fn(handlebars::no_escape);
-        hb.register_template_string("pointwise", read("partials/pointwise.hbs")).expect("pointwise");
+        // Every partial under its name, as `Templates::for_target` registers them.
+        for entry in std::fs::read_dir(root.join("partials")).expect("templates/cuda/partials") {
+            let file = entry.expect("a partial").file_name().into_string().expect("a UTF-8 name");
+            let name = file.strip_suffix(".hbs").unwrap_or(&file).to_string();
+            hb.register_template_string(&name, read(&format!("partials/{file}"))).expect("partial parses");
+        }
         hb.register_template_string("common.cuh", read("common.cuh.hbs")).expect("common");
         let mut files = Vec::new();
         for k in &p.kernels {
