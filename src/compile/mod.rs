@@ -65,8 +65,8 @@ pub enum GpuTarget {
     #[default]
     Cuda,
     /// AMD: Composable Kernel and our kernels in HIP, clang-19 (`--target rocm --arch gfx942`);
-    /// [`CompileOptions::arch`] is not used. Kernel instances come from the heuristic (no
-    /// profiler for ROCm yet).
+    /// [`CompileOptions::arch`] is not used. Kernel instances come from the heuristic, or from
+    /// profiled times of an AMD GPU (`onnx2ait profile --target rocm`).
     Rocm(RocmArch),
 }
 

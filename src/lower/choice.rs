@@ -1,5 +1,5 @@
 //! How a target chooses library instances, whatever the target: the profile-cache signature of
-//! a problem, the fields the target's profiler template needs, and [`Choices`] — the profiled
+//! a problem, the fields the target's profiler template needs, and `Choices` — the profiled
 //! times a target chooses by, the instances sharing prefers, and the problems a recording target
 //! lists for `onnx2ait profile`. CUDA (CUTLASS) and ROCm (Composable Kernel) differ only in their
 //! candidates and their heuristic.

@@ -22,7 +22,9 @@
 //! ([`pick_ck_tile`]), documented since no AMD GPU has timed them: the largest tile that is not
 //! more than twice the problem on a side and whose grid still has a workgroup per compute unit
 //! (110 on an MI250X GCD, 304 on an MI300X); when none has, the smallest tile (most workgroups).
-//! It is CUDA's `pick_tile` rule with CU counts in place of SM counts.
+//! It is CUDA's `pick_tile` rule with CU counts in place of SM counts. Every tile that passes
+//! a problem's checks is a candidate the profiler times on an AMD GPU (`onnx2ait profile
+//! --target rocm`); with profiled times the fastest runs (`lower::choice`, shared with CUDA).
 //!
 //! CK checks part of a configuration's fitness only at run time (`IsSupportedArgument`), so
 //! [`ck_conv_check`] and [`ck_gemm_check`] repeat those checks on the CPU for the problem's
