@@ -373,13 +373,16 @@ const GROUP_MMA_MAX_MERGE: i64 = 2;
 /// kernel's groups are `merge` consecutive groups of the convolution each: groups of Cg and Kg
 /// channels too narrow for the kernel's 16-byte accesses (4 and 4) are computed as groups of
 /// merge·Cg and merge·Kg with block-diagonal weights (zero where a filter's group does not read
-/// the channel), which adds only zero products.
+/// the channel), which adds only zero products. `stages` input tiles are staged at a time: 2
+/// where they fit, so the next tile's copy is in flight while the block computes and stores this
+/// one; 1 (the next tile's copy overlaps only the store) where a second would not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupMmaTile {
     pub tile_p: i64,
     pub tile_q: i64,
     pub columns: i64,
     pub merge: i64,
+    pub stages: i64,
 }
 
 impl GroupMmaTile {
@@ -389,14 +392,15 @@ impl GroupMmaTile {
     }
 
     /// The block's shared memory, as the template declares it: the group's weight rows (padded by
-    /// 8 halves), the group's channels of the input tile with its halo, the output tile (rows
-    /// padded by 8 halves), and the column table (ints).
+    /// 8 halves), `stages` copies of the group's channels of the input tile with its halo, the
+    /// output tile (rows padded by 8 halves), and the column table (ints).
     pub fn smem_bytes(&self, p: &ConvProblem) -> i64 {
         let g = p.group / self.merge;
         let (cg, kg) = (p.c / g, p.k / g);
         let in_rows = (self.tile_p - 1) * p.strides[0] + (p.r - 1) * p.dilations[0] + 1;
         let in_cols = (self.tile_q - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1;
-        (kg * (self.columns + 8) + in_rows * in_cols * cg + STEM_TILE_PIXELS * (kg + 8)) * 2 + self.columns * 4
+        let patch = in_rows * in_cols * cg;
+        (kg * (self.columns + 8) + self.stages * patch + STEM_TILE_PIXELS * (kg + 8)) * 2 + self.columns * 4
     }
 }
 
@@ -422,7 +426,9 @@ pub fn group_mma_tile(p: &ConvProblem) -> Option<GroupMmaTile> {
         .find_map(|merge| group_mma_tile_of(p, merge))
 }
 
-/// The tile for `p` with `merge` groups per kernel group, if one fits shared memory.
+/// The tile for `p` with `merge` groups per kernel group, if one fits shared memory: the first
+/// shape of the preference order that fits with two staged input tiles, else the first that fits
+/// with one (a second stage hides the copy's latency; a shape change only trades halo reads).
 fn group_mma_tile_of(p: &ConvProblem, merge: i64) -> Option<GroupMmaTile> {
     let cg = p.c / p.group * merge;
     let columns = (p.r * p.s * cg + 15) / 16 * 16;
@@ -433,9 +439,18 @@ fn group_mma_tile_of(p: &ConvProblem, merge: i64) -> Option<GroupMmaTile> {
     } else {
         4
     };
-    std::iter::once(preferred)
-        .chain([16, 8, 4].into_iter().filter(|&q| q != preferred))
-        .map(|tile_q| GroupMmaTile { tile_p: STEM_TILE_PIXELS / tile_q, tile_q, columns, merge })
+    let shapes = std::iter::once(preferred).chain([16, 8, 4].into_iter().filter(|&q| q != preferred));
+    [2, 1]
+        .into_iter()
+        .flat_map(|stages| {
+            shapes.clone().map(move |tile_q| GroupMmaTile {
+                tile_p: STEM_TILE_PIXELS / tile_q,
+                tile_q,
+                columns,
+                merge,
+                stages,
+            })
+        })
         .find(|t| t.smem_bytes(p) <= STEM_SMEM_BYTES)
 }
 
@@ -444,6 +459,7 @@ pub fn group_mma_instance(tile: &GroupMmaTile) -> Instance {
     let mut context = Map::new();
     context.insert("tile_p".into(), json!(tile.tile_p));
     context.insert("tile_q".into(), json!(tile.tile_q));
+    context.insert("stages".into(), json!(tile.stages));
     Instance::own(GROUP_MMA_TEMPLATE, context)
 }
 
