@@ -19,7 +19,9 @@
 #   --batches B,B         batches of onnx2ait bench and PyTorch eager / CUDA graph (default 1,8,64,256)
 #   --compile-batches B,B batches of torch.compile, one process each (default 1,256)
 #   --no-torch-compile    no torch.compile peer (then nothing runs concurrently: see the schedule)
-#   --tc-parallel N       torch.compile processes compiling at the same time (default: all)
+#   --tc-parallel N       torch.compile processes compiling at the same time (default: all, at most 4:
+#                         on the 16-core H100 machine four at once finished in 287-354 s, six at once
+#                         none within 350 s, their load near 90; 2026-12-07)
 #   --tc-threads N        TORCHINDUCTOR_COMPILE_THREADS of each torch.compile process (default: torch's)
 #   --no-profile          do not run `onnx2ait profile` even if onnx2ait has it
 #   --pdl-off-too         also time each build with O2A_PDL=0 (programmatic dependent launch off)
@@ -335,7 +337,10 @@ if ((TC)); then
     done
   done
 fi
-((TC_PARALLEL > 0)) || TC_PARALLEL=${#TC_IDS[@]}
+if ((TC_PARALLEL == 0)); then
+  TC_PARALLEL=${#TC_IDS[@]}
+  ((TC_PARALLEL <= 4)) || TC_PARALLEL=4
+fi
 
 tc_pid() { cat "$SYNC/$1.pid" 2>/dev/null || true; }
 tc_alive() {
