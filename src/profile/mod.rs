@@ -191,7 +191,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     // measured is neither built nor timed again: a resumed or extended profile builds only the
     // candidates it still needs.
     let mut cache = ProfileCache::open(&opts.cache)?;
-    let known = cache.devices_for(opts.target.arch_name(), &toolchain.compiler_key(), &toolchain.library_key());
+    let known = toolchain.devices_in(&cache);
     let assumed = if known.len() == 1 { known.first().cloned() } else { None };
     let pending = pending_problems(all, &cache, assumed.as_deref());
     let total_cases: usize = all.iter().map(|p| p.candidates.len()).sum();
@@ -436,8 +436,7 @@ pub fn measurements_for(
     toolchain: &Toolchain,
     gpu: Option<&str>,
 ) -> Result<Option<(String, crate::lower::target::Measurements)>> {
-    let devices =
-        cache.devices_for(toolchain.target().arch_name(), &toolchain.compiler_key(), &toolchain.library_key());
+    let devices = toolchain.devices_in(cache);
     let chosen = match gpu {
         Some(g) => {
             let key = toolchain.device_key(g);

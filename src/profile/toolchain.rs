@@ -86,4 +86,9 @@ impl Toolchain {
     pub fn device_key(&self, gpu: &str) -> String {
         super::cache::device_key(gpu, self.target().arch_name(), &self.compiler_key(), &self.library_key())
     }
+
+    /// The device keys of `cache` with times for this toolchain (any GPU).
+    pub fn devices_in(&self, cache: &super::cache::ProfileCache) -> Vec<String> {
+        cache.devices_for(self.target().arch_name(), &self.compiler_key(), &self.library_key())
+    }
 }
