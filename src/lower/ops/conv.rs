@@ -391,13 +391,24 @@ impl GroupMmaTile {
         ConvProblem { group: p.group / self.merge, ..p.clone() }
     }
 
+    /// A staged input pixel, in halves (the template's PP): the group block's channels, padded by
+    /// 8 where they are 32 or 64 (4 or 8 16-byte units: 8 pixels that far apart would share
+    /// banks in one ldmatrix).
+    pub fn pixel_halves(&self, p: &ConvProblem) -> i64 {
+        let cb = p.c / (p.group / self.merge) * self.group_block;
+        if (cb / 8) % 2 == 0 && cb >= 32 {
+            cb + 8
+        } else {
+            cb
+        }
+    }
+
     /// The block's shared memory, as the template declares it: the group block's weight rows
-    /// (padded by 8 halves), its channels of the input tile with its halo (pixels of 32 or 64 channels padded by 8 halves: conflict-free ldmatrix rows), the output
-    /// tile (rows padded by 8 halves), and the column table (ints).
+    /// (padded by 8 halves), its channels of the input tile with its halo (`pixel_halves` a
+    /// pixel), the output tile (rows padded by 8 halves), and the column table (ints).
     pub fn smem_bytes(&self, p: &ConvProblem) -> i64 {
-        let g = p.group / self.merge;
-        let (cb, kb) = (p.c / g * self.group_block, p.k / g * self.group_block);
-        let pixel = if (cb / 8) % 2 == 0 && cb >= 32 { cb + 8 } else { cb };
+        let kb = p.k / (p.group / self.merge) * self.group_block;
+        let pixel = self.pixel_halves(p);
         let in_rows = (self.tile_p - 1) * p.strides[0] + (p.r - 1) * p.dilations[0] + 1;
         let in_cols = (self.tile_q - 1) * p.strides[1] + (p.s - 1) * p.dilations[1] + 1;
         let patch = in_rows * in_cols * pixel;
@@ -1935,7 +1946,8 @@ pub(crate) mod tests {
         let [tp, tq, kp, gb] = [tile.tile_p, tile.tile_q, tile.columns, tile.group_block].map(u);
         let (cg, kg) = (c / groups, k / groups);
         let (cb, kb) = (gb * cg, gb * kg);
-        let pix = if (cb / 8) % 2 == 0 && cb >= 32 { cb + 8 } else { cb };
+        let pix = u(tile.pixel_halves(p));
+        assert!(pix >= cb && pix % 8 == 0);
         let (in_rows, in_cols) = ((tp - 1) * sh + (r - 1) * dh + 1, (tq - 1) * sw + (s - 1) * dw + 1);
         let pitch = in_cols * pix;
         let rsc = r * s * cg;
