@@ -894,9 +894,6 @@ impl CudaTarget {
             && !(p.residual && p.pre_act.is_some())
     }
 
-    /// The profile-cache key of `p` at batch `n`. A grouped problem adds its group count after
-    /// the window (` g32`); group-1 signatures stay as they were, so existing caches still apply.
-
     /// The heuristic conv choice at batch `n` (see the module doc).
     fn conv_heuristic(&self, p: &ConvProblem, n: i64, candidates: &[LibraryInstance]) -> LibraryInstance {
         if p.group != 1 {
@@ -1003,11 +1000,7 @@ impl CudaTarget {
         out
     }
 
-    /// The gemm's sizes at `point`: (batch_count, m, n, k).
-
-    /// The problem's fields for the profiler, with the leading dims and batch strides the gemm
-    /// lowering passes (packed operands, per-column bias, residual shaped like the output).
-
+    /// The heuristic gemm choice at `point` (see the module doc).
     fn gemm_heuristic(&self, p: &GemmProblem, point: &Point, candidates: &[LibraryInstance]) -> LibraryInstance {
         let [bc, m, n, _] = gemm_dims(p, point);
         let find = |config: &str| candidates.iter().find(|c| c.config.starts_with(config)).cloned();
