@@ -8,6 +8,7 @@ use onnx2ait::build::BuildOptions;
 use onnx2ait::codegen::generate_cuda;
 use onnx2ait::egraph::{optimize, OptimizeOptions};
 use onnx2ait::lower::cuda::Arch;
+use onnx2ait::lower::target::ProfiledTarget;
 use onnx2ait::lower::LowerOptions;
 use std::path::{Path, PathBuf};
 

@@ -24,6 +24,7 @@ use onnx2ait::egraph::{optimize, optimize_with_cost, ExplainReport, OptimizeOpti
 use onnx2ait::ir::Graph;
 use onnx2ait::lower::cuda::Arch;
 use onnx2ait::lower::cuda::CudaTarget;
+use onnx2ait::lower::target::ProfiledTarget;
 use onnx2ait::profile::cache::ProfileCache;
 use onnx2ait::profile::cost::{CostReport, MeasuredCost};
 use serde::Serialize;

@@ -273,24 +273,16 @@ pub fn prepare(mut graph: Graph, opts: &CompileOptions) -> Result<Prepared> {
     let (measured, choice, profile_summary) = kernel_choice(opts, &graph, &lower, &optimize_opts, profile_target)?;
     let chosen = Chosen { graph: &graph, optimised, report, lower: &lower, optimize: &optimize_opts, opts };
     let (target, optimised, report, sharing) = match opts.target {
-        GpuTarget::Cuda => {
-            let target = CudaTarget::new(opts.arch).with_batch_range(min_batch, max_batch);
-            let target = match measured {
-                Some(m) => target.with_measurements(m),
-                None => target,
-            };
-            let (t, optimised, report, sharing) = chosen.measured_and_shared(target)?;
-            (PreparedTarget::Cuda(t), optimised, report, sharing)
-        }
-        GpuTarget::Rocm(arch) => {
-            let target = RocmTarget::new(arch).with_batch_range(min_batch, max_batch);
-            let target = match measured {
-                Some(m) => target.with_measurements(m),
-                None => target,
-            };
-            let (t, optimised, report, sharing) = chosen.measured_and_shared(target)?;
-            (PreparedTarget::Rocm(t), optimised, report, sharing)
-        }
+        GpuTarget::Cuda => chosen.measured_and_shared(
+            CudaTarget::new(opts.arch).with_batch_range(min_batch, max_batch),
+            measured,
+            PreparedTarget::Cuda,
+        )?,
+        GpuTarget::Rocm(arch) => chosen.measured_and_shared(
+            RocmTarget::new(arch).with_batch_range(min_batch, max_batch),
+            measured,
+            PreparedTarget::Rocm,
+        )?,
     };
     Ok(Prepared {
         opts: opts.clone(),
@@ -317,12 +309,22 @@ struct Chosen<'a> {
 }
 
 impl Chosen<'_> {
-    /// With profiled times, extraction prices convs and gemms by them (at the largest batch, the
-    /// range that dominates throughput), so fusion and layout choices follow measurements; then
-    /// the measured choices share instances (`--reuse-within`). Returns the target, the graph,
-    /// its report and the sharing summary.
-    fn measured_and_shared<T: ProfiledTarget>(self, target: T) -> Result<(T, Graph, ExplainReport, Option<String>)> {
+    /// `target` given the profiled times `measured`, if any. With them, extraction prices convs
+    /// and gemms by them (at the largest batch, the range that dominates throughput), so fusion
+    /// and layout choices follow measurements; then the measured choices share instances
+    /// (`--reuse-within`). Returns the target (wrapped by `prepared`), the graph, its report and
+    /// the sharing summary.
+    fn measured_and_shared<T: ProfiledTarget>(
+        self,
+        target: T,
+        measured: Option<Measurements>,
+        prepared: fn(T) -> PreparedTarget,
+    ) -> Result<(PreparedTarget, Graph, ExplainReport, Option<String>)> {
         let opts = self.opts;
+        let target = match measured {
+            Some(m) => target.with_measurements(m),
+            None => target,
+        };
         let (optimised, report) = if target.has_measurements() {
             crate::profile::cost::optimize_measured(
                 self.graph,
@@ -347,7 +349,7 @@ impl Chosen<'_> {
                 (plan.worst_slowdown - 1.0) * 100.0
             )
         });
-        Ok((target, optimised, report, sharing))
+        Ok((prepared(target), optimised, report, sharing))
     }
 }
 

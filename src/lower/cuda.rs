@@ -42,7 +42,7 @@
 //! [`super::target::MAX_CHOICE_POINTS`] points); the node then tests both dims. For each range:
 //! 1. measured: the fastest candidate the profiler timed (and checked against a reference) for
 //!    this exact problem at the range's bounds (largest batch, largest sequence length)
-//!    ([`CudaTarget::with_measurements`]);
+//!    ([`ProfiledTarget::with_measurements`]);
 //! 2. otherwise the heuristic: on sm_90a, a convolution takes the largest sm90 conv tile whose
 //!    grid covers two thirds of the SMs, or, for a smaller problem, the sm90 128x64 tile (K ≤ 64)
 //!    or 64x128 tile: on the H200 those beat the sm80 tiles on every small ResNet-50 problem (the
@@ -662,12 +662,6 @@ impl CudaTarget {
         self
     }
 
-    /// Profiled times to choose from (see [`Measurements`]).
-    pub fn with_measurements(mut self, m: Measurements) -> CudaTarget {
-        self.choices = self.choices.with_measurements(m);
-        self
-    }
-
     /// Lets a measured choice take an instance of `instances` over the fastest candidate when it
     /// is at most `1 + tolerance` times slower (fewer instances to build; see `sharing.rs`).
     pub fn with_shared_instances(mut self, instances: BTreeSet<String>, tolerance: f64) -> CudaTarget {
@@ -1037,12 +1031,12 @@ impl CudaTarget {
         find(&format!("gemm_sm80 {}", t.config())).unwrap_or_else(|| candidates[0].clone())
     }
 
-    /// The profiled times given ([`CudaTarget::with_measurements`]).
+    /// The profiled times given ([`ProfiledTarget::with_measurements`]).
     pub fn measurements(&self) -> Option<&Measurements> {
         self.choices.measurements()
     }
 
-    /// Whether profiled times were given ([`CudaTarget::with_measurements`]).
+    /// Whether profiled times were given ([`ProfiledTarget::with_measurements`]).
     pub fn has_measurements(&self) -> bool {
         self.choices.measurements().is_some()
     }
@@ -1094,6 +1088,10 @@ impl CudaTarget {
 }
 
 impl ProfiledTarget for CudaTarget {
+    fn with_measurements(mut self, m: Measurements) -> CudaTarget {
+        self.choices = self.choices.with_measurements(m);
+        self
+    }
     fn measurements(&self) -> Option<&Measurements> {
         CudaTarget::measurements(self)
     }

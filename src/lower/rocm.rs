@@ -300,12 +300,6 @@ impl RocmTarget {
         self.arch
     }
 
-    /// Profiled times to choose from (`onnx2ait profile --target rocm` on an AMD GPU).
-    pub fn with_measurements(mut self, m: Measurements) -> RocmTarget {
-        self.choices = self.choices.with_measurements(m);
-        self
-    }
-
     /// Records every library problem the lowering asks about, with its candidates.
     pub fn recording(mut self) -> RocmTarget {
         self.choices = self.choices.recording();
@@ -497,6 +491,11 @@ impl Target for RocmTarget {
 /// The profiled choice on ROCm, as on CUDA: a problem's candidates are the CK tiles that pass its
 /// checks at the point's sizes.
 impl ProfiledTarget for RocmTarget {
+    /// Profiled times to choose from (`onnx2ait profile --target rocm` on an AMD GPU).
+    fn with_measurements(mut self, m: Measurements) -> RocmTarget {
+        self.choices = self.choices.with_measurements(m);
+        self
+    }
     fn measurements(&self) -> Option<&Measurements> {
         self.choices.measurements()
     }

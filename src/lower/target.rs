@@ -306,6 +306,10 @@ pub struct ProfileProblem {
 /// A target whose library instances are chosen by profiled times: what instance sharing
 /// (`lower::sharing`) and the measured cost model (`profile::cost`) ask of it.
 pub trait ProfiledTarget: Target {
+    /// The target choosing by profiled times `m` where they cover a problem.
+    fn with_measurements(self, m: Measurements) -> Self
+    where
+        Self: Sized;
     /// The profiled times given to it, if any.
     fn measurements(&self) -> Option<&Measurements>;
     fn has_measurements(&self) -> bool {
