@@ -14,7 +14,7 @@
 mod common;
 
 use onnx2ait::lower::cuda::Arch;
-use onnx2ait::lower::ops::conv::{stem_instance, stem_tile, StemTile};
+use onnx2ait::lower::ops::conv::{stem_instance, stem_pool_fields, stem_pool_tile, stem_tile, StemTile};
 use onnx2ait::lower::ConvProblem;
 use serde_json::{json, Value as Json};
 
@@ -71,6 +71,24 @@ fn cases() -> Vec<Json> {
         map.insert("x_ctype".into(), json!(ctype));
         out.push(c);
     }
+    // A max pooling fused into the store (src/lower/fuse.rs): ResNet's 3x3/2 after its stem
+    // (two passes, the NCHW fp32 input) and a 2x2/2 one without padding after MobileNet's.
+    for (i, window, stride, pad) in [(0, 3, 2, 1), (1, 2, 2, 0)] {
+        let p = &shapes[i];
+        let stem = stem_tile(p).expect("a stem");
+        let pooled = [p.p, p.q].map(|x| (x + 2 * pad - window) / stride + 1);
+        let tile = stem_pool_tile(p, &stem, [window; 2], [stride; 2], [pad; 2], pooled).expect("the pooling fuses");
+        let name = format!("k{:03}_conv2d_stem", out.len());
+        let mut c = context(&name, "(dims.v[0])", p, &stem);
+        let map = c.as_object_mut().expect("object");
+        stem_pool_fields(&tile, map);
+        map.insert("node".into(), json!(name));
+        if i == 0 {
+            map.insert("x_nchw".into(), json!(true));
+            map.insert("x_ctype".into(), json!("float"));
+        }
+        out.push(c);
+    }
     out
 }
 
@@ -91,12 +109,15 @@ fn stem_selection_rule() {
     let tile = stem_tile(&resnet).expect("ResNet's stem");
     // Filter rows of 7x3 = 21 columns and one zero column: 7 x 22 = 154 of 160 columns, read in
     // 4-byte pairs (stride 2: every window starts at an even half).
-    assert_eq!(tile, StemTile { tile_p: 8, tile_q: 16, block_n: 64, columns: 160, row_columns: 22, paired: true });
+    assert_eq!(
+        tile,
+        StemTile { tile_p: 8, tile_q: 16, block_n: 64, columns: 160, row_columns: 22, paired: true, pool: None }
+    );
     assert!(tile.smem_bytes(&resnet) <= 48 * 1024);
     let mobilenet = problem([224, 224, 3], 32, [3, 3], [1, 1], [2, 2], [1, 1], false);
     assert_eq!(
         stem_tile(&mobilenet),
-        Some(StemTile { tile_p: 8, tile_q: 16, block_n: 32, columns: 32, row_columns: 10, paired: true })
+        Some(StemTile { tile_p: 8, tile_q: 16, block_n: 32, columns: 32, row_columns: 10, paired: true, pool: None })
     );
     let narrow = problem([12, 9, 4], 8, [3, 3], [1, 1], [1, 1], [1, 1], false);
     assert_eq!(stem_tile(&narrow).map(|t| (t.tile_p, t.tile_q, t.paired)), Some((16, 8, true)));

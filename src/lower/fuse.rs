@@ -1,7 +1,9 @@
 //! Program-level fusion of kernels the lowering emits one after another, run on the finished
 //! [`Program`] before memory planning.
 //!
-//! Today one pattern, the channels-first model input: a cast of the caller's fp32 (or fp16)
+//! Two patterns. First, a max pooling that alone reads a thin-stem convolution's output fuses
+//! into the stem kernel's store ([`fuse_stem_pools`]; ResNet's 3x3/2 pooling after its 7x7/2
+//! stem): the stem's map is never written. Then the channels-first model input: a cast of the caller's fp32 (or fp16)
 //! NCHW tensor to fp16, the `transpose` family's tiled matrix transpose NCHW → NHWC
 //! (`[B, C, HW] → [B, HW, C]`) and the `pad_channels` kernel of a thin convolution (C = 3 → 4;
 //! a thin stem with a wider filter runs on the stem kernel or the im2col path instead, both of
@@ -29,6 +31,7 @@
 //! zero channels (and the stem's own convolution).
 
 use super::dim_expr;
+use super::ops::conv::{stem_pool_fields, stem_pool_tile};
 use super::program::{KernelFacts, KernelInstance, LauncherArg, Program, Storage, TensorId};
 use crate::ir::{DType, Dim};
 use serde_json::{json, Map, Value as Json};
@@ -44,6 +47,8 @@ const MAX_CHANNELS: i64 = 32 * 65535;
 /// Merges chains of boundary kernels into one kernel where the intermediate tensors have no other
 /// reader.
 pub fn fuse_program(program: &mut Program) {
+    // First the pooling into the stem: the layout chain then ends in the pooled stem.
+    fuse_stem_pools(program);
     let chains = find_chains(program);
     if chains.is_empty() {
         return;
@@ -200,7 +205,8 @@ fn as_pad(p: &Program, k: &KernelInstance) -> Option<(TensorId, TensorId, i64, i
 /// A stem convolution (`KernelFacts::StemConv`) reading the tiled transpose `tr`'s output
 /// `[batches, pixels, rows]` as its `[N, H, W, C]` input: its argument slot.
 fn as_stem(p: &Program, k: &KernelInstance, tr: &Tiled) -> Option<usize> {
-    let KernelFacts::StemConv { x_slot } = k.facts else { return None };
+    let KernelFacts::StemConv(stem) = &k.facts else { return None };
+    let x_slot = stem.x_slot;
     let x = p.tensors.get(*k.args.get(x_slot)?)?;
     let [n, h, w, c] = x.shape.as_slice() else { return None };
     let pixels = h.as_known()?.checked_mul(w.as_known()?)?;
@@ -383,6 +389,88 @@ fn fused_stem(p: &Program, ch: &Chain, x_slot: usize) -> Option<KernelInstance> 
     Some(k)
 }
 
+/// Fuses each max pooling that alone reads a thin-stem convolution's output into the stem
+/// kernel, where `ops::conv::stem_pool_tile` finds a tile for it: the stem's map is then never
+/// written, only the pooled one (on an H100 at batch 256, ResNet-50's stem wrote 411 MB that the
+/// pooling read back, 0.473 + 0.188 ms). The fused kernel runs where the stem ran and writes the
+/// pooled tensor there, which nothing reads before the pooling did; it keeps the stem's name,
+/// work (the convolution's useful flops) and facts (with the pooled tile).
+fn fuse_stem_pools(program: &mut Program) {
+    let uses = Uses::of(program);
+    let mut fused: Vec<(usize, usize, TensorId, KernelInstance)> = Vec::new();
+    for (k, kernel) in program.kernels.iter().enumerate() {
+        if let Some((q, t, instance)) = pooled_stem(program, &uses, k, kernel) {
+            fused.push((k, q, t, instance));
+        }
+    }
+    if fused.is_empty() {
+        return;
+    }
+    let mut removed = vec![false; program.kernels.len()];
+    let mut dead = vec![false; program.tensors.len()];
+    for (k, q, t, instance) in fused {
+        program.kernels[k] = instance;
+        removed[q] = true;
+        dead[t] = true;
+    }
+    let old = std::mem::take(&mut program.kernels);
+    program.kernels = old.into_iter().zip(removed).filter(|(_, r)| !r).map(|(k, _)| k).collect();
+    remove_tensors(program, &dead);
+    renumber_kernels(program);
+}
+
+/// Stem kernel `k` with the max pooling that alone reads its output fused in: the pooling's
+/// kernel index, the stem's output tensor (gone after the fusion) and the fused kernel.
+fn pooled_stem(
+    p: &Program,
+    uses: &Uses,
+    k: usize,
+    kernel: &KernelInstance,
+) -> Option<(usize, TensorId, KernelInstance)> {
+    let KernelFacts::StemConv(stem) = &kernel.facts else { return None };
+    let t = *kernel.args.get(stem.out_slot)?;
+    let &[q] = uses.readers[t].as_slice() else { return None };
+    if !uses.private(p, t, k, q) {
+        return None;
+    }
+    let pool = &p.kernels[q];
+    let KernelFacts::MaxPool2d { x_slot, out_slot, kernel: window, strides, pads, out } = pool.facts else {
+        return None;
+    };
+    let pooled = *pool.args.get(out_slot)?;
+    if pool.args.get(x_slot) != Some(&t) || pool.args.len() != 2 || uses.writers[pooled] != [q] {
+        return None;
+    }
+    // Written earlier now: nothing may read it before the pooling wrote it.
+    if uses.readers[pooled].iter().any(|&r| r <= q) {
+        return None;
+    }
+    // The stem's [N, P, Q, K] map pooled to [N, out, K].
+    let pr = &stem.problem;
+    let known = |dims: &[Dim]| dims.iter().map(Dim::as_known).collect::<Option<Vec<i64>>>();
+    let (ts, ps) = (&p.tensors[t].shape, &p.tensors[pooled].shape);
+    let ([tn, tail @ ..], [pn, ptail @ ..]) = (ts.as_slice(), ps.as_slice()) else { return None };
+    let shapes_ok = tn == pn
+        && known(tail)? == [pr.p, pr.q, pr.k]
+        && known(ptail)? == [out[0], out[1], pr.k]
+        && p.tensors[pooled].dtype == DType::F16;
+    if !shapes_ok {
+        return None;
+    }
+    let tile = stem_pool_tile(pr, &stem.tile, window, strides, pads, out)?;
+    let mut fused = kernel.clone();
+    fused.args[stem.out_slot] = pooled;
+    fused.launcher_args[stem.out_slot] = LauncherArg { index: stem.out_slot, ..launcher_arg(p, pooled, &[q])? };
+    let c = &mut fused.context;
+    c.insert("args".into(), Json::Array(fused.launcher_args.iter().map(LauncherArg::template_fields).collect()));
+    stem_pool_fields(&tile, c);
+    fused.node = format!("{}, {}", kernel.node, pool.node);
+    let mut facts = stem.clone();
+    facts.tile = tile;
+    fused.facts = KernelFacts::StemConv(facts);
+    Some((q, t, fused))
+}
+
 /// Drops the tensors marked dead (no kernel, view or graph io refers to them) and renumbers the
 /// others in order.
 pub(super) fn remove_tensors(p: &mut Program, dead: &[bool]) {
@@ -432,7 +520,7 @@ pub(super) fn renumber_kernels(p: &mut Program) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::ops::kernel::{Act, Conv2d, ConvGeom, Layout, Transpose};
+    use crate::ir::ops::kernel::{Act, Conv2d, ConvGeom, Layout, Pool, PoolKind, Transpose};
     use crate::ir::Graph;
     use crate::lower::cuda::Arch;
     use crate::lower::cuda::CudaTarget;
@@ -581,6 +669,65 @@ mod tests {
         assert_eq!((c["pixels"].as_str(), c["c_in"].as_i64(), c["c_out"].as_i64()), (Some("1024"), Some(3), Some(4)));
     }
 
+    /// ResNet's stem and its 3x3/2 max pooling (NHWC, as the optimiser leaves them).
+    fn resnet_stem_pool() -> (G, usize) {
+        let mut b = resnet_stem();
+        let y = b.g.outputs.pop().expect("the stem's output");
+        let geom = ConvGeom { strides: [2, 2], pads: [1; 4], dilations: [1, 1], group: 1 };
+        let pool = Pool { kind: PoolKind::Max, layout: Layout::Nhwc, kernel: [3, 3], geom, ceil_mode: false };
+        let z = b.node("pool0", Box::new(pool), vec![Some(y)]);
+        b.g.outputs.push(z);
+        (b, y)
+    }
+
+    #[test]
+    fn the_max_pool_after_a_stem_fuses_into_it() {
+        let (b, _) = resnet_stem_pool();
+        let p = lowered(&b.g);
+        // Unfused: the stem (reading the NCHW input), the pooling, the output cast.
+        assert_eq!(templates(&p), ["conv", "cast"]);
+        check_consistent(&p);
+        let k = &p.kernels[0];
+        assert_eq!((k.template.as_str(), k.name.as_str()), ("conv2d_stem", "k000_conv2d_stem"));
+        assert_eq!(k.node, "graph inputs, to_nhwc, conv0, pool0");
+        let c = &k.context;
+        let field = |f: &str| c[f].as_i64().unwrap_or_else(|| panic!("{f}"));
+        assert_eq!((c["pool"].as_bool(), c["x_nchw"].as_bool()), (Some(true), Some(true)));
+        // 7x8 pooled pixels from 15x17 stem pixels a tile (ops::conv::stem_pool_tile).
+        assert_eq!(
+            [
+                "tile_p",
+                "tile_q",
+                "pool_tile_p",
+                "pool_tile_q",
+                "pool_p",
+                "pool_q",
+                "pool_kernel_h",
+                "pool_stride_w",
+                "pool_pad_h"
+            ]
+            .map(field),
+            [15, 17, 7, 8, 56, 56, 3, 2, 1]
+        );
+        // The stem's 112x112 map is gone: input, weights, the pooled output, the graph output.
+        let names: Vec<&str> = p.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["data", "w.stem160", "pool0.out", "pool0.out"]);
+        let out = &p.tensors[k.args[2]];
+        assert_eq!(out.shape[1..], [56, 56, 64].map(Dim::known));
+        assert_eq!(c["args"][2]["name"], json!(k.launcher_args[2].name));
+        render_fused(&p, "fuse_stem_pool", "conv2d_stem");
+    }
+
+    #[test]
+    fn a_stem_whose_output_has_a_second_reader_keeps_its_pool() {
+        let (mut b, y) = resnet_stem_pool();
+        b.g.outputs.push(y);
+        let p = lowered(&b.g);
+        assert_eq!(templates(&p), ["conv", "pool2d", "cast", "cast"]);
+        assert_eq!(p.kernels[0].context.get("pool"), None);
+        check_consistent(&p);
+    }
+
     #[test]
     fn a_stem_with_a_second_reader_of_its_input_keeps_the_transform() {
         // The NHWC tensor is also a graph output: the layout kernel stays and the stem reads it.
@@ -591,7 +738,7 @@ mod tests {
         assert_eq!(&templates(&p)[..2], ["nchw_to_nhwc", "conv"]);
         let stem = &p.kernels[1];
         assert_eq!((stem.context["x_nchw"].as_bool(), stem.context["x_ctype"].as_str()), (Some(false), Some("half")));
-        assert_eq!(stem.facts, KernelFacts::StemConv { x_slot: 0 });
+        assert!(matches!(&stem.facts, KernelFacts::StemConv(f) if f.x_slot == 0));
         check_consistent(&p);
     }
 

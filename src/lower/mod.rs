@@ -42,7 +42,7 @@ pub mod weights;
 pub use problem::{BiasKind, ConvProblem, GemmProblem};
 pub use program::{
     DeviceTensor, DispatchEntry, IoTensor, KernelFacts, KernelInstance, LauncherArg, MemoryPlan, Program, RunDim,
-    RunDims, Storage, TensorId,
+    RunDims, StemFacts, Storage, TensorId,
 };
 pub use target::{Dispatch, Instance, LibraryInstance, Target};
 

@@ -6,7 +6,7 @@ use crate::ir::Dim;
 use std::collections::BTreeMap;
 
 /// `act(pre_act(conv(x, w) + bias) + residual)` on NHWC fp16 activations and KRSC fp16 weights.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ConvProblem {
     /// Batch (constant or the batch symbol).
     pub n: Dim,

@@ -2,6 +2,8 @@
 //! weights blob and the memory plan. It is target-neutral data: a target's templates turn it into
 //! source files (`crate::codegen`), and nothing in it names CUDA.
 
+use super::ops::conv::StemTile;
+use super::problem::ConvProblem;
 use crate::ir::{DType, Dim};
 use serde::Serialize;
 use serde_json::{json, Map, Value as Json};
@@ -162,11 +164,27 @@ pub enum KernelFacts {
     /// `pad_channels` (`ops::conv`): `args[out_slot]` is `args[x_slot]` with its innermost
     /// (channel) dim zero-padded from `c_in` to `c_out`.
     PadChannels { x_slot: usize, out_slot: usize, c_in: i64, c_out: i64 },
-    /// The thin-stem convolution (`ops::conv::STEM_TEMPLATE`): it reads `args[x_slot]`, an
-    /// `[N, H, W, C]` fp16 tensor, which it can read instead as the `[N, C, H, W]` tensor of fp32
-    /// or fp16 it was transposed (and converted) from: template fields `x_nchw` and `x_ctype`,
-    /// set by the fusion pass (`fuse.rs`).
-    StemConv { x_slot: usize },
+    /// The thin-stem convolution (`ops::conv::STEM_TEMPLATE`), see [`StemFacts`].
+    StemConv(Box<StemFacts>),
+    /// A 2-D max pooling of an NHWC fp16 tensor without dilation (`ops::pool`): `args[out_slot]`
+    /// is the pooling of `args[x_slot]`, `[N, H, W, C]` → `[N, out[0], out[1], C]`, over
+    /// `kernel` windows at `strides` with `pads` (begin) rows and columns of padding, which no
+    /// window reads (ONNX MaxPool).
+    MaxPool2d { x_slot: usize, out_slot: usize, kernel: [i64; 2], strides: [i64; 2], pads: [i64; 2], out: [i64; 2] },
+}
+
+/// What the fusion pass (`fuse.rs`) knows of a thin-stem convolution: it reads `args[x_slot]`,
+/// an `[N, H, W, C]` fp16 tensor, which it can read instead as the `[N, C, H, W]` tensor of fp32
+/// or fp16 it was transposed (and converted) from (template fields `x_nchw` and `x_ctype`); it
+/// writes `args[out_slot]`, which a max pooling may be fused into (`ops::conv::stem_pool_tile`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StemFacts {
+    pub x_slot: usize,
+    pub out_slot: usize,
+    #[serde(skip)]
+    pub problem: ConvProblem,
+    #[serde(skip)]
+    pub tile: StemTile,
 }
 
 /// A dim whose value the caller picks at each run, within a range fixed at compile time

@@ -67,7 +67,7 @@ use super::{float_storage_fields, LowerSpec};
 use crate::ir::ops::kernel::{Conv2d, Layout};
 use crate::ir::{Dim, Node, Tensor};
 use crate::lower::{
-    ConvProblem, Instance, KernelFacts, LowerCtx, LowerError, LowerResult, Precision, Target, TensorId,
+    ConvProblem, Instance, KernelFacts, LowerCtx, LowerError, LowerResult, Precision, StemFacts, Target, TensorId,
 };
 use crate::lower_unsupported;
 use ndarray::{s, ArrayD, IxDyn};
@@ -239,6 +239,26 @@ pub struct StemTile {
     /// pairs are neighbours in the staged tile when the dilation along W is 1, and aligned when the
     /// window's step along W (stride · C halves) is even.
     pub paired: bool,
+    /// A max pooling over the stem's output fused into its store ([`stem_pool_tile`]): the conv
+    /// tile `tile_p` x `tile_q` is then the pooled tile's windows, computed in one or two passes
+    /// of 128 pixels.
+    pub pool: Option<StemPool>,
+}
+
+/// A max pooling the stem kernel applies to its own output tile before storing it (ResNet's
+/// 3x3/2 pooling after the 7x7/2 stem): the stem's `P` x `Q` map is never written, only the
+/// pooled one. Padding taps (outside the stem's map) are skipped, as ONNX's MaxPool skips them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StemPool {
+    /// Window rows and columns.
+    pub kernel: [i64; 2],
+    pub strides: [i64; 2],
+    /// Padding before the first row and column.
+    pub pads: [i64; 2],
+    /// The pooled map's rows and columns.
+    pub out: [i64; 2],
+    /// Pooled rows and columns of a block's tile.
+    pub tile: [i64; 2],
 }
 
 impl StemTile {
@@ -266,12 +286,19 @@ impl StemTile {
         self.in_rows(p) * self.pitch(p) + 8
     }
 
-    /// The block's shared memory, as the template declares it: the weight rows (padded by 8
-    /// halves), the input tile with its halo, the output tile (rows padded by 8 halves), and the
-    /// column table (ints).
+    /// Passes of 128 pixels (4 warps of two m16 tiles) over the conv tile: one, or two for a
+    /// pooled tile of more than 128 pixels.
+    pub fn passes(&self) -> i64 {
+        (self.tile_p * self.tile_q + STEM_TILE_PIXELS - 1) / STEM_TILE_PIXELS
+    }
+
+    /// The block's shared memory, as the template lays it out: the weight rows (padded by 8
+    /// halves), the input tile with its halo (rounded up to 16 bytes), the output tile (a row of
+    /// `block_n` + 8 halves for each pixel of every pass), and the column table (ints).
     pub fn smem_bytes(&self, p: &ConvProblem) -> i64 {
-        let out_tile = self.tile_p * self.tile_q * (self.block_n + 8);
-        (self.block_n * (self.columns + 8) + self.patch_halves(p) + out_tile) * 2 + self.columns * 4
+        let out_tile = self.passes() * STEM_TILE_PIXELS * (self.block_n + 8);
+        let patch = (self.patch_halves(p) + 7) / 8 * 8;
+        (self.block_n * (self.columns + 8) + patch + out_tile) * 2 + self.columns * 4
     }
 }
 
@@ -304,8 +331,66 @@ pub fn stem_tile(p: &ConvProblem) -> Option<StemTile> {
         columns: (p.r * row_columns + 15) / 16 * 16,
         row_columns,
         paired,
+        pool: None,
     };
     (tile.smem_bytes(p) <= STEM_SMEM_BYTES).then_some(tile)
+}
+
+/// Shared memory of a stem block with a fused pooling at most: its output tile holds one or two
+/// passes of 128 pixels (dynamic shared memory beyond the static 48 KB; the launcher reserves
+/// it). 100 KB leaves room for two blocks on an SM of every target with the kernel (sm_80: 164
+/// KB, sm_90: 227 KB).
+const STEM_POOL_SMEM_BYTES: i64 = 100 * 1024;
+
+/// The stem tile `tile` of `p` with the max pooling (`kernel`, `strides`, `pads` before, no
+/// dilation, a pooled map `out`) fused into its store, or None where the fusion does not apply:
+/// a residual (the pooled stem has none in the networks that have it), a window that does not
+/// fit a two-pass tile, or shared memory beyond [`STEM_POOL_SMEM_BYTES`]. The pooled tile is
+/// the one that computes the fewest stem pixels over the whole pooled map (its windows overlap
+/// the neighbouring tiles' by `kernel - stride` rows and columns, which both compute): for
+/// ResNet's 3x3/2 pooling of the 112x112 stem map to 56x56, 7x8 pooled pixels from 15x17 stem
+/// pixels in two passes, 14336 stem pixels a map where the unfused stem computes 12544.
+pub fn stem_pool_tile(
+    p: &ConvProblem,
+    tile: &StemTile,
+    kernel: [i64; 2],
+    strides: [i64; 2],
+    pads: [i64; 2],
+    out: [i64; 2],
+) -> Option<StemTile> {
+    let positive = |a: [i64; 2]| a.iter().all(|&v| v >= 1);
+    if p.residual || tile.pool.is_some() || !positive(kernel) || !positive(strides) || !positive(out) {
+        return None;
+    }
+    if pads.iter().zip(&kernel).any(|(&pad, &k)| pad < 0 || pad >= k) {
+        return None;
+    }
+    // Every window must start inside the stem's map (a window wholly in the padding would
+    // have no tap).
+    if (out[0] - 1) * strides[0] - pads[0] >= p.p || (out[1] - 1) * strides[1] - pads[1] >= p.q {
+        return None;
+    }
+    let mut best: Option<(i64, i64, StemTile)> = None;
+    for a in 1..=out[0] {
+        for b in 1..=out[1] {
+            let (tile_p, tile_q) = ((a - 1) * strides[0] + kernel[0], (b - 1) * strides[1] + kernel[1]);
+            if tile_p * tile_q > 2 * STEM_TILE_PIXELS {
+                continue;
+            }
+            let pool = StemPool { kernel, strides, pads, out, tile: [a, b] };
+            let t = StemTile { tile_p, tile_q, pool: Some(pool), ..*tile };
+            if t.smem_bytes(p) > STEM_POOL_SMEM_BYTES {
+                continue;
+            }
+            let tiles = ((out[0] + a - 1) / a) * ((out[1] + b - 1) / b);
+            let rows = tiles * t.passes() * STEM_TILE_PIXELS;
+            // Fewest stem pixels computed; then the larger tile (fewer blocks' weight loads).
+            if best.as_ref().is_none_or(|&(r, pixels, _)| rows < r || rows == r && a * b > pixels) {
+                best = Some((rows, a * b, t));
+            }
+        }
+    }
+    best.map(|(_, _, t)| t)
 }
 
 /// The stem kernel's instance for `tile`.
@@ -321,6 +406,30 @@ pub fn stem_instance(tile: &StemTile) -> Instance {
     context.insert("x_nchw".into(), json!(false));
     context.insert("x_ctype".into(), json!("half"));
     Instance::own(STEM_TEMPLATE, context)
+}
+
+/// The template fields of a stem kernel with a fused pooling (`tile` from [`stem_pool_tile`]),
+/// over those of [`stem_instance`]: the conv tile under the pooled tile's windows, and the
+/// pooling. Nothing for a tile without one.
+pub fn stem_pool_fields(tile: &StemTile, c: &mut Map<String, Json>) {
+    let Some(sp) = tile.pool else { return };
+    c.insert("tile_p".into(), json!(tile.tile_p));
+    c.insert("tile_q".into(), json!(tile.tile_q));
+    c.insert("pool".into(), json!(true));
+    for (key, v) in [
+        ("pool_kernel_h", sp.kernel[0]),
+        ("pool_kernel_w", sp.kernel[1]),
+        ("pool_stride_h", sp.strides[0]),
+        ("pool_stride_w", sp.strides[1]),
+        ("pool_pad_h", sp.pads[0]),
+        ("pool_pad_w", sp.pads[1]),
+        ("pool_p", sp.out[0]),
+        ("pool_q", sp.out[1]),
+        ("pool_tile_p", sp.tile[0]),
+        ("pool_tile_q", sp.tile[1]),
+    ] {
+        c.insert(key.into(), json!(v));
+    }
 }
 
 /// The stem kernel's `[K, 1, 1, Kp]` weights: [`patch_weights`] with the tile's filter-row
@@ -1025,7 +1134,10 @@ fn emit_conv(
     let stem = inst.template == STEM_TEMPLATE;
     cx.emit_instance(&node.name, inst, args, vec![out_index as usize], c)?;
     if stem {
-        cx.set_facts(KernelFacts::StemConv { x_slot: 0 })?;
+        // The tile the lowering chose the stem kernel with (`library_form`).
+        let tile = stem_tile(p).ok_or_else(|| LowerError::Invalid("the stem kernel without a stem tile".into()))?;
+        let facts = StemFacts { x_slot: 0, out_slot: out_index as usize, problem: p.clone(), tile };
+        cx.set_facts(KernelFacts::StemConv(Box::new(facts)))?;
     }
     Ok(())
 }
@@ -1490,8 +1602,20 @@ pub(crate) mod tests {
         let pitch = u(tile.pitch(p));
         let patch_len = u(tile.patch_halves(p));
         assert!(patch_len >= in_rows * pitch && pitch >= in_cols * c);
-        let (tiles_q, rsc) = (qq.div_ceil(tq), r * row_cols);
-        let tiles = pp.div_ceil(tp) * tiles_q;
+        // The stored map and its tiles: the pooled ones with a fused pooling (the identity
+        // window otherwise, as the template's constants).
+        let pool = tile.pool.unwrap_or(StemPool {
+            kernel: [1, 1],
+            strides: [1, 1],
+            pads: [0, 0],
+            out: [p.p, p.q],
+            tile: [tile.tile_p, tile.tile_q],
+        });
+        let [pk_h, pk_w, ps_h, ps_w] = [pool.kernel[0], pool.kernel[1], pool.strides[0], pool.strides[1]].map(u);
+        let [out_p, out_q, ptp, ptq] = [pool.out[0], pool.out[1], pool.tile[0], pool.tile[1]].map(u);
+        let (pixels, passes) = (tp * tq, u(tile.passes()));
+        let (tiles_q, rsc) = (out_q.div_ceil(ptq), r * row_cols);
+        let tiles = out_p.div_ceil(ptp) * tiles_q;
         let coff: Vec<usize> = (0..kp)
             .map(|kk| {
                 let (ri, j) = (kk / row_cols, kk % row_cols);
@@ -1502,13 +1626,16 @@ pub(crate) mod tests {
                 }
             })
             .collect();
-        let origin = |m: usize| m / tq * sh * pitch + m % tq * sw * c;
-        let mut out: Vec<Option<f32>> = vec![None; n * pp * qq * k];
+        let origin = |m: usize| if m < pixels { m / tq * sh * pitch + m % tq * sw * c } else { 0 };
+        let mut out: Vec<Option<f32>> = vec![None; n * out_p * out_q * k];
         for k0 in (0..k).step_by(bn) {
             for t_idx in 0..n * tiles {
                 let (ni, tt) = (t_idx / tiles, t_idx % tiles);
-                let (p0, q0) = (tt / tiles_q * tp, tt % tiles_q * tq);
-                let (ih0, iw0) = ((p0 * sh) as i64 - p.pads[0], (q0 * sw) as i64 - p.pads[1]);
+                let (pp0, pq0) = (tt / tiles_q * ptp, tt % tiles_q * ptq);
+                // The first stem pixel under the tile's windows: above or left of the map for a
+                // padded pooling's first tiles.
+                let (p0, q0) = ((pp0 * ps_h) as i64 - pool.pads[0], (pq0 * ps_w) as i64 - pool.pads[1]);
+                let (ih0, iw0) = (p0 * sh as i64 - p.pads[0], q0 * sw as i64 - p.pads[1]);
                 let inside = |row: usize, col: usize| {
                     let (ih, iw) = (ih0 + row as i64, iw0 + col as i64);
                     let staged = row < in_rows && col < in_cols;
@@ -1543,7 +1670,9 @@ pub(crate) mod tests {
                     patch[i]
                 };
                 let weight = |row: usize, col: usize| if k0 + row < k { wt[(k0 + row) * kp + col] } else { 0.0 };
-                for warp in 0..4 {
+                // The output tile: stem pixel m's channels, every pass (the kernel's `ot`).
+                let mut ot: Vec<Option<f32>> = vec![None; passes * 128 * bn];
+                for (pass, warp) in (0..passes).flat_map(|pass| (0..4).map(move |warp| (pass, warp))) {
                     // acc[lane][mt][nt][e]
                     let mut acc = vec![[[[0f32; 4]; 8]; 2]; 32];
                     for kb in (0..kp).step_by(16) {
@@ -1552,7 +1681,8 @@ pub(crate) mod tests {
                             for lane in 0..32 {
                                 let (g, t) = (lane / 4, lane % 4);
                                 let kc = kb + 2 * t;
-                                let o = [origin(warp * 32 + mt * 16 + g), origin(warp * 32 + mt * 16 + 8 + g)];
+                                let m = pass * 128 + warp * 32 + mt * 16 + g;
+                                let o = [origin(m), origin(m + 8)];
                                 for (h8, &base) in o.iter().enumerate() {
                                     for (j, col) in [kc, kc + 1, kc + 8, kc + 9].into_iter().enumerate() {
                                         let index = if tile.paired && col % 2 == 1 {
@@ -1590,25 +1720,41 @@ pub(crate) mod tests {
                         let (g, t) = (lane / 4, lane % 4);
                         for mt in 0..2 {
                             for h8 in 0..2 {
-                                let m = warp * 32 + mt * 16 + h8 * 8 + g;
-                                let (pi, qi) = (p0 + m / tq, q0 + m % tq);
-                                if pi >= pp || qi >= qq {
-                                    continue;
-                                }
+                                let m = pass * 128 + warp * 32 + mt * 16 + h8 * 8 + g;
                                 for nt in 0..bn / 8 {
-                                    let kc = k0 + nt * 8 + 2 * t;
-                                    if kc >= k {
-                                        continue;
-                                    }
                                     for e in 0..2 {
-                                        let o = ((ni * pp + pi) * qq + qi) * k + kc + e;
-                                        assert!(out[o].is_none(), "output {o} stored twice");
-                                        out[o] = Some(acc[mt][nt][2 * h8 + e]);
+                                        let slot = &mut ot[m * bn + nt * 8 + 2 * t + e];
+                                        assert!(slot.is_none(), "output tile row {m} written twice");
+                                        *slot = Some(acc[mt][nt][2 * h8 + e]);
                                     }
                                 }
                             }
                         }
                     }
+                }
+                // The store: each stored pixel the maximum over its window's taps inside the stem's
+                // map (the stem pixel itself without a pooling).
+                for (a, b_, kc) in
+                    (0..ptp).flat_map(|a| (0..ptq).flat_map(move |b_| (0..bn).map(move |kc| (a, b_, kc))))
+                {
+                    let (opi, oqi) = (pp0 + a, pq0 + b_);
+                    if opi >= out_p || oqi >= out_q || k0 + kc >= k {
+                        continue;
+                    }
+                    let mut mx = f32::NEG_INFINITY;
+                    for (kh, kw) in (0..pk_h).flat_map(|kh| (0..pk_w).map(move |kw| (kh, kw))) {
+                        let (row, col) = (a * ps_h + kh, b_ * ps_w + kw);
+                        let (pi, qi) = (p0 + row as i64, q0 + col as i64);
+                        if pi < 0 || pi >= pp as i64 || qi < 0 || qi >= qq as i64 {
+                            continue;
+                        }
+                        assert!(row < tp && col < tq, "a window tap outside the tile");
+                        let v = ot[(row * tq + col) * bn + kc].expect("a tapped stem pixel is computed");
+                        mx = if v > mx { v } else { mx };
+                    }
+                    let o = ((ni * out_p + opi) * out_q + oqi) * k + k0 + kc;
+                    assert!(out[o].is_none(), "output {o} stored twice");
+                    out[o] = Some(mx);
                 }
             }
         }
@@ -1660,6 +1806,53 @@ pub(crate) mod tests {
             // transform before it is fused away.
             let nchw: Vec<f32> = xa.permuted_axes(IxDyn(&[0, 3, 1, 2])).iter().copied().collect();
             assert_eq!(simulate_stem(&nchw, true, n as usize, &p, &tile, wt), want, "case {i} (NCHW input): {tile:?}");
+        }
+    }
+
+    /// The stem kernel with a fused max pooling (`stem_pool_tile`) gives the reference
+    /// convolution's pooling exactly: ResNet's 7x7/2 stem and 3x3/2 pooling on a small odd map
+    /// with two channel blocks (72 filters), a 2x2/2 pooling without padding, a 3x3/1 one (single
+    /// pass tiles), and a stride-1 stem under a 3x3/2 pooling whose last window hangs over the
+    /// map's edge (ceil mode).
+    #[test]
+    fn stem_pool_kernel_index_math_matches_the_reference() {
+        use crate::ir::ops::kernel::{Pool, PoolKind};
+        // (input, filter, stem geometry, pool kernel, stride, pad, ceil mode)
+        let cases: [([i64; 3], [i64; 3], ConvGeom, i64, i64, i64, bool); 4] = [
+            ([45, 51, 3], [72, 7, 7], geom(2, 3, 1), 3, 2, 1, false),
+            ([30, 34, 3], [16, 3, 3], geom(2, 1, 1), 2, 2, 0, false),
+            ([21, 25, 3], [24, 3, 3], geom(2, 1, 1), 3, 1, 1, false),
+            ([20, 22, 1], [8, 3, 3], geom(1, 0, 1), 3, 2, 0, true),
+        ];
+        for (i, ([h, w, c], [k, r, s], g, pk, ps, pad, ceil_mode)) in cases.into_iter().enumerate() {
+            let n = 2;
+            let p = problem_of(n, [h, w, c], [k, r, s], &g);
+            let stem = stem_tile(&p).unwrap_or_else(|| panic!("case {i} takes the stem kernel"));
+            let pool = Pool {
+                kind: PoolKind::Max,
+                layout: Layout::Nhwc,
+                kernel: [pk as usize; 2],
+                geom: ConvGeom { strides: [ps as usize; 2], pads: [pad as usize; 4], dilations: [1, 1], group: 1 },
+                ceil_mode,
+            };
+            let out =
+                [0, 1].map(|a| pool.out_dim(a, &Dim::known([p.p, p.q][a])).expect("pooled").as_known().expect("known"));
+            let tile = stem_pool_tile(&p, &stem, [pk; 2], [ps; 2], [pad; 2], out)
+                .unwrap_or_else(|| panic!("case {i}: the pooling fuses"));
+            assert!(tile.passes() <= 2 && tile.smem_bytes(&p) <= STEM_POOL_SMEM_BYTES, "case {i}: {tile:?}");
+            let xv: Vec<f32> = small_ints((n * h * w * c) as usize, 31 + i as u64);
+            let wv = small_ints((k * r * s * c) as usize, 37 + i as u64);
+            let wa = ArrayD::from_shape_vec(IxDyn(&[k, r, s, c].map(|v| v as usize)), wv).expect("w");
+            let Tensor::F32(flat) = stem_weights(&Tensor::F32(wa.clone()), &tile).expect("flatten") else {
+                panic!("f32 weights")
+            };
+            let got = simulate_stem(&xv, false, n as usize, &p, &tile, flat.as_slice().expect("contiguous"));
+            let xa = ArrayD::from_shape_vec(IxDyn(&[n, h, w, c].map(|v| v as usize)), xv).expect("x");
+            let conv = crate::reference::kernel::conv::conv2d(Layout::Nhwc, &g, &xa, &wa, None, None, None, None)
+                .expect("reference");
+            let want = crate::reference::kernel::misc::pool(&pool, &conv).expect("reference pooling");
+            assert_eq!(want.shape()[1..3], out.map(|v| v as usize), "case {i}");
+            assert_eq!(got, want.iter().copied().collect::<Vec<f32>>(), "case {i}: {tile:?}");
         }
     }
 

@@ -27,7 +27,7 @@ use crate::ir::ops::kernel::{GlobalAvgPool, Layout, Pool as KernelPool, PoolKind
 use crate::ir::ops::lp_pool::{GlobalLpPool, LpPool};
 use crate::ir::ops::pool::{GlobalPool, Pool as OnnxPool, PoolKind as OnnxPoolKind};
 use crate::ir::{DType, Dim, Node};
-use crate::lower::{ctype, LowerCtx, LowerError, LowerResult, TensorId};
+use crate::lower::{ctype, KernelFacts, LowerCtx, LowerError, LowerResult, TensorId};
 use serde_json::{json, Map, Value as Json};
 
 pub const OPS: &[LowerSpec] = &[
@@ -204,7 +204,22 @@ fn lower_kernel_pool(cx: &mut LowerCtx, node: &Node) -> LowerResult<()> {
         KernelPoolKind::Max => Reduction::Max { init: f32::NEG_INFINITY },
         KernelPoolKind::Avg { count_include_pad } => Reduction::Avg { count_include_pad },
     };
-    emit_window(cx, node, x, out, None, nhwc, &w, red)
+    emit_window(cx, node, x, out, None, nhwc, &w, red)?;
+    // An NHWC fp16 max pooling without dilation may fuse into the stem convolution before it
+    // (`fuse.rs`, `ops::conv::stem_pool_tile`).
+    let fp16 = cx.dtype(x) == DType::F16 && cx.dtype(out) == DType::F16;
+    if nhwc && fp16 && red == (Reduction::Max { init: f32::NEG_INFINITY }) && w.dilations == [1; 3] {
+        let two = |a: [i64; 3]| [a[1], a[2]];
+        cx.set_facts(KernelFacts::MaxPool2d {
+            x_slot: 0,
+            out_slot: 1,
+            kernel: two(w.kernel),
+            strides: two(w.strides),
+            pads: two(w.pad_begin),
+            out: two(w.output),
+        })?;
+    }
+    Ok(())
 }
 
 /// The resolved window of an ONNX pool on input `x` (`[N, C, spatial…]`).
