@@ -3,12 +3,12 @@
 //!
 //! Two patterns. First, a max pooling that alone reads a thin-stem convolution's output fuses
 //! into the stem kernel's store ([`fuse_stem_pools`]; ResNet's 3x3/2 pooling after its 7x7/2
-//! stem): the stem's map is never written. Then the channels-first model input: a cast of the caller's fp32 (or fp16)
-//! NCHW tensor to fp16, the `transpose` family's tiled matrix transpose NCHW → NHWC
-//! (`[B, C, HW] → [B, HW, C]`) and the `pad_channels` kernel of a thin convolution (C = 3 → 4;
-//! a thin stem with a wider filter runs on the stem kernel or the im2col path instead, both of
-//! which read the unpadded input, see `ops::conv`, and then only the cast and the transpose
-//! fuse) are three passes over the input. Any two or three of them in that order — cast →
+//! stem): the stem's map is never written. Then the channels-first model input: a cast of the
+//! caller's fp32 (or fp16) NCHW tensor to fp16, the `transpose` family's tiled matrix transpose
+//! NCHW → NHWC (`[B, C, HW] → [B, HW, C]`) and the `pad_channels` kernel of a thin convolution
+//! (C = 3 → 4; a thin stem with a wider filter runs on the stem kernel or the im2col path
+//! instead, both of which read the unpadded input, see `ops::conv`, and then only the cast and
+//! the transpose fuse) are three passes over the input. Any two or three of them in that order — cast →
 //! transpose → pad, cast → transpose, transpose → pad — become one [`NCHW_TO_NHWC_TEMPLATE`]
 //! kernel that reads the original input and writes the padded fp16 NHWC tensor. Where the
 //! (unpadded) transposed tensor feeds only a stem convolution (`KernelFacts::StemConv`), the chain
@@ -441,8 +441,10 @@ fn pooled_stem(
     if pool.args.get(x_slot) != Some(&t) || pool.args.len() != 2 || uses.writers[pooled] != [q] {
         return None;
     }
-    // Written earlier now: nothing may read it before the pooling wrote it.
-    if uses.readers[pooled].iter().any(|&r| r <= q) {
+    // Written earlier now: nothing may read it before the pooling wrote it, and it shares its
+    // bytes with no other tensor (a view into a larger buffer, or viewed by others).
+    let alias = matches!(p.tensors[pooled].storage, Storage::Alias { .. }) || uses.viewed[pooled];
+    if alias || uses.readers[pooled].iter().any(|&r| r <= q) {
         return None;
     }
     // The stem's [N, P, Q, K] map pooled to [N, out, K].

@@ -31,7 +31,8 @@
 //!   weights stored as the im2col product's `[K, Kp]` (`{weight}.stem{Kp}`, Kp = R·S·C rounded
 //!   up to 16) and the fused epilogue. It replaces the two passes of the im2col form below
 //!   (ResNet-50 at batch 256 on an H100: im2col 0.454 ms + product 0.635 ms, 13% of the network,
-//!   for a patch matrix of 1 GB written and read back).
+//!   for a patch matrix of 1 GB written and read back). A max pooling that alone reads the
+//!   stem's output fuses into its store after lowering (`fuse.rs`, [`stem_pool_tile`]).
 //! - Thin stems: im2col. An implicit-GEMM library convolution reads a thin input (C ≤ 4) a few
 //!   channels per access and spends its tensor cores on padded channels: measured on the H200,
 //!   ResNet-50's stem (N = 256, 224x224x3 → 112x112x64, 7x7/2, pad 3) took 1.155 ms through
