@@ -2,7 +2,7 @@
 //! [`Program`] before memory planning.
 //!
 //! Two patterns. First, a max pooling that alone reads a thin-stem convolution's output fuses
-//! into the stem kernel's store ([`fuse_stem_pools`]; ResNet's 3x3/2 pooling after its 7x7/2
+//! into the stem kernel's store (`fuse_stem_pools`; ResNet's 3x3/2 pooling after its 7x7/2
 //! stem): the stem's map is never written. Then the channels-first model input: a cast of the
 //! caller's fp32 (or fp16) NCHW tensor to fp16, the `transpose` family's tiled matrix transpose
 //! NCHW → NHWC (`[B, C, HW] → [B, HW, C]`) and the `pad_channels` kernel of a thin convolution

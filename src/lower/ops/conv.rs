@@ -346,7 +346,7 @@ const STEM_POOL_SMEM_BYTES: i64 = 100 * 1024;
 /// The stem tile `tile` of `p` with the max pooling (`kernel`, `strides`, `pads` before, no
 /// dilation, a pooled map `out`) fused into its store, or None where the fusion does not apply:
 /// a residual (the pooled stem has none in the networks that have it), a window that does not
-/// fit a two-pass tile, or shared memory beyond [`STEM_POOL_SMEM_BYTES`]. The pooled tile is
+/// fit a two-pass tile, or shared memory beyond `STEM_POOL_SMEM_BYTES` (100 KB). The pooled tile is
 /// the one that computes the fewest stem pixels over the whole pooled map (its windows overlap
 /// the neighbouring tiles' by `kernel - stride` rows and columns, which both compute): for
 /// ResNet's 3x3/2 pooling of the 112x112 stem map to 56x56, 7x8 pooled pixels from 15x17 stem
