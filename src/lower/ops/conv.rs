@@ -375,8 +375,9 @@ pub fn stem_pool_tile(
     for a in 1..=out[0] {
         for b in 1..=out[1] {
             let (tile_p, tile_q) = ((a - 1) * strides[0] + kernel[0], (b - 1) * strides[1] + kernel[1]);
+            // Wider tiles only grow (and so does a taller one's narrowest).
             if tile_p * tile_q > 2 * STEM_TILE_PIXELS {
-                continue;
+                break;
             }
             let pool = StemPool { kernel, strides, pads, out, tile: [a, b] };
             let t = StemTile { tile_p, tile_q, pool: Some(pool), ..*tile };
