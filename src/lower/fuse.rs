@@ -459,13 +459,15 @@ fn pooled_stem(
     if !shapes_ok {
         return None;
     }
-    let tile = stem_pool_tile(pr, &stem.tile, window, strides, pads, out)?;
+    let tile = stem_pool_tile(pr, &stem.tile, window, strides, pads, out, 2)?;
+    // A one-pass tile too, for grids of fewer two-pass tiles than SMs (small batches).
+    let small_grid = stem_pool_tile(pr, &stem.tile, window, strides, pads, out, 1);
     let mut fused = kernel.clone();
     fused.args[stem.out_slot] = pooled;
     fused.launcher_args[stem.out_slot] = LauncherArg { index: stem.out_slot, ..launcher_arg(p, pooled, &[q])? };
     let c = &mut fused.context;
     c.insert("args".into(), Json::Array(fused.launcher_args.iter().map(LauncherArg::template_fields).collect()));
-    stem_pool_fields(&tile, c);
+    stem_pool_fields(&tile, small_grid.as_ref(), c);
     fused.node = format!("{}, {}", kernel.node, pool.node);
     let mut facts = stem.clone();
     facts.tile = tile;
@@ -710,6 +712,12 @@ mod tests {
             ]
             .map(field),
             [15, 17, 7, 8, 56, 56, 3, 2, 1]
+        );
+        // And, for grids of fewer such tiles than SMs, 3x8 pooled pixels from 7x17 in one pass.
+        assert_eq!(c["small_grid"].as_bool(), Some(true));
+        assert_eq!(
+            ["small_tile_p", "small_tile_q", "small_pool_tile_p", "small_pool_tile_q"].map(field),
+            [7, 17, 3, 8]
         );
         // The stem's 112x112 map is gone: input, weights, the pooled output, the graph output.
         let names: Vec<&str> = p.tensors.iter().map(|t| t.name.as_str()).collect();
