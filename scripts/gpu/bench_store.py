@@ -4,14 +4,19 @@
 BENCHMARKS.md ends with a fenced JSON block, the store: the runs whose figures are still the
 latest for some benchmark (date, GPU, commit, command) and one record per benchmark:
 
-    latency     (model, onnx2ait build, seq, batch): per engine (onnx2ait CUDA graph, onnx2ait plain
-                launches, PyTorch eager, PyTorch + CUDA graph, torch.compile) its median ms and run
-    builds      (model, onnx2ait build, seq, step): wall seconds, detail, run
-    validation  (model, onnx2ait build, seq, batch, output): rel err, top-1, result, run
+    latency     (model, GPU, onnx2ait build, seq, batch): per engine (onnx2ait CUDA graph, onnx2ait
+                plain launches, PyTorch eager, PyTorch + CUDA graph, torch.compile) its median ms and run
+    builds      (model, GPU, onnx2ait build, seq, step): wall seconds, detail, run
+    validation  (model, GPU, onnx2ait build, seq, batch, output): rel err, top-1, result, run
     bundled     (bundled model): result, rel err, top-1, compile time, note, run
     rowwise     (GPU, op, K): the softmax / layernorm bandwidth sweep of scripts/gpu/bench_rowwise.py,
                 onnx2ait's, torch's and the copy rate in TB/s, and run (one row per GPU, so a
                 sweep on one GPU does not replace another's)
+
+The GPU is part of every figure's key (format 2): a run on an H100 replaces the H100's figures and
+keeps the H200's, so a target stated for one GPU keeps its latest figure there. A store of format 1
+(no GPU in the keys) is upgraded on load: each record takes its run's GPU, and a latency row whose
+engines come from runs on two GPUs becomes one row per GPU.
 
 Each kept run's own section (the full report the writer rendered for it: build, validation,
 per-kernel tables, kernel sweep, schedule, commands) is kept too, between <!-- run ID --> markers.
@@ -34,7 +39,7 @@ DASH = "—"
 STORE_HEAD = "## Store"
 STORE_NOTE = ("<!-- The figures above, machine-readable: written by scripts/gpu/bench_store.py from runs' "
               "results; do not edit. -->")
-FORMAT = 1
+FORMAT = 2
 
 MODELS = {  # model -> (title, order)
     "resnet50": ("ResNet-50 (torchvision `resnet50`)", 0),
@@ -368,9 +373,9 @@ def parse_rowwise(text, meta):
 # --- the store ----------------------------------------------------------------------------------
 
 KEYS = {
-    "latency": ("model", "build", "seq", "batch"),
-    "builds": ("model", "build", "seq", "step"),
-    "validation": ("model", "build", "seq", "batch", "output"),
+    "latency": ("model", "gpu", "build", "seq", "batch"),
+    "builds": ("model", "gpu", "build", "seq", "step"),
+    "validation": ("model", "gpu", "build", "seq", "batch", "output"),
     "bundled": ("model",),
     "rowwise": ("gpu", "op", "k"),
 }
@@ -392,10 +397,13 @@ def apply(store, run):
         rid += "+"
     meta = dict(run["meta"], id=rid, details=run["details"])
     store["runs"][rid] = meta
+    gpu = gpu_name(meta)
     for kind in ("builds", "validation", "bundled", "rowwise"):
         store.setdefault(kind, [])
         index = {key_of(kind, r): i for i, r in enumerate(store[kind])}
         for rec in run.get(kind, []):
+            if "gpu" in KEYS[kind]:
+                rec = dict(rec, gpu=rec.get("gpu") or gpu)
             new = dict(rec, run=rid)
             k = key_of(kind, rec)
             if k in index:
@@ -405,6 +413,7 @@ def apply(store, run):
                 store[kind].append(new)
     index = {key_of("latency", r): r for r in store["latency"]}
     for rec in run["latency"]:
+        rec = dict(rec, gpu=rec.get("gpu") or gpu)
         k = key_of("latency", rec)
         row = index.get(k)
         if row is None:
@@ -484,8 +493,8 @@ def load_text(text):
     if not m:
         return migrate(text) if text.strip() else empty()
     store = json.loads(m.group(1))
-    if store.get("format") != FORMAT:
-        raise SystemExit(f"BENCHMARKS.md: store format {store.get('format')} is not {FORMAT}")
+    if store.get("format") not in (1, FORMAT):
+        raise SystemExit(f"BENCHMARKS.md: store format {store.get('format')} is neither 1 nor {FORMAT}")
     runs = {}
     for r in store["runs"]:
         d = re.search(rf"^<!-- run {re.escape(r['id'])} -->\n(.*?)^<!-- /run {re.escape(r['id'])} -->", text, re.M | re.S)
@@ -494,7 +503,26 @@ def load_text(text):
     store["runs"] = runs
     store.setdefault("rowwise", [])
     relabel_legacy_builds(store)
+    if store["format"] == 1:
+        upgrade_keys_by_gpu(store)
     return store
+
+
+def upgrade_keys_by_gpu(store):
+    """Format 1 → 2: the GPU of each record's run joins its key; a latency row whose engines come
+    from runs on two GPUs splits into one row per GPU."""
+    for kind in ("builds", "validation"):
+        for rec in store.get(kind, []):
+            rec["gpu"] = gpu_model(store, rec["run"])
+    rows = []
+    for row in store["latency"]:
+        by_gpu = {}
+        for eng, c in row["cells"].items():
+            by_gpu.setdefault(gpu_model(store, c["run"]), {})[eng] = c
+        for gpu, cells in by_gpu.items():
+            rows.append(dict({f: row.get(f) for f in KEYS["latency"]}, gpu=gpu, cells=cells))
+    store["latency"] = rows
+    store["format"] = FORMAT
 
 
 def relabel_legacy_builds(store):
@@ -529,9 +557,14 @@ def run_link(store, rid):
     return f"[{date}, `{short}`](#{anchor(rid)})"
 
 
+def gpu_name(meta):
+    """The GPU of a run's meta without its driver version ("NVIDIA H200")."""
+    return ((meta or {}).get("gpu") or "?").split(",")[0].strip()
+
+
 def gpu_model(store, rid):
     """The GPU of a run without its driver version ("NVIDIA H200")."""
-    return ((store["runs"].get(rid) or {}).get("gpu") or "?").split(",")[0].strip()
+    return gpu_name(store["runs"].get(rid))
 
 
 def sort_key(rec, *fields):
@@ -546,16 +579,17 @@ def render_latency(store, model):
     engines = [e for e in ENGINES if e in has]
     modes = sorted({c.get("mode") for r in rows for c in r["cells"].values() if c.get("mode")})
     seq = any(r.get("seq") is not None for r in rows)
-    header = ["onnx2ait build"] + (["seq"] if seq else []) + ["batch"]
+    header = ["onnx2ait build", "GPU"] + (["seq"] if seq else []) + ["batch"]
     for e in engines:
         header.append(ENGINE_TITLES[e] + (" " + "/".join(modes) if e == "torch_compile" and modes else ""))
     peers = [e for e in ("eager", "cuda_graph", "torch_compile") if e in has]
     header += [f"{ENGINE_TITLES[e]} ÷ onnx2ait" for e in peers] + ["run"]
     out, crossed, other_gpu = [], False, False
-    for r in sorted(rows, key=lambda r: sort_key(r, "build", "seq", "batch")):
+    for r in sorted(rows, key=lambda r: sort_key(r, "build", "gpu", "seq", "batch")):
         cells = r["cells"]
         main = (cells.get("onnx2ait") or next(iter(cells.values())))["run"]
-        line = [r["build"]] + ([DASH if r.get("seq") is None else r["seq"]] if seq else []) + [r["batch"]]
+        line = ([r["build"], cell(r.get("gpu") or DASH)] + ([DASH if r.get("seq") is None else r["seq"]] if seq else [])
+                + [r["batch"]])
         for e in engines:
             line.append(ms(cells[e]["ms"]) if e in cells else DASH)
         for e in peers:
@@ -591,10 +625,10 @@ def render_builds(store, model):
         return []
     seq = any(r.get("seq") is not None for r in rows)
     body = []
-    for r in sorted(rows, key=lambda r: sort_key(r, "build", "seq", "step")):
-        body.append([r["build"]] + ([DASH if r.get("seq") is None else r["seq"]] if seq else [])
+    for r in sorted(rows, key=lambda r: sort_key(r, "build", "gpu", "seq", "step")):
+        body.append([r["build"], cell(r.get("gpu") or DASH)] + ([DASH if r.get("seq") is None else r["seq"]] if seq else [])
                     + [cell(r["step"]), f"{r['seconds']:.1f} s", cell(r.get("detail", "")), run_link(store, r["run"])])
-    header = ["onnx2ait build"] + (["seq"] if seq else []) + ["step", "wall time", "detail", "run"]
+    header = ["onnx2ait build", "GPU"] + (["seq"] if seq else []) + ["step", "wall time", "detail", "run"]
     return ["### Build and compile times (wall clock)", ""] + table(header, body)
 
 
@@ -605,12 +639,13 @@ def render_validation(store, model):
     seq = any(r.get("seq") is not None for r in rows)
     outputs = any(r.get("output") not in (None, DASH) for r in rows)
     body = []
-    for r in sorted(rows, key=lambda r: sort_key(r, "build", "seq", "batch", "output")):
-        body.append([r["build"]] + ([DASH if r.get("seq") is None else r["seq"]] if seq else []) + [r["batch"]]
+    for r in sorted(rows, key=lambda r: sort_key(r, "build", "gpu", "seq", "batch", "output")):
+        body.append([r["build"], cell(r.get("gpu") or DASH)] + ([DASH if r.get("seq") is None else r["seq"]] if seq else [])
+                    + [r["batch"]]
                     + ([r["output"]] if outputs else [])
                     + [r.get("seeds", DASH), r["rel_err"], r.get("top1", DASH), r.get("bound", DASH),
                        cell(r["result"]), run_link(store, r["run"])])
-    header = (["onnx2ait build"] + (["seq"] if seq else []) + ["batch"] + (["output"] if outputs else [])
+    header = (["onnx2ait build", "GPU"] + (["seq"] if seq else []) + ["batch"] + (["output"] if outputs else [])
               + ["seeds", "GPU rel err", "top-1", "bound", "result", "run"])
     return ["### Validation against ONNX Runtime (CPU, fp32)", "",
             "Rel err = max |gpu − ort| / max |ort| (worst over seeds); top-1 = arg-max agreement with ONNX Runtime.",
@@ -670,7 +705,7 @@ def render(store):
     out = [
         TITLE, "",
         "The latest figure of every benchmark the GPU scripts measure (scripts/gpu-check.sh, scripts/gpu-bench.sh, "
-        "scripts/gpu-transformers.sh), one section per model: onnx2ait next to PyTorch eager, PyTorch + CUDA graph and "
+        "scripts/gpu-transformers.sh) on each GPU, one section per model: onnx2ait next to PyTorch eager, PyTorch + CUDA graph and "
         "torch.compile where measured, build times and validation. Every row names the run it comes from; the runs "
         "(date, GPU, commit, command, and each run's full report) are listed under [Runs](#runs).",
         "",

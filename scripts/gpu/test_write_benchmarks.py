@@ -102,9 +102,9 @@ class Writers(unittest.TestCase):
         return bench_store.load(self.md)
 
     @staticmethod
-    def row(store, model, batch, build=None):
+    def row(store, model, batch, build=None, gpu=None):
         rows = [r for r in store["latency"] if r["model"] == model and r["batch"] == batch
-                and (build is None or r["build"] == build)]
+                and (build is None or r["build"] == build) and (gpu is None or r["gpu"] == gpu)]
         assert len(rows) == 1, rows
         return rows[0]["cells"]
 
@@ -228,7 +228,7 @@ class Writers(unittest.TestCase):
 
     def test_run_time_length_builds_and_figures_of_two_gpus(self):
         # A run-time-length build on an H200 next to PyTorch, then the same build on an H100
-        # without PyTorch: its own label, and no ratio of the H100's figure to the H200's peers.
+        # without PyTorch: its own label, and a row per GPU (the H200's figure and ratio stay).
         name, label = ("bert_torchscript_seqrange128_fusedattn",
                        "torchscript export, run-time seq 1..128, fused attention, heuristic kernels")
 
@@ -243,16 +243,43 @@ class Writers(unittest.TestCase):
             return recs
 
         self.write_transformers(transformer_records(1.0) + records(0.6, True), "c" * 40, "2026-12-02 10:00 UTC")
-        line = lambda: next(x for x in read(self.md).splitlines() if x.startswith(f"| {label} | 128 | 1 |"))
-        self.assertIn("1.25×", line())  # 0.75 / 0.6, one run, one GPU
+        line = lambda gpu: next(x for x in read(self.md).splitlines() if x.startswith(f"| {label} | {gpu} | 128 | 1 |"))
+        self.assertIn("1.25×", line("NVIDIA H200"))  # 0.75 / 0.6, one run, one GPU
         store = self.write_transformers(records(0.5, False), "d" * 40, "2026-12-03 10:00 UTC",
                                         gpu="NVIDIA H100 80GB HBM3, 580")
-        cells = self.row(store, "bert", 1, label)
-        self.assertEqual((cells["onnx2ait"]["ms"], cells["cuda_graph"]["ms"]), (0.5, 0.75))
-        self.assertIn("other GPU", line())
-        self.assertNotIn("×", line())
+        h100 = self.row(store, "bert", 1, label, gpu="NVIDIA H100 80GB HBM3")
+        self.assertEqual(h100["onnx2ait"]["ms"], 0.5)
+        self.assertNotIn("cuda_graph", h100)
+        self.assertNotIn("×", line("NVIDIA H100 80GB HBM3"))
+        h200 = self.row(store, "bert", 1, label, gpu="NVIDIA H200")
+        self.assertEqual((h200["onnx2ait"]["ms"], h200["cuda_graph"]["ms"]), (0.6, 0.75))
+        self.assertIn("1.25×", line("NVIDIA H200"))
         # The fixed-length build of the first run keeps its own row.
         self.assertEqual(self.row(store, "bert", 1, "torchscript export, heuristic kernels")["onnx2ait"]["ms"], 1.0)
+
+    def test_a_store_of_the_first_format_is_keyed_by_gpu_on_load(self):
+        # Format 1 had no GPU in the keys: a row whose onnx2ait figure came from an H100 run and
+        # whose torch.compile figure from an H200 run becomes two rows, one per GPU.
+        self.write_cnn(bench_run("2026-12-01 10:00 UTC", "a" * 40))
+        store = bench_store.load(self.md)
+        old = json.loads(json.dumps(store))
+        old["format"] = 1
+        for kind in ("builds", "validation", "latency"):
+            for rec in old[kind]:
+                rec.pop("gpu")
+        row = next(r for r in old["latency"] if r["batch"] == 1)
+        h100 = dict(old["runs"][row["cells"]["onnx2ait"]["run"]], id="2026-12-02T1000Z-bbbbbbbbbbbb",
+                    gpu="NVIDIA H100 80GB HBM3, 580")
+        old["runs"][h100["id"]] = h100
+        row["cells"]["onnx2ait"] = dict(row["cells"]["onnx2ait"], run=h100["id"])
+        text = bench_store.render(dict(old, format=2)).replace('{"format": 2,', '{"format": 1,')
+        up = bench_store.load_text(text)
+        self.assertEqual(up["format"], 2)
+        ones = sorted((r["gpu"], sorted(r["cells"])) for r in up["latency"] if r["batch"] == 1)
+        self.assertEqual([g for g, _ in ones], ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+        self.assertEqual(ones[0][1], ["onnx2ait"])
+        self.assertNotIn("onnx2ait", ones[1][1])
+        self.assertTrue(all(r["gpu"] == "NVIDIA H200" for r in up["builds"] + up["validation"]))
 
     @staticmethod
     def sweep(tbs):
