@@ -1824,6 +1824,32 @@ mod tests {
         assert_eq!(pick(100_000, 64).1, 64);
     }
 
+    /// The heuristic's GEMM tiles for BERT-base's products (seq 128) are the fastest of the H100
+    /// profile of 2026-12-07 15:10 (`scripts/gpu-transformers.sh --profile`, ms in the comments),
+    /// at every batch the build was profiled at.
+    #[test]
+    fn gemm_tiles_match_the_bert_profile() {
+        let pick = |m, n| {
+            let t = pick_sm90_gemm_tile(m, n, 1, 132);
+            (t.m, t.n, t.pingpong)
+        };
+        // Batch 32 (M = 4096): QKV 128x192 (0.0286; ping-pong 128x128 0.0299), the feed-forward
+        // input with GELU 128x256 (0.0425; ping-pong 128x128 0.0445, 128x192 0.0453), its output
+        // and the attention output 128x192 (0.0333 with the residual, 128x256 0.0385; 0.0137).
+        assert_eq!(pick(4096, 2304), (128, 192, false));
+        assert_eq!(pick(4096, 3072), (128, 256, false));
+        assert_eq!(pick(4096, 768), (128, 192, false));
+        // Batch 8 (M = 1024): 128x192 for the wide products (0.0128, 0.0129–0.0152), the ping-pong
+        // 64x128 for N = 768 (0.0141 at K = 3072, 0.0083 at K = 768; stream-K 128x64 next).
+        assert_eq!(pick(1024, 2304), (128, 192, false));
+        assert_eq!(pick(1024, 3072), (128, 192, false));
+        assert_eq!(pick(1024, 768), (64, 128, true));
+        // Batch 1 (M = 128): the ping-pong 64x64 everywhere (0.0070–0.0111).
+        for n in [768, 2304, 3072] {
+            assert_eq!(pick(128, n), (64, 64, true), "n = {n}");
+        }
+    }
+
     #[test]
     fn gemm_instances_per_batch_and_sequence_range() {
         // A BERT-base projection with a run-time batch N (1..64) and sequence length seq
