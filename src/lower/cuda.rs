@@ -1797,15 +1797,17 @@ mod tests {
         assert_eq!(dispatch_workspace(&[d("gemm_sm90 64x64x64 c1x1 pingpong")]), LIBRARY_WORKSPACE_BYTES);
     }
 
+    /// The heuristic's tile for an m x n product (one batch) on 132 SMs: (rows, columns, ping-pong).
+    fn pick(m: i64, n: i64) -> (i64, i64, bool) {
+        let t = pick_sm90_gemm_tile(m, n, 1, 132);
+        (t.m, t.n, t.pingpong)
+    }
+
     /// The heuristic's GEMM tiles for ViT-B/16's products on 132 SMs (the fastest of the H100
     /// profile of 2026-12-06 05:34 in the comments, ms): wave quantisation, not the largest tile
     /// that fills the GPU, decides.
     #[test]
     fn gemm_tiles_minimise_the_modelled_waves() {
-        let pick = |m, n| {
-            let t = pick_sm90_gemm_tile(m, n, 1, 132);
-            (t.m, t.n, t.pingpong)
-        };
         // Batch 32 (M = 6304): N = 768 takes 128x192 (0.0540; 128x256 0.0705), N = 2304 the
         // ping-pong 128x128 (0.0411; 128x256 0.0442), N = 3072 stays on 128x256 (within 2%).
         assert_eq!(pick(6304, 768), (128, 192, false));
@@ -1829,10 +1831,6 @@ mod tests {
     /// at every batch the build was profiled at.
     #[test]
     fn gemm_tiles_match_the_bert_profile() {
-        let pick = |m, n| {
-            let t = pick_sm90_gemm_tile(m, n, 1, 132);
-            (t.m, t.n, t.pingpong)
-        };
         // Batch 32 (M = 4096): QKV 128x192 (0.0286; ping-pong 128x128 0.0299), the feed-forward
         // input with GELU 128x256 (0.0425; ping-pong 128x128 0.0445, 128x192 0.0453), its output
         // and the attention output 128x192 (0.0333 with the residual, 128x256 0.0385; 0.0137).

@@ -422,19 +422,16 @@ pub fn stem_instance(tile: &StemTile) -> Instance {
 /// two-pass tile's 56 blocks).
 pub fn stem_pool_fields(tile: &StemTile, small_grid: Option<&StemTile>, c: &mut Map<String, Json>) {
     let Some(sp) = tile.pool else { return };
-    if let Some(small) = small_grid.filter(|t| t.passes() == 1 && tile.passes() > 1) {
-        if let Some(ssp) =
-            small.pool.filter(|s| (s.kernel, s.strides, s.pads, s.out) == (sp.kernel, sp.strides, sp.pads, sp.out))
-        {
-            c.insert("small_grid".into(), json!(true));
-            for (key, v) in [
-                ("small_tile_p", small.tile_p),
-                ("small_tile_q", small.tile_q),
-                ("small_pool_tile_p", ssp.tile[0]),
-                ("small_pool_tile_q", ssp.tile[1]),
-            ] {
-                c.insert(key.into(), json!(v));
-            }
+    let small = small_grid.filter(|t| t.passes() == 1 && tile.passes() > 1);
+    if let Some((small, ssp)) = small.and_then(|t| t.pool.map(|sp| (t, sp))) {
+        c.insert("small_grid".into(), json!(true));
+        for (key, v) in [
+            ("small_tile_p", small.tile_p),
+            ("small_tile_q", small.tile_q),
+            ("small_pool_tile_p", ssp.tile[0]),
+            ("small_pool_tile_q", ssp.tile[1]),
+        ] {
+            c.insert(key.into(), json!(v));
         }
     }
     c.insert("tile_p".into(), json!(tile.tile_p));
