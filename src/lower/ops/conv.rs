@@ -423,7 +423,7 @@ pub fn stem_instance(tile: &StemTile) -> Instance {
 pub fn stem_pool_fields(tile: &StemTile, small_grid: Option<&StemTile>, c: &mut Map<String, Json>) {
     let Some(sp) = tile.pool else { return };
     let small = small_grid.filter(|t| t.passes() == 1 && tile.passes() > 1);
-    if let Some((small, ssp)) = small.and_then(|t| t.pool.map(|sp| (t, sp))) {
+    if let Some((small, ssp)) = small.and_then(|t| t.pool.map(|pool| (t, pool))) {
         c.insert("small_grid".into(), json!(true));
         for (key, v) in [
             ("small_tile_p", small.tile_p),
