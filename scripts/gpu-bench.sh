@@ -568,6 +568,19 @@ step_profile() {
   profile_run full "$m" "$limit"
 }
 
+# profiled_kind LOG WHAT: the kind of a build compiled with a profile cache, from its compile log
+# (LOG): compile's summary says how many node choices had profiled times, and a profile the time
+# budget stopped leaves the rest to the heuristic: such a build is "partly profiled".
+profiled_kind() {
+  local measured
+  measured=$(grep -o '[0-9]* of [0-9]* node choices measured' "$1" 2>/dev/null | tail -n 1)
+  if [[ -n $measured ]] && [[ ${measured%% of *} != "$(awk '{print $3}' <<<"$measured")" ]]; then
+    echo "partly profiled kernels ($2: $measured, the heuristic chose the rest)"
+  else
+    echo "profiled kernels ($2${measured:+; $measured})"
+  fi
+}
+
 # The build that is benchmarked: the pre build when the profile cache did not change since it,
 # else a build with the (new) profile cache; the pre build again when that fails or does not fit.
 step_build_final() {
@@ -577,7 +590,7 @@ step_build_final() {
   if ((pre_ok)) && [[ $(pcache_sum) == $(cat "$STATE/pre_$m.cache" 2>/dev/null) ]]; then
     echo "$WORK/build/$m-pre" >"$STATE/final_$m"
     if ((COMPILE_PCACHE)) && [[ -f $PCACHE ]]; then
-      echo "profiled kernels (profile cache, unchanged during this run)" >"$STATE/final_kind_$m"
+      profiled_kind "$WORK/build/$m-pre.compile.log" "profile cache, unchanged during this run" >"$STATE/final_kind_$m"
     else
       echo "heuristic kernels (no profile cache)" >"$STATE/final_kind_$m"
     fi
@@ -605,7 +618,7 @@ step_build_final() {
   if ((rc == 0)); then
     echo "$WORK/build/$m" >"$STATE/final_$m"
     if ((COMPILE_PCACHE)) && [[ -f $PCACHE ]]; then
-      echo "profiled kernels (profile cache of this run)" >"$STATE/final_kind_$m"
+      profiled_kind "$WORK/build/$m.compile.log" "profile cache of this run" >"$STATE/final_kind_$m"
     else
       echo "heuristic kernels (no profile cache)" >"$STATE/final_kind_$m"
     fi

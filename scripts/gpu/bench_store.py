@@ -156,6 +156,9 @@ def kernels_variant(text):
     t = text or ""
     if "heuristic" in t or "--no-profile" in t:
         return "heuristic kernels"
+    # A profile stopped before it timed every problem (the rest chosen by the heuristic).
+    if "partly profiled" in t:
+        return "partly profiled kernels"
     if "profiled" in t or "--profile" in t:
         return "profiled kernels"
     # No flag: gpu-check passes --profile-cache or --no-profile since the profiler exists; the

@@ -64,6 +64,11 @@ pub struct ProfileArgs {
     /// without compiling anything.
     #[arg(long = "build-only")]
     pub build_only: bool,
+    /// Candidate sources one part of the profile compiles before its problems are timed and
+    /// saved in the cache [default: 3 per nvcc job]. A profile stopped while compiling keeps the
+    /// parts timed before it; the next run resumes after them.
+    #[arg(long = "part-sources", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub part_sources: Option<u64>,
     /// Print the report as JSON (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -122,6 +127,7 @@ pub fn run(a: &ProfileArgs) -> Result<u8, Failure> {
         iters: a.iters,
         progress: true,
         build_only: a.build_only,
+        part_sources: a.part_sources.map(|n| n as usize),
     };
     let report = profile::profile(&g, &opts)?;
     if a.build_only {

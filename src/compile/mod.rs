@@ -639,6 +639,7 @@ fn kernel_choice(
             iters: 20,
             progress: opts.progress,
             build_only: false,
+            part_sources: None,
         };
         profile_summary = Some(crate::profile::profile(graph, &popts)?.summary());
     } else if !cache_file.exists() {

@@ -3,11 +3,15 @@
 //!
 //! 1. Lower the optimised model with a recording target: every library problem at every batch
 //!    range (`CudaTarget::batch_buckets`) with its candidate instances.
-//! 2. Render the candidates (each once, the same files a model build compiles, so the object
-//!    cache serves both) and `profile/profiler.cu`, build `libprofile.so` (parallel nvcc, cached).
-//! 3. Load it, and for every (problem, candidate) not yet in the cache for this device: CHECK,
-//!    one run compared with a naive reference kernel, warm-up, timed runs (median of CUDA-event
-//!    times). The cache is saved after every problem, so an interrupted profile resumes.
+//! 2. Split the problems not yet in the cache into parts of whole problems, each needing a few
+//!    rounds of nvcc jobs' worth of candidate sources no earlier part built ([`plan_parts`]).
+//! 3. Per part: render its candidates (each once, the same files a model build compiles, so the
+//!    object cache serves both) and `profile/profiler.cu` with its problems, build the part's
+//!    library (`libprofile.so`, or `libprofile-partK.so` when there are several; parallel nvcc,
+//!    cached), load it, and for every (problem, candidate): one run compared with a naive
+//!    reference kernel, warm-up, timed runs (median of CUDA-event times). The cache is saved
+//!    after every problem, so an interrupted profile resumes, and a profile stopped while
+//!    compiling keeps every part timed before.
 //!
 //! Compiling with the cache (`onnx2ait compile --profile-cache`) then picks, per node and batch
 //! range, the fastest instance that matched the reference.
@@ -29,7 +33,7 @@ use cache::{Outcome, ProfileCache};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{json, Value as Json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 pub use toolchain::{ProfileTarget, Toolchain};
@@ -56,6 +60,9 @@ pub struct ProfileOptions {
     pub progress: bool,
     /// Build the profiler and stop (CPU only: e.g. while the GPU is busy with something else).
     pub build_only: bool,
+    /// New candidate sources one part of the profile builds before its problems are timed and
+    /// saved ([`plan_parts`]); None: [`PART_SOURCES_PER_JOB`] per nvcc job.
+    pub part_sources: Option<usize>,
 }
 
 /// An instance and its median time.
@@ -199,28 +206,154 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
         let device = assumed.unwrap_or_default();
         return Ok(report(all, &device, &cache, 0, total_cases, 0.0, 0.0));
     }
-    let problems = &pending[..];
+    let jobs = opts.build.jobs.unwrap_or_else(crate::build::default_jobs);
+    let parts = plan_parts(&pending, opts.part_sources.unwrap_or(PART_SOURCES_PER_JOB * jobs));
+    let library_cuh = templates.render("library.cuh", &json!({}))?;
+    write_if_changed(&dir.join("library.cuh"), &library_cuh)?;
 
-    // Sources: library.cuh, every distinct candidate, profiler.cu.
+    let (mut build_seconds, mut profile_seconds) = (0.0, 0.0);
+    let (mut run, mut cached) = (0usize, 0usize);
+    let mut device: Option<String> = None;
+    // Every part's library stays loaded until the end: unloading one whose statically linked CUDA
+    // runtime has run kernels is not needed, and each is small next to the GPU's memory.
+    let mut libs = Vec::new();
+    let mut earlier: BTreeSet<&str> = BTreeSet::new();
+    for (k, part) in parts.iter().enumerate() {
+        let name = |stem: &str, ext: &str| {
+            if parts.len() == 1 {
+                format!("{stem}.{ext}")
+            } else {
+                format!("{stem}-part{}.{ext}", k + 1)
+            }
+        };
+        let sources: BTreeSet<&str> = part.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect();
+        if opts.progress && parts.len() > 1 {
+            eprintln!(
+                "profile: part {}/{}: {} problems, {} candidate sources ({} not in an earlier part)",
+                k + 1,
+                parts.len(),
+                part.len(),
+                sources.len(),
+                sources.difference(&earlier).count()
+            );
+        }
+        earlier.extend(sources);
+        let (lib_name, profiler_cu) = (name("libprofile", "so"), name("profiler", "cu"));
+        let t0 = Instant::now();
+        let ordered = build_part(part, &templates, dir, &profiler_cu, &lib_name, &toolchain, opts)?;
+        build_seconds += t0.elapsed().as_secs_f64();
+        if opts.build_only {
+            continue;
+        }
+        let lib = ProfilerLib::load(&dir.join(&lib_name))?;
+        let this = toolchain.device_key(&lib.device_name()?);
+        if let Some(a) = assumed.as_ref().filter(|a| **a != this) {
+            return Err(Error::Other(format!(
+                "profile: the cache {} holds times of '{a}', but this GPU is '{this}': the candidates it \
+                 has were skipped; profile into another cache file (--cache)",
+                cache.path().display()
+            )));
+        }
+        let t1 = Instant::now();
+        let (r, c) = time_part(&lib, &ordered, &mut cache, &this, opts.progress.then(|| (k + 1, parts.len())), opts)?;
+        profile_seconds += t1.elapsed().as_secs_f64();
+        (run, cached) = (run + r, cached + c);
+        device = Some(this);
+        libs.push(lib);
+    }
+    let Some(device) = device else {
+        // --build-only: every part's library is built; nothing was timed.
+        return Ok(ProfileReport {
+            device: String::new(),
+            cache: opts.cache.clone(),
+            problems: Vec::new(),
+            cases_run: 0,
+            cases_cached: 0,
+            build_seconds,
+            profile_seconds: 0.0,
+        });
+    };
+    let pending_cases: usize = pending.iter().map(|p| p.candidates.len()).sum();
+    Ok(report(all, &device, &cache, run, cached + (total_cases - pending_cases), build_seconds, profile_seconds))
+}
+
+/// New candidate sources a part of a profile compiles, per nvcc job, before its problems are
+/// timed and saved: about three rounds of the slowest instances (sm90 CUTLASS ones take ~1 min
+/// each), so a profile too long for the time it has (MobileNetV3-Large: 140 sources, ~7 min of
+/// compiling on 16 cores) keeps what it timed every few minutes, and the next run resumes after it.
+pub const PART_SOURCES_PER_JOB: usize = 3;
+
+/// Splits the problems into parts, each whole problems (every candidate of a problem is timed in
+/// the same part, so a profile stopped between parts leaves no problem half measured) needing
+/// about `max_new` candidate sources that no earlier part built. Problems are taken greedily,
+/// those needing the fewest new sources first (problems sharing an epilogue share their
+/// sources), in the given order on ties; a problem needing more than `max_new` alone is a part
+/// of its own. With room for every source, one part in the given order.
+fn plan_parts(problems: &[ProfileProblem], max_new: usize) -> Vec<Vec<ProfileProblem>> {
+    let sources: BTreeSet<&str> = problems.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect();
+    if sources.len() <= max_new {
+        return vec![problems.to_vec()];
+    }
+    let mut left: Vec<&ProfileProblem> = problems.iter().collect();
+    let mut built: BTreeSet<&str> = BTreeSet::new();
+    let (mut parts, mut part, mut part_new) = (Vec::new(), Vec::new(), 0usize);
+    while !left.is_empty() {
+        let new_sources = |p: &ProfileProblem| {
+            let names: BTreeSet<&str> =
+                p.candidates.iter().map(|c| c.name.as_str()).filter(|n| !built.contains(n)).collect();
+            names.len()
+        };
+        let (i, new) = left
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, new_sources(p)))
+            .min_by_key(|&(i, n)| (n, i))
+            .expect("left is not empty");
+        if !part.is_empty() && part_new + new > max_new {
+            parts.push(std::mem::take(&mut part));
+            part_new = 0;
+        }
+        let p = left.remove(i);
+        built.extend(p.candidates.iter().map(|c| c.name.as_str()));
+        part_new += new;
+        part.push(p.clone());
+    }
+    if !part.is_empty() {
+        parts.push(part);
+    }
+    parts
+}
+
+fn write_if_changed(path: &Path, text: &str) -> Result<()> {
+    if std::fs::read(path).ok().as_deref() != Some(text.as_bytes()) {
+        std::fs::write(path, text).map_err(|e| Error::Other(format!("profile: writing {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// Renders one part's candidate sources and its `profiler_cu` (the case table of its problems)
+/// into `dir` and builds them into `lib_name` (objects of sources an earlier part or run compiled
+/// come from the object cache). Returns the part's problems in the order of the library's case
+/// table: convolutions first, then matrix products.
+fn build_part<'a>(
+    part: &'a [ProfileProblem],
+    templates: &Templates,
+    dir: &Path,
+    profiler_cu: &str,
+    lib_name: &str,
+    toolchain: &Toolchain,
+    opts: &ProfileOptions,
+) -> Result<Vec<&'a ProfileProblem>> {
     let mut instances: BTreeMap<String, &LibraryInstance> = BTreeMap::new();
-    for p in problems {
+    for p in part {
         for c in &p.candidates {
             instances.entry(c.name.clone()).or_insert(c);
         }
     }
     let mut sources = Vec::new();
-    let write = |file: &str, text: String| -> Result<()> {
-        let path = dir.join(file);
-        if std::fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
-            std::fs::write(&path, text)
-                .map_err(|e| Error::Other(format!("profile: writing {}: {e}", path.display())))?;
-        }
-        Ok(())
-    };
-    write("library.cuh", templates.render("library.cuh", &json!({}))?)?;
     for (name, inst) in &instances {
         let text = templates.render(&format!("library/{}.cu", inst.template), &Json::Object(inst.context.clone()))?;
-        write(&format!("{name}.cu"), text)?;
+        write_if_changed(&dir.join(format!("{name}.cu")), &text)?;
         sources.push(PathBuf::from(format!("{name}.cu")));
     }
     let kind_of = |t: &str| if t.starts_with("conv") { "conv" } else { "gemm" };
@@ -228,7 +361,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
         instances.values().map(|i| json!({ "name": i.name, "kind": kind_of(&i.template) })).collect();
     // The profiler enumerates conv problems first, then gemms; keep that order here.
     let ordered: Vec<&ProfileProblem> =
-        problems.iter().filter(|p| p.kind == "conv").chain(problems.iter().filter(|p| p.kind == "gemm")).collect();
+        part.iter().filter(|p| p.kind == "conv").chain(part.iter().filter(|p| p.kind == "gemm")).collect();
     let section = |kind: &str| -> Vec<Json> {
         ordered
             .iter()
@@ -244,57 +377,46 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
             .collect()
     };
     let ctx = json!({ "instances": ctx_instances, "convs": section("conv"), "gemms": section("gemm") });
-    write("profiler.cu", templates.render("profile/profiler.cu", &ctx)?)?;
-    sources.push(PathBuf::from("profiler.cu"));
+    write_if_changed(&dir.join(profiler_cu), &templates.render("profile/profiler.cu", &ctx)?)?;
+    sources.push(PathBuf::from(profiler_cu));
+    // With progress on, the build prints its own summary line.
+    crate::build::build(dir, &sources, &[PathBuf::from("library.cuh")], toolchain.compiler(), &opts.build, lib_name)?;
+    Ok(ordered)
+}
 
-    let t0 = Instant::now();
-    let built = crate::build::build(
-        dir,
-        &sources,
-        &[PathBuf::from("library.cuh")],
-        toolchain.compiler(),
-        &opts.build,
-        "libprofile.so",
-    )?;
-    if opts.progress {
-        eprintln!("{}", built.summary());
-    }
-    let build_seconds = t0.elapsed().as_secs_f64();
-    if opts.build_only {
-        return Ok(ProfileReport {
-            device: String::new(),
-            cache: opts.cache.clone(),
-            problems: Vec::new(),
-            cases_run: 0,
-            cases_cached: 0,
-            build_seconds,
-            profile_seconds: 0.0,
-        });
-    }
-
-    let lib = ProfilerLib::load(&dir.join("libprofile.so"))?;
-    let device = toolchain.device_key(&lib.device_name()?);
-    if let Some(a) = assumed.as_ref().filter(|a| **a != device) {
-        return Err(Error::Other(format!(
-            "profile: the cache {} holds times of '{a}', but this GPU is '{device}': the candidates it \
-             has were skipped; profile into another cache file (--cache)",
-            cache.path().display()
-        )));
-    }
+/// Times every case of one part's library (`ordered`: its problems in case-table order) not yet
+/// in the cache for `device`, saving the cache after each problem. Returns the cases run and
+/// those found in the cache. `part`: (this part, parts) for the progress bar, None for no bar.
+fn time_part(
+    lib: &ProfilerLib,
+    ordered: &[&ProfileProblem],
+    cache: &mut ProfileCache,
+    device: &str,
+    part: Option<(usize, usize)>,
+    opts: &ProfileOptions,
+) -> Result<(usize, usize)> {
     let cases = lib.num_cases();
     let expected: usize = ordered.iter().map(|p| p.candidates.len()).sum();
     if cases != expected {
         return Err(Error::Other(format!(
-            "profile: libprofile.so has {cases} cases, the model has {expected}: stale build in {}",
-            dir.display()
+            "profile: {} has {cases} cases, the model has {expected}: stale build",
+            lib.path().display()
         )));
     }
-    let bar = if opts.progress { ProgressBar::new(cases as u64) } else { ProgressBar::hidden() };
+    let bar = match part {
+        Some(_) => ProgressBar::new(cases as u64),
+        None => ProgressBar::hidden(),
+    };
+    let label = match part {
+        Some((k, n)) if n > 1 => format!("profiling part {k}/{n}"),
+        _ => "profiling".to_string(),
+    };
     bar.set_style(
-        ProgressStyle::with_template("profiling [{bar:30}] {pos}/{len} cases, {elapsed} elapsed, eta {eta} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(&format!(
+            "{label} [{{bar:30}}] {{pos}}/{{len}} cases, {{elapsed}} elapsed, eta {{eta}} {{msg}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let t1 = Instant::now();
     let (mut run, mut cached) = (0usize, 0usize);
     let mut last_problem = None;
     let mut fatal: Option<String> = None;
@@ -317,7 +439,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
             bar.set_message(p.signature.clone());
         }
         bar.inc(1);
-        if cache.get(&device, &p.signature, &cand.config).is_some() {
+        if cache.get(device, &p.signature, &cand.config).is_some() {
             cached += 1;
             continue;
         }
@@ -341,7 +463,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
                 Outcome::Failed { why }
             }
         };
-        cache.put(&device, &p.signature, &cand.config, outcome);
+        cache.put(device, &p.signature, &cand.config, outcome);
         if fatal.is_some() {
             break;
         }
@@ -354,8 +476,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
             cache.path().display()
         )));
     }
-
-    Ok(report(all, &device, &cache, run, cached + (total_cases - cases), build_seconds, t1.elapsed().as_secs_f64()))
+    Ok((run, cached))
 }
 
 /// The problems with only their candidates that `device` has no outcome for in the cache (all of
@@ -539,6 +660,7 @@ mod tests {
             iters: 1,
             progress: false,
             build_only: true,
+            part_sources: None,
         };
         super::problems(&g, &opts).unwrap()
     }
@@ -552,7 +674,7 @@ mod tests {
         let all = tiny_bert_problems(lower);
         let field = |p: &ProfileProblem, k: &str| p.fields[k].as_i64().unwrap();
         // Projections and feed-forward products have batch · seq rows: one problem per bound.
-        let rows: std::collections::BTreeSet<i64> = all
+        let rows: BTreeSet<i64> = all
             .iter()
             .filter(|p| field(p, "k") == 64 && field(p, "n") != 64 || field(p, "n") == 192)
             .map(|p| field(p, "m"))
@@ -581,15 +703,13 @@ mod tests {
         let ranges = [("batch".to_string(), (4, 64)), ("seq".to_string(), (16, 128))].into();
         let all = tiny_bert_problems(LowerOptions { ranges, max_batch: 64, ..Default::default() });
         assert!(!all.is_empty());
-        let batches: std::collections::BTreeSet<i64> = all.iter().map(|p| p.point.batch).collect();
+        let batches: BTreeSet<i64> = all.iter().map(|p| p.point.batch).collect();
         assert_eq!(batches, [8, 64].into(), "batch bounds inside 4..64");
-        let seqs: std::collections::BTreeSet<i64> =
-            all.iter().filter_map(|p| p.point.dims.get("seq").copied()).collect();
+        let seqs: BTreeSet<i64> = all.iter().filter_map(|p| p.point.dims.get("seq").copied()).collect();
         assert_eq!(seqs, [64, 128].into(), "seq bounds inside 16..128");
         // The packed q/k/v projection's rows are a batch bound times a seq bound: none at 1.
         let field = |p: &ProfileProblem, k: &str| p.fields[k].as_i64().unwrap();
-        let rows: std::collections::BTreeSet<i64> =
-            all.iter().filter(|p| field(p, "n") == 192).map(|p| field(p, "m")).collect();
+        let rows: BTreeSet<i64> = all.iter().filter(|p| field(p, "n") == 192).map(|p| field(p, "m")).collect();
         assert_eq!(rows, [8 * 64, 8 * 128, 64 * 64, 64 * 128].into());
     }
 
@@ -652,6 +772,49 @@ mod tests {
         assert!(r.problems[0].best.is_none());
         assert_eq!(r.problems[0].counts[3], all[0].candidates.len());
         assert!(r.summary().contains(&p.signature));
+    }
+
+    /// The candidate sources of `problems` not in `built`.
+    fn new_sources<'a>(problems: &'a [ProfileProblem], built: &BTreeSet<&str>) -> Vec<&'a str> {
+        let names: BTreeSet<&str> =
+            problems.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect();
+        names.into_iter().filter(|n| !built.contains(n)).collect()
+    }
+
+    /// A profile too long to compile at once is split into parts of whole problems: every
+    /// problem in exactly one part, each part needing at most the given number of sources no
+    /// earlier part built (or being a single problem), later parts reusing earlier parts'
+    /// sources; with room for every source, one part in the original order.
+    #[test]
+    fn parts_split_whole_problems_by_new_sources() {
+        let lower = LowerOptions { ranges: [("seq".to_string(), (1, 64))].into(), max_batch: 8, ..Default::default() };
+        let all = tiny_bert_problems(lower);
+        let total = new_sources(&all, &Default::default()).len();
+        assert!(all.len() > 4 && total > 8, "{} problems, {total} sources", all.len());
+        let one = plan_parts(&all, total);
+        assert_eq!(one.len(), 1);
+        let sigs = |ps: &[ProfileProblem]| ps.iter().map(|p| p.signature.clone()).collect::<Vec<_>>();
+        assert_eq!(sigs(&one[0]), sigs(&all));
+
+        let max_new = 4;
+        let parts = plan_parts(&all, max_new);
+        assert!(parts.len() > 1);
+        let mut seen: Vec<String> = parts.iter().flat_map(|p| sigs(p)).collect();
+        seen.sort();
+        let mut want = sigs(&all);
+        want.sort();
+        assert_eq!(seen, want, "every problem once");
+        let mut built = BTreeSet::new();
+        let mut reused = 0;
+        for part in &parts {
+            let new = new_sources(part, &built);
+            assert!(new.len() <= max_new || part.len() == 1, "{} new sources in a part of {}", new.len(), part.len());
+            reused += part.iter().filter(|p| p.candidates.iter().all(|c| built.contains(c.name.as_str()))).count();
+            built.extend(part.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())));
+        }
+        assert_eq!(built.len(), total);
+        // Problems sharing an epilogue share their sources: some come in a later part for free.
+        assert!(reused > 0, "no problem reused an earlier part's sources");
     }
 
     /// A second profile of the same work folder waits for the first to release it.
