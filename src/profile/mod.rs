@@ -214,8 +214,9 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     let (mut build_seconds, mut profile_seconds) = (0.0, 0.0);
     let (mut run, mut cached) = (0usize, 0usize);
     let mut device: Option<String> = None;
-    // Every part's library stays loaded until the end: unloading one whose statically linked CUDA
-    // runtime has run kernels is not needed, and each is small next to the GPU's memory.
+    // Every part's library stays loaded until the end (its device buffers freed once it is timed):
+    // unloading a library whose statically linked CUDA runtime has run kernels, while another
+    // one's runs, is a risk worth nothing, since one library's code is small.
     let mut libs = Vec::new();
     let mut earlier: BTreeSet<&str> = BTreeSet::new();
     for (k, part) in parts.iter().enumerate() {
@@ -257,6 +258,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
         let t1 = Instant::now();
         let (r, c) = time_part(&lib, &ordered, &mut cache, &this, opts.progress.then(|| (k + 1, parts.len())), opts)?;
         profile_seconds += t1.elapsed().as_secs_f64();
+        lib.release_buffers();
         (run, cached) = (run + r, cached + c);
         device = Some(this);
         libs.push(lib);

@@ -283,10 +283,19 @@ impl ProfilerLib {
     }
 }
 
-impl Drop for ProfilerLib {
-    fn drop(&mut self) {
+impl ProfilerLib {
+    /// Frees the library's cached device buffers and stream (a later run creates them again):
+    /// a profile in parts keeps every part's library loaded, and only the part being timed
+    /// needs its buffers.
+    pub fn release_buffers(&self) {
         // SAFETY: frees the library's cached device buffers (a no-op when none were created).
         unsafe { (self.api.release)() }
+    }
+}
+
+impl Drop for ProfilerLib {
+    fn drop(&mut self) {
+        self.release_buffers();
     }
 }
 
