@@ -290,7 +290,7 @@ pub const PART_SOURCES_PER_JOB: usize = 3;
 /// about `max_new` candidate sources that no earlier part built. Problems are taken greedily,
 /// those needing the fewest new sources first (problems sharing an epilogue share their
 /// sources), in the given order on ties; a problem needing more than `max_new` alone is a part
-/// of its own. With room for every source, one part in the given order.
+/// of its own, and one needing none joins the part at hand. With room for every source, one part in the given order.
 fn plan_parts(problems: &[ProfileProblem], max_new: usize) -> Vec<Vec<ProfileProblem>> {
     let sources: BTreeSet<&str> = problems.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect();
     if sources.len() <= max_new {
@@ -311,7 +311,8 @@ fn plan_parts(problems: &[ProfileProblem], max_new: usize) -> Vec<Vec<ProfilePro
             .map(|(i, p)| (i, new_sources(p)))
             .min_by_key(|&(i, n)| (n, i))
             .expect("left is not empty");
-        if !part.is_empty() && part_new + new > max_new {
+        // A problem whose sources are all built already joins the current part for free.
+        if !part.is_empty() && new > 0 && part_new + new > max_new {
             parts.push(std::mem::take(&mut part));
             part_new = 0;
         }
@@ -785,8 +786,8 @@ mod tests {
 
     /// A profile too long to compile at once is split into parts of whole problems: every
     /// problem in exactly one part, each part needing at most the given number of sources no
-    /// earlier part built (or being a single problem), later parts reusing earlier parts'
-    /// sources; with room for every source, one part in the original order.
+    /// earlier part built (or only its first problem's), a problem whose sources are built joining
+    /// the part at hand; with room for every source, one part in the original order.
     #[test]
     fn parts_split_whole_problems_by_new_sources() {
         let lower = LowerOptions { ranges: [("seq".to_string(), (1, 64))].into(), max_batch: 8, ..Default::default() };
@@ -810,13 +811,17 @@ mod tests {
         let mut reused = 0;
         for part in &parts {
             let new = new_sources(part, &built);
-            assert!(new.len() <= max_new || part.len() == 1, "{} new sources in a part of {}", new.len(), part.len());
+            // Over the limit only when its first problem alone is (the others adding nothing).
+            let first = new_sources(&part[..1], &built);
+            assert!(new.len() <= max_new || new == first, "{} new sources in a part of {}", new.len(), part.len());
             reused += part.iter().filter(|p| p.candidates.iter().all(|c| built.contains(c.name.as_str()))).count();
             built.extend(part.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())));
         }
         assert_eq!(built.len(), total);
-        // Problems sharing an epilogue share their sources: some come in a later part for free.
-        assert!(reused > 0, "no problem reused an earlier part's sources");
+        // A problem whose sources an earlier part built joins that part (at no compile cost):
+        // no later part waits for it, and problems sharing an epilogue share a part.
+        assert_eq!(reused, 0, "a problem with every source built came in a later part");
+        assert!(parts.len() < all.len(), "{} parts for {} problems", parts.len(), all.len());
     }
 
     /// A second profile of the same work folder waits for the first to release it.
