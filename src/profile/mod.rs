@@ -214,9 +214,9 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
     let (mut build_seconds, mut profile_seconds) = (0.0, 0.0);
     let (mut run, mut cached) = (0usize, 0usize);
     let mut device: Option<String> = None;
-    // Every part's library stays loaded until the end (its device buffers freed once it is timed):
-    // unloading a library whose statically linked CUDA runtime has run kernels, while another
-    // one's runs, is a risk worth nothing, since one library's code is small.
+    // Every part's library stays loaded until the end (its device buffers freed once it is
+    // timed): unloading one, with its statically linked CUDA runtime, while the process goes on
+    // with the next would save only a little host memory.
     let mut libs = Vec::new();
     let mut earlier: BTreeSet<&str> = BTreeSet::new();
     for (k, part) in parts.iter().enumerate() {
@@ -289,8 +289,9 @@ pub const PART_SOURCES_PER_JOB: usize = 3;
 /// the same part, so a profile stopped between parts leaves no problem half measured) needing
 /// about `max_new` candidate sources that no earlier part built. Problems are taken greedily,
 /// those needing the fewest new sources first (problems sharing an epilogue share their
-/// sources), in the given order on ties; a problem needing more than `max_new` alone is a part
-/// of its own, and one needing none joins the part at hand. With room for every source, one part in the given order.
+/// sources), in the given order on ties; a problem needing more than `max_new` by itself starts
+/// a part that only problems needing no new source join, and a problem needing none joins the
+/// part at hand. With room for every source, one part in the given order.
 fn plan_parts(problems: &[ProfileProblem], max_new: usize) -> Vec<Vec<ProfileProblem>> {
     let sources: BTreeSet<&str> = problems.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect();
     if sources.len() <= max_new {
