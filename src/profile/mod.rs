@@ -4,7 +4,7 @@
 //! 1. Lower the optimised model with a recording target: every library problem at every batch
 //!    range (`CudaTarget::batch_buckets`) with its candidate instances.
 //! 2. Split the problems not yet in the cache into parts of whole problems, each needing a few
-//!    rounds of nvcc jobs' worth of candidate sources no earlier part built ([`plan_parts`]).
+//!    rounds of nvcc jobs' worth of candidate sources no earlier part built (`plan_parts`).
 //! 3. Per part: render its candidates (each once, the same files a model build compiles, so the
 //!    object cache serves both) and `profile/profiler.cu` with its problems, build the part's
 //!    library (`libprofile.so`, or `libprofile-partK.so` when there are several; parallel nvcc,
@@ -61,7 +61,7 @@ pub struct ProfileOptions {
     /// Build the profiler and stop (CPU only: e.g. while the GPU is busy with something else).
     pub build_only: bool,
     /// New candidate sources one part of the profile builds before its problems are timed and
-    /// saved ([`plan_parts`]); None: [`PART_SOURCES_PER_JOB`] per nvcc job.
+    /// saved (`plan_parts`); None: [`PART_SOURCES_PER_JOB`] per nvcc job.
     pub part_sources: Option<usize>,
 }
 
