@@ -377,6 +377,17 @@ class WhereTheTimeGoes(unittest.TestCase):
         self.assertNotIn("ceiling", text)
 
 
+class KernelsVariant(unittest.TestCase):
+    def test_a_partial_profile_is_not_filed_as_profiled(self):
+        """gpu-bench's label of a build whose profile the time budget stopped (profiled_kind)."""
+        partial = ("onnx2ait build benchmarked: partly profiled kernels (profile cache of this run: "
+                   "41 of 53 node choices measured, the heuristic chose the rest)")
+        self.assertEqual(bench_store.kernels_variant(partial), "partly profiled kernels")
+        whole = "onnx2ait build benchmarked: profiled kernels (profile cache of this run; 53 of 53 node choices measured)"
+        self.assertEqual(bench_store.kernels_variant(whole), "profiled kernels")
+        self.assertEqual(bench_store.kernels_variant("heuristic kernels (no profile cache)"), "heuristic kernels")
+
+
 class Repository(unittest.TestCase):
     def test_benchmarks_md_is_rendered_from_its_store(self):
         """BENCHMARKS.md is exactly what its store renders: nobody edited a figure by hand."""

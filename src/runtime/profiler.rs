@@ -194,6 +194,14 @@ impl ProfilerLib {
         Error::Other(format!("{}: {what}: {}", self.path.display(), self.message(code)))
     }
 
+    /// Frees the library's cached device buffers and stream (a later run creates them again):
+    /// a profile in parts keeps every part's library loaded, and only the part being timed
+    /// needs its buffers.
+    pub fn release_buffers(&self) {
+        // SAFETY: frees the library's cached device buffers (a no-op when none were created).
+        unsafe { (self.api.release)() }
+    }
+
     /// The library file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -280,16 +288,6 @@ impl ProfilerLib {
         // SAFETY: no arguments.
         let n = unsafe { (self.api.sm_count)() };
         u32::try_from(n).map_err(|_| Error::Other(format!("{}: {}", self.path.display(), self.last_error())))
-    }
-}
-
-impl ProfilerLib {
-    /// Frees the library's cached device buffers and stream (a later run creates them again):
-    /// a profile in parts keeps every part's library loaded, and only the part being timed
-    /// needs its buffers.
-    pub fn release_buffers(&self) {
-        // SAFETY: frees the library's cached device buffers (a no-op when none were created).
-        unsafe { (self.api.release)() }
     }
 }
 
