@@ -227,7 +227,7 @@ fn profile_problems(all: &[ProfileProblem], opts: &ProfileOptions) -> Result<Pro
                 format!("{stem}-part{}.{ext}", k + 1)
             }
         };
-        let sources: BTreeSet<&str> = part.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect();
+        let sources = candidate_sources(part);
         if opts.progress && parts.len() > 1 {
             eprintln!(
                 "profile: part {}/{}: {} problems, {} candidate sources ({} not in an earlier part)",
@@ -293,32 +293,25 @@ pub const PART_SOURCES_PER_JOB: usize = 3;
 /// a part that only problems needing no new source join, and a problem needing none joins the
 /// part at hand. With room for every source, one part in the given order.
 fn plan_parts(problems: &[ProfileProblem], max_new: usize) -> Vec<Vec<ProfileProblem>> {
-    let sources: BTreeSet<&str> = problems.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect();
-    if sources.len() <= max_new {
+    if candidate_sources(problems).len() <= max_new {
         return vec![problems.to_vec()];
     }
     let mut left: Vec<&ProfileProblem> = problems.iter().collect();
     let mut built: BTreeSet<&str> = BTreeSet::new();
     let (mut parts, mut part, mut part_new) = (Vec::new(), Vec::new(), 0usize);
-    while !left.is_empty() {
-        let new_sources = |p: &ProfileProblem| {
-            let names: BTreeSet<&str> =
-                p.candidates.iter().map(|c| c.name.as_str()).filter(|n| !built.contains(n)).collect();
-            names.len()
-        };
-        let (i, new) = left
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (i, new_sources(p)))
-            .min_by_key(|&(i, n)| (n, i))
-            .expect("left is not empty");
+    let new_sources = |p: &ProfileProblem, built: &BTreeSet<&str>| {
+        candidate_sources(std::slice::from_ref(p)).difference(built).count()
+    };
+    while let Some((i, new)) =
+        left.iter().enumerate().map(|(i, p)| (i, new_sources(p, &built))).min_by_key(|&(i, n)| (n, i))
+    {
         // A problem whose sources are all built already joins the current part for free.
         if !part.is_empty() && new > 0 && part_new + new > max_new {
             parts.push(std::mem::take(&mut part));
             part_new = 0;
         }
         let p = left.remove(i);
-        built.extend(p.candidates.iter().map(|c| c.name.as_str()));
+        built.extend(candidate_sources(std::slice::from_ref(p)));
         part_new += new;
         part.push(p.clone());
     }
@@ -326,6 +319,11 @@ fn plan_parts(problems: &[ProfileProblem], max_new: usize) -> Vec<Vec<ProfilePro
         parts.push(part);
     }
     parts
+}
+
+/// The distinct candidate sources (instance names) of `problems`.
+fn candidate_sources(problems: &[ProfileProblem]) -> BTreeSet<&str> {
+    problems.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect()
 }
 
 fn write_if_changed(path: &Path, text: &str) -> Result<()> {
@@ -780,9 +778,7 @@ mod tests {
 
     /// The candidate sources of `problems` not in `built`.
     fn new_sources<'a>(problems: &'a [ProfileProblem], built: &BTreeSet<&str>) -> Vec<&'a str> {
-        let names: BTreeSet<&str> =
-            problems.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())).collect();
-        names.into_iter().filter(|n| !built.contains(n)).collect()
+        candidate_sources(problems).into_iter().filter(|n| !built.contains(n)).collect()
     }
 
     /// A profile too long to compile at once is split into parts of whole problems: every
@@ -816,7 +812,7 @@ mod tests {
             let first = new_sources(&part[..1], &built);
             assert!(new.len() <= max_new || new == first, "{} new sources in a part of {}", new.len(), part.len());
             reused += part.iter().filter(|p| p.candidates.iter().all(|c| built.contains(c.name.as_str()))).count();
-            built.extend(part.iter().flat_map(|p| p.candidates.iter().map(|c| c.name.as_str())));
+            built.extend(candidate_sources(part));
         }
         assert_eq!(built.len(), total);
         // A problem whose sources an earlier part built joins that part (at no compile cost):
